@@ -1,0 +1,9 @@
+"""The etfuse op catalog: one `BackendOp` record per backend op (see registry.py)."""
+
+from .registry import BackendOp, BackendOpError, register, registered_ops
+from .float_ops import ADD_RELU, ADDMM_RELU, FLOAT_OPS, LINEAR_RELU
+
+__all__ = [
+    "BackendOp", "BackendOpError", "register", "registered_ops",
+    "ADD_RELU", "LINEAR_RELU", "ADDMM_RELU", "FLOAT_OPS",
+]
