@@ -18,6 +18,7 @@ an error naming the op and both schemas.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import inspect
 from typing import Callable, Optional
 
@@ -61,7 +62,7 @@ class BackendOp:
         sep = ", " if "*" in args else ", *, "
         return f"{self.out_name}({args}{sep}Tensor(a!) out) -> Tensor(a!)"
 
-    @property
+    @functools.cached_property
     def arg_names(self) -> list[str]:
         return [a.name for a in torch._C.parse_schema(f"{self.namespace}::{self.schema}").arguments]
 

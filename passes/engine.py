@@ -1,0 +1,264 @@
+"""The rewrite engine: rules indexed by their pattern's last op, matched locally, applied in place.
+
+Cost is linear in the graph: candidates are the nodes whose target is some rule's anchor
+(`graph.find_nodes`), each is matched backwards from the anchor over at most the pattern's size,
+and each match is replaced by one node inserted at the anchor. Because a match's interior nodes
+may have no users outside the match, every input of the match precedes the anchor, so inserting
+there can never create a cycle: the cycle check is free, bounded by node order.
+
+A sweep goes bottom-up (last node first) so the largest pattern ending at a node wins. One sweep
+finds everything unless a rule's pattern consumes another rule's backend op (`RuleIndex.chains`);
+then sweeps repeat until nothing changes.
+"""
+
+from __future__ import annotations
+
+import copy
+import dataclasses
+from collections import defaultdict
+from typing import Any, Iterable, Optional
+
+import torch
+import torch.fx as fx
+from executorch.exir.dialects.edge._ops import EdgeOpOverload
+
+from etfuse.patterns.rule import LoweredPattern, Match, Rule
+
+# (self, other) of these may be swapped: x + y == y + x. Keyed by the ATen overload so edge and
+# ATen targets both resolve.
+_COMMUTATIVE = {torch.ops.aten.add.Tensor, torch.ops.aten.mul.Tensor}
+
+
+class FusionError(RuntimeError):
+    """A rule failed while being applied; the message names the rule, the graph and the node."""
+
+
+@dataclasses.dataclass
+class Fused:
+    rule: str
+    graph: str  # "" for the top graph, else the submodule path, e.g. "true_graph_0"
+    node: str  # the new backend-op node
+    replaced: list[str]  # the nodes it replaced, anchor last
+
+
+@dataclasses.dataclass
+class Declined:
+    rule: str
+    graph: str
+    node: str  # the anchor the pattern matched at
+    reason: str
+
+
+@dataclasses.dataclass
+class FusionReport:
+    fused: list[Fused] = dataclasses.field(default_factory=list)
+    declined: list[Declined] = dataclasses.field(default_factory=list)
+
+    def counts(self) -> dict[str, int]:
+        out: dict[str, int] = defaultdict(int)
+        for f in self.fused:
+            out[f.rule] += 1
+        return dict(out)
+
+    def extend(self, other: "FusionReport") -> None:
+        self.fused += other.fused
+        self.declined += other.declined
+
+
+def _aten(target):
+    """The ATen overload behind an edge/backend op (EdgeOpOverload keeps it in `_op`)."""
+    return getattr(target, "_op", target)
+
+
+def _schema_args(node: fx.Node) -> list[Any]:
+    """All of a node's arguments in schema order, defaults filled in, so `add(a, b)` and
+    `add(a, b, alpha=1)` compare equal."""
+    schema = getattr(node.target, "_schema", None)
+    if schema is None:
+        return list(node.args) + list(node.kwargs.values())
+    out = []
+    for i, arg in enumerate(schema.arguments):
+        if i < len(node.args) and not arg.kwarg_only:
+            out.append(node.args[i])
+        elif arg.name in node.kwargs:
+            out.append(node.kwargs[arg.name])
+        elif arg.has_default_value():
+            out.append(arg.default_value)
+        else:
+            out.append(None)
+    return out
+
+
+def _literal_equal(a, b) -> bool:
+    if isinstance(a, (list, tuple)) and isinstance(b, (list, tuple)):
+        return len(a) == len(b) and all(_literal_equal(x, y) for x, y in zip(a, b))
+    if isinstance(a, fx.Node) or isinstance(b, fx.Node):
+        return False
+    if isinstance(a, bool) or isinstance(b, bool):
+        return a is b
+    return a == b  # alpha=1 and alpha=1.0 are the same literal
+
+
+class _Matcher:
+    """Matches one lowered pattern backwards from a graph node. Pure: never touches the graph."""
+
+    def __init__(self, pattern: LoweredPattern):
+        self.pattern = pattern
+        self.pattern_args = {n: _schema_args(n) for n in pattern.ops}
+
+    def match(self, anchor: fx.Node) -> Optional[tuple[dict, dict]]:
+        state = self._node(self.pattern.anchor, anchor, ({}, {}))
+        if state is None:
+            return None
+        bindings, matched = state
+        # An intermediate with users outside the match must survive: not fusable.
+        inside = set(matched.values())
+        for pnode, gnode in matched.items():
+            if pnode is not self.pattern.anchor and any(u not in inside for u in gnode.users):
+                return None
+        return bindings, matched
+
+    def _node(self, pnode: fx.Node, gvalue, state):
+        bindings, matched = state
+        if pnode.op == "placeholder":
+            if pnode.name in bindings:
+                return state if bindings[pnode.name] is gvalue or _literal_equal(bindings[pnode.name], gvalue) else None
+            return {**bindings, pnode.name: gvalue}, matched
+        if not isinstance(gvalue, fx.Node) or gvalue.op != "call_function" or gvalue.target != pnode.target:
+            return None
+        if pnode in matched:
+            return state if matched[pnode] is gvalue else None
+        if gvalue in matched.values():
+            return None
+        state = (bindings, {**matched, pnode: gvalue})
+        pargs, gargs = self.pattern_args[pnode], _schema_args(gvalue)
+        result = self._args(pargs, gargs, state)
+        if result is None and _aten(pnode.target) in _COMMUTATIVE:
+            gargs = [gargs[1], gargs[0], *gargs[2:]]
+            result = self._args(pargs, gargs, state)
+        return result
+
+    def _args(self, pargs, gargs, state):
+        if len(pargs) != len(gargs):
+            return None
+        for p, g in zip(pargs, gargs):
+            if isinstance(p, fx.Node):
+                state = self._node(p, g, state)
+            elif isinstance(p, (list, tuple)) and any(isinstance(x, fx.Node) for x in p):
+                if not isinstance(g, (list, tuple)) or len(g) != len(p):
+                    return None
+                state = self._args(list(p), list(g), state)
+            elif not _literal_equal(p, g):
+                return None
+            if state is None:
+                return None
+        return state
+
+
+class RuleIndex:
+    """Rules grouped by the target of their pattern's last op, largest pattern first."""
+
+    def __init__(self, rules: Iterable[Rule]):
+        self.rules = list(rules)
+        names = [r.name for r in self.rules]
+        dup = {n for n in names if names.count(n) > 1}
+        if dup:
+            raise ValueError(f"rule names must be unique; repeated: {sorted(dup)}")
+        self.by_anchor: dict[Any, list[tuple[Rule, _Matcher]]] = defaultdict(list)
+        for rule in self.rules:
+            lowered = rule.lower()
+            self.by_anchor[lowered.anchor.target].append((rule, _Matcher(lowered)))
+        for entries in self.by_anchor.values():
+            entries.sort(key=lambda e: -e[1].pattern.size)
+        produced = {_aten(r.replacement.backend) for r in self.rules}
+        self.chains = any(_aten(n.target) in produced for r in self.rules for n in r.lower().ops)
+
+
+def _replacement_target(rule: Rule, anchor: fx.Node):
+    # Edge-dialect graphs get the backend-dialect handle; anything else the plain torch op.
+    return rule.replacement.backend if isinstance(anchor.target, EdgeOpOverload) else rule.replacement.aten
+
+
+def _rewrite(graph: fx.Graph, m: Match, graph_name: str) -> Fused:
+    args, kwargs = m.rule.replacement_call(m)
+    anchor = m.anchor
+    with graph.inserting_before(anchor):
+        new = graph.call_function(_replacement_target(m.rule, anchor), args, kwargs)
+    # The fused op computes exactly the anchor's value: its meta (val, stack_trace, ...) carries over.
+    replaced = [n.name for n in m.nodes]
+    new.meta = {**anchor.meta, "etfuse": {"rule": m.rule.name, "replaced": replaced}}
+    anchor.replace_all_uses_with(new)
+    for n in reversed(m.nodes):  # users before producers
+        graph.erase_node(n)
+    return Fused(m.rule.name, graph_name, new.name, replaced)
+
+
+def find_matches(graph: fx.Graph, index: RuleIndex, graph_name: str, report: FusionReport) -> list[Match]:
+    """One bottom-up sweep: non-overlapping accepted matches, consumers first. Pure: the graph is
+    not touched, so a failing constraint leaves everything as it was."""
+    order = {n: i for i, n in enumerate(graph.nodes)}
+    candidates = [n for target in index.by_anchor for n in graph.find_nodes(op="call_function", target=target, sort=False)]
+    candidates.sort(key=order.__getitem__, reverse=True)
+    claimed: set[fx.Node] = set()
+    matches: list[Match] = []
+    for anchor in candidates:
+        if anchor in claimed:
+            continue
+        for rule, matcher in index.by_anchor[anchor.target]:
+            found = matcher.match(anchor)
+            if found is None:
+                continue
+            bindings, matched = found
+            nodes = [matched[p] for p in matcher.pattern.ops]
+            if claimed.intersection(nodes):
+                continue
+            m = Match(rule, anchor, nodes, bindings)
+            try:
+                reason = rule.constraint(m) if rule.constraint else None
+            except Exception as e:  # noqa: BLE001 - a broken constraint names itself
+                raise FusionError(
+                    f"rule {rule.name!r} failed checking node {anchor.name!r} in graph "
+                    f"{graph_name or '<top>'}: {type(e).__name__}: {e}"
+                ) from e
+            if reason:
+                report.declined.append(Declined(rule.name, graph_name, anchor.name, reason))
+                continue
+            claimed.update(nodes)
+            matches.append(m)
+            break
+    return matches
+
+
+def apply_matches(graph: fx.Graph, matches: list[Match], graph_name: str, report: FusionReport) -> None:
+    """Rewrite `matches` (from `find_matches` on this same graph) in place."""
+    for m in matches:
+        report.fused.append(_rewrite(graph, m, graph_name))
+
+
+def rebuild_with_matches(graph: fx.Graph, matches: list[Match], graph_name: str,
+                         report: FusionReport) -> fx.Graph:
+    """A new graph equal to `graph` with `matches` (found in `graph`) fused; `graph` is untouched.
+
+    One pass in node order: a match's interior nodes are skipped and its anchor is emitted as the
+    backend op. Copying and rewriting together costs one node creation per surviving node.
+    """
+    new = fx.Graph(tracer_cls=graph._tracer_cls)
+    new._codegen = copy.deepcopy(graph._codegen)
+    at_anchor = {m.anchor: m for m in matches}
+    interior = {n for m in matches for n in m.nodes if n is not m.anchor}
+    env: dict[fx.Node, fx.Node] = {}
+    lookup = env.__getitem__
+    for node in graph.nodes:
+        if node in interior:
+            continue
+        m = at_anchor.get(node)
+        if m is None:
+            env[node] = new.node_copy(node, lookup)
+            continue
+        args, kwargs = m.rule.replacement_call(m)
+        fused = new.call_function(_replacement_target(m.rule, node), fx.map_arg(args, lookup), fx.map_arg(kwargs, lookup))
+        replaced = [n.name for n in m.nodes]
+        fused.meta = {**node.meta, "etfuse": {"rule": m.rule.name, "replaced": replaced}}
+        env[node] = fused
+        report.fused.append(Fused(m.rule.name, graph_name, fused.name, replaced))
+    return new

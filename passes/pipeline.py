@@ -1,0 +1,46 @@
+"""The recommended pass list and `fuse`, the one-call entry point."""
+
+from __future__ import annotations
+
+import copy
+from typing import Optional, Sequence, Union
+
+from executorch.exir import EdgeProgramManager
+from torch.export import ExportedProgram
+
+from .float_fusion import FloatFusionPass
+from .fusion_pass import FusionPass
+
+
+def default_passes() -> list:
+    """etfuse's passes in the order they should run (more specific patterns first)."""
+    return [FloatFusionPass()]
+
+
+Program = Union[EdgeProgramManager, ExportedProgram]
+
+
+def fuse(program: Program, passes: Optional[Sequence] = None) -> Program:
+    """Fuse an `EdgeProgramManager` or an edge-dialect `ExportedProgram`; returns the same type.
+
+    The caller's object is never modified: etfuse's passes return new graph modules, and any
+    other pass in `passes` runs on a copy.
+    """
+    passes = list(default_passes() if passes is None else passes)
+    if isinstance(program, EdgeProgramManager):
+        manager = program
+    elif isinstance(program, ExportedProgram):
+        if program.dialect != "EDGE":
+            raise TypeError(
+                f"etfuse.fuse takes an edge-dialect program, got a {program.dialect} ExportedProgram: "
+                "lower it first with executorch.exir.to_edge(program)"
+            )
+        manager = EdgeProgramManager({"forward": program})
+    else:
+        raise TypeError(
+            f"etfuse.fuse takes an EdgeProgramManager or an edge ExportedProgram, got {type(program).__name__}"
+        )
+    if not all(isinstance(p, FusionPass) for p in passes):
+        manager = copy.deepcopy(manager)
+    fused = manager.transform(passes)
+    return fused if isinstance(program, EdgeProgramManager) else fused.exported_program()

@@ -1,0 +1,6 @@
+"""Fusion rules as data: one module per family."""
+
+from .rule import Constraint, LoweredPattern, Match, PatternError, Rule
+from .float_rules import FLOAT_RULES
+
+__all__ = ["Constraint", "LoweredPattern", "Match", "PatternError", "Rule", "FLOAT_RULES"]

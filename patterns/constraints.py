@@ -1,0 +1,69 @@
+"""Reusable constraint pieces. Each returns why a match is declined, or None to accept.
+
+They read the bound values' fake tensors (`meta["val"]`), so they cost nothing at run time and a
+mismatch means "not fused", never a kernel that crashes later.
+"""
+
+from __future__ import annotations
+
+from typing import Iterable, Optional
+
+import torch
+
+from .rule import Match
+
+
+def all_of(*checks):
+    """Combine constraints; the first reason wins."""
+
+    def check(m: Match) -> Optional[str]:
+        for c in checks:
+            reason = c(m)
+            if reason:
+                return reason
+        return None
+
+    return check
+
+
+def tensors(names: Iterable[str], dtypes=(torch.float32,), optional: Iterable[str] = ()):
+    """Each named binding is a tensor of one of `dtypes` (bindings in `optional` may be None)."""
+    names, optional = tuple(names), set(optional)
+
+    def check(m: Match) -> Optional[str]:
+        for name in names:
+            if name not in m.bindings or (name in optional and m.bindings[name] is None):
+                continue
+            v = m.value(name)
+            if not isinstance(v, torch.Tensor):
+                return f"{name} is {type(v).__name__}, not a tensor"
+            if v.dtype not in dtypes:
+                return f"{name} has dtype {v.dtype}; the kernel takes {', '.join(str(d) for d in dtypes)}"
+            if v.device.type != "cpu":
+                return f"{name} is on {v.device}; the kernel runs on cpu"
+        return None
+
+    return check
+
+
+def ranks(**wanted: int):
+    """Named tensor bindings have exactly these ranks (None bindings are skipped)."""
+
+    def check(m: Match) -> Optional[str]:
+        for name, rank in wanted.items():
+            v = m.value(name) if name in m.bindings else None
+            if v is not None and v.dim() != rank:
+                return f"{name} has rank {v.dim()}; the kernel takes rank {rank}"
+        return None
+
+    return check
+
+
+def output_dtype(*dtypes):
+    def check(m: Match) -> Optional[str]:
+        v = m.anchor_value
+        if not isinstance(v, torch.Tensor) or v.dtype not in dtypes:
+            return f"the fused result would have dtype {getattr(v, 'dtype', type(v).__name__)}"
+        return None
+
+    return check

@@ -1,0 +1,140 @@
+"""A fusion rule is data: an ATen pattern, the backend op that replaces it, and a constraint.
+
+Rules are written once with ATen ops. `lower()` exports the pattern and runs it through
+`to_edge`, so it matches edge-dialect graphs exactly as the user's program was lowered
+(`aten.linear` becomes `permute_copy -> addmm`, constants are lifted, ...). A pattern that can
+never match an edge graph is a `PatternError` when it is lowered, not a silent no-op.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import inspect
+from typing import Any, Callable, Optional, Union
+
+import torch
+import torch.fx as fx
+
+from etfuse.backend_ops import BackendOp
+
+
+class PatternError(ValueError):
+    """A rule's pattern cannot be lowered to something that matches edge-dialect graphs."""
+
+
+@dataclasses.dataclass
+class Match:
+    """One occurrence of a rule's pattern in a graph."""
+
+    rule: "Rule"
+    anchor: fx.Node
+    nodes: list[fx.Node]  # the graph nodes the pattern's ops matched, in pattern order
+    bindings: dict[str, Any]  # pattern parameter name -> graph node or literal
+
+    def value(self, name: str):
+        """The bound value: `meta["val"]` (a fake tensor or SymInt) for nodes, else the literal."""
+        bound = self.bindings[name]
+        return bound.meta.get("val") if isinstance(bound, fx.Node) else bound
+
+    @property
+    def anchor_value(self):
+        return self.anchor.meta.get("val")
+
+
+Constraint = Callable[[Match], Optional[str]]  # returns why the match is declined, or None
+
+
+@dataclasses.dataclass(eq=False)
+class LoweredPattern:
+    graph: fx.Graph
+    params: list[str]  # pattern parameter names, in placeholder order
+    anchor: fx.Node  # the pattern's last op: where matching starts
+    ops: list[fx.Node]  # call_function nodes in topological order
+
+    @property
+    def size(self) -> int:
+        return len(self.ops)
+
+
+@dataclasses.dataclass(eq=False)
+class Rule:
+    """`pattern` (ATen) -> `replacement` (a BackendOp), if `constraint` accepts the match.
+
+    The replacement is called with the pattern's bindings by parameter name, unless `arguments`
+    maps a match to the replacement's (args, kwargs) itself.
+    """
+
+    name: str
+    pattern: Callable
+    replacement: BackendOp
+    example_inputs: Callable[[], tuple]
+    constraint: Optional[Constraint] = None
+    arguments: Optional[Callable[[Match], tuple[tuple, dict]]] = None
+
+    @classmethod
+    def for_op(cls, op: BackendOp, example_inputs, constraint=None, name=None) -> "Rule":
+        """The common case: the backend op's own pattern is what the rule looks for."""
+        return cls(name or op.name, op.pattern, op, example_inputs, constraint)
+
+    def lower(self) -> LoweredPattern:
+        """The pattern as an edge-dialect graph (cached per rule)."""
+        return _lower(self)
+
+    def replacement_call(self, m: Match) -> tuple[tuple, dict]:
+        if self.arguments is not None:
+            return self.arguments(m)
+        args, kwargs = [], {}
+        for name in self.replacement.arg_names:
+            if name not in m.bindings:
+                continue
+            if kwargs or len(args) < self.replacement.arg_names.index(name):
+                kwargs[name] = m.bindings[name]
+            else:
+                args.append(m.bindings[name])
+        return tuple(args), kwargs
+
+
+class _PatternModule(torch.nn.Module):
+    def __init__(self, fn):
+        super().__init__()
+        self.fn = fn
+
+    def forward(self, *args):
+        return self.fn(*args)
+
+
+@functools.lru_cache(maxsize=None)
+def _lower(rule: Rule) -> LoweredPattern:
+    from executorch.exir import EdgeCompileConfig, to_edge
+
+    params = [p for p in inspect.signature(rule.pattern).parameters]
+    inputs = rule.example_inputs()
+    if len(inputs) > len(params):
+        raise PatternError(f"rule {rule.name!r}: {len(inputs)} example inputs for {len(params)} pattern parameters")
+    params = params[: len(inputs)]
+    try:
+        ep = torch.export.export(_PatternModule(rule.pattern), tuple(inputs), strict=False)
+        edge = to_edge(ep, compile_config=EdgeCompileConfig(_check_ir_validity=False))
+    except Exception as e:  # noqa: BLE001 - re-raised with the rule's name
+        raise PatternError(f"rule {rule.name!r}: its pattern does not export/lower to the edge dialect: {e}") from e
+    lowered_ep = edge.exported_program()
+    graph = lowered_ep.graph_module.graph
+    user_inputs = list(lowered_ep.graph_signature.user_inputs)
+    placeholders = [n for n in graph.nodes if n.op == "placeholder"]
+    extra = [n.name for n in placeholders if n.name not in user_inputs]
+    if extra:
+        raise PatternError(
+            f"rule {rule.name!r}: the lowered pattern reads constants or parameters {extra}; a pattern may only "
+            "read its own inputs (pass tensors in as parameters)"
+        )
+    for p, name in zip(placeholders, params):
+        p.name = p.target = name  # bindings are named after the pattern's parameters
+    outputs = next(n for n in graph.nodes if n.op == "output").args[0]
+    if len(outputs) != 1 or not isinstance(outputs[0], fx.Node) or outputs[0].op != "call_function":
+        raise PatternError(f"rule {rule.name!r}: a pattern must compute exactly one tensor from its inputs, got {outputs}")
+    ops = [n for n in graph.nodes if n.op == "call_function"]
+    unused = [p.name for p in placeholders if not p.users]
+    if unused:
+        raise PatternError(f"rule {rule.name!r}: pattern parameters {unused} vanish when lowered to the edge dialect")
+    return LoweredPattern(graph, params, outputs[0], ops)
