@@ -9,6 +9,7 @@ from executorch.exir import EdgeProgramManager
 from torch.export import ExportedProgram
 
 from .float_fusion import FloatFusionPass
+from .engine import FusionError
 from .fusion_pass import FusionPass
 
 
@@ -42,5 +43,19 @@ def fuse(program: Program, passes: Optional[Sequence] = None) -> Program:
         )
     if not all(isinstance(p, FusionPass) for p in passes):
         manager = copy.deepcopy(manager)
-    fused = manager.transform(passes)
+    try:
+        fused = manager.transform(passes)
+    except Exception as e:
+        # executorch's PassManager wraps errors in a generic one; surface etfuse's own.
+        raise _fusion_error_in(e) or e
     return fused if isinstance(program, EdgeProgramManager) else fused.exported_program()
+
+
+def _fusion_error_in(error: BaseException) -> Optional[FusionError]:
+    seen = set()
+    while error is not None and id(error) not in seen:
+        if isinstance(error, FusionError):
+            return error
+        seen.add(id(error))
+        error = error.__cause__ or error.__context__
+    return None

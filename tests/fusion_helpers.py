@@ -1,0 +1,23 @@
+"""Helpers shared by the tests: lower a model to the edge dialect, list a graph's ops."""
+
+from __future__ import annotations
+
+import torch
+import torch.fx as fx
+from executorch.exir import EdgeProgramManager, to_edge
+from executorch.exir.dialects.edge._ops import EdgeOpOverload
+
+
+def edge_program(model: torch.nn.Module, args: tuple, dynamic_shapes=None) -> EdgeProgramManager:
+    return to_edge(torch.export.export(model, args, dynamic_shapes=dynamic_shapes))
+
+
+def op_names(gm: fx.GraphModule) -> list[str]:
+    """The call_function targets of a graph, in order, as short names (`aten.add.Tensor`), the
+    same whichever dialect (ATen, edge, backend) the graph is in."""
+    out = []
+    for n in gm.graph.nodes:
+        if n.op == "call_function":
+            target = n.target._op if isinstance(n.target, EdgeOpOverload) else n.target
+            out.append(str(target) if isinstance(target, torch._ops.OpOverload) else n.target.__name__)
+    return out

@@ -1,0 +1,247 @@
+"""Float fusions: exact graphs before/after, semantics users expect, numerics eager and runtime."""
+
+import copy
+
+import torch
+from expecttest import TestCase
+
+import etfuse
+from etfuse.passes import FloatFusionPass, FusionError, FusionPass
+from etfuse.patterns import FLOAT_RULES, PatternError, Rule
+from etfuse.backend_ops import ADD_RELU
+from etfuse.runtime import run
+from fusion_helpers import edge_program, op_names
+
+
+class AddRelu(torch.nn.Module):
+    """The seed's example: relu(x + y)."""
+
+    def forward(self, x, y):
+        z = x + y
+        return torch.ops.aten.relu.default(z)
+
+
+class LinearRelu(torch.nn.Module):
+    def __init__(self, bias=True):
+        super().__init__()
+        self.linear = torch.nn.Linear(8, 5, bias=bias)
+
+    def forward(self, x):
+        return torch.relu(self.linear(x))
+
+
+def fused_graph(model, args, **kw):
+    edge = edge_program(model, args, **kw)
+    fused = etfuse.fuse(edge)
+    return edge, fused
+
+
+class SeedExampleTest(TestCase):
+    def test_graph_before_and_after(self):
+        args = (torch.randn(3, 4), torch.randn(3, 4))
+        edge, fused = fused_graph(AddRelu(), args)
+        self.assertExpectedInline(str(edge.exported_program().graph).strip(), """\
+graph():
+    %x : [num_users=1] = placeholder[target=x]
+    %y : [num_users=1] = placeholder[target=y]
+    %aten_add_tensor : [num_users=1] = call_function[target=executorch.exir.dialects.edge._ops.aten.add.Tensor](args = (%x, %y), kwargs = {})
+    %aten_relu_default : [num_users=1] = call_function[target=executorch.exir.dialects.edge._ops.aten.relu.default](args = (%aten_add_tensor,), kwargs = {})
+    return (aten_relu_default,)""")
+        self.assertExpectedInline(str(fused.exported_program().graph).strip(), """\
+graph():
+    %x : [num_users=1] = placeholder[target=x]
+    %y : [num_users=1] = placeholder[target=y]
+    %etfuse_add_relu_default : [num_users=1] = call_function[target=executorch.exir.dialects.backend._ops.etfuse.add_relu.default](args = (%x, %y), kwargs = {})
+    return (etfuse_add_relu_default,)""")
+
+    def test_numerics_eager_and_runtime(self):
+        args = (torch.randn(3, 4), torch.randn(3, 4))
+        _, fused = fused_graph(AddRelu(), args)
+        expected = AddRelu()(*args)
+        torch.testing.assert_close(fused.exported_program().module()(*args), expected)
+        (out,) = run(fused.to_executorch(), args)
+        torch.testing.assert_close(out, expected, rtol=0, atol=0)
+
+    def test_new_node_meta_and_provenance(self):
+        args = (torch.randn(3, 4), torch.randn(3, 4))
+        _, fused = fused_graph(AddRelu(), args)
+        (node,) = [n for n in fused.exported_program().graph.nodes if n.op == "call_function"]
+        self.assertEqual(tuple(node.meta["val"].shape), (3, 4))
+        self.assertEqual(node.meta["val"].dtype, torch.float32)
+        self.assertIn("relu", node.meta["stack_trace"])
+        self.assertEqual(node.meta["etfuse"], {"rule": "add_relu", "replaced": ["aten_add_tensor", "aten_relu_default"]})
+
+    def test_retrace_gives_the_pattern_back(self):
+        args = (torch.randn(3, 4), torch.randn(3, 4))
+        _, fused = fused_graph(AddRelu(), args)
+        retraced = fused.exported_program().run_decompositions()
+        self.assertEqual(op_names(retraced.graph_module), ["aten.add.Tensor", "aten.relu.default"])
+        torch.testing.assert_close(retraced.module()(*args), AddRelu()(*args))
+
+    def test_reexport_keeps_the_fused_op(self):
+        args = (torch.randn(3, 4), torch.randn(3, 4))
+        _, fused = fused_graph(AddRelu(), args)
+        reexported = torch.export.export(fused.exported_program().module(), args)
+        self.assertEqual(op_names(reexported.graph_module), ["etfuse.add_relu.default"])
+
+
+class SemanticsTest(TestCase):
+    def fuse_ops(self, model, args):
+        _, fused = fused_graph(model, args)
+        return op_names(fused.exported_program().graph_module), fused
+
+    def test_add_is_commutative_and_x_plus_x_fuses(self):
+        class M(torch.nn.Module):
+            def forward(self, x, y):
+                return torch.relu(y + x) + torch.relu(x + x)
+
+        ops, fused = self.fuse_ops(M(), (torch.randn(4), torch.randn(4)))
+        self.assertEqual(ops, ["etfuse.add_relu.default", "etfuse.add_relu.default", "aten.add.Tensor"])
+        self.assertEqual([n.args for n in fused.exported_program().graph.nodes if n.op == "call_function"][1][0].name, "x")
+
+    def test_intermediate_with_other_users_is_not_fused(self):
+        class M(torch.nn.Module):
+            def forward(self, x, y):
+                z = x + y
+                return torch.relu(z), z * 2
+
+        ops, _ = self.fuse_ops(M(), (torch.randn(4), torch.randn(4)))
+        self.assertIn("aten.relu.default", ops)
+        self.assertNotIn("etfuse.add_relu.default", ops)
+
+    def test_broadcasting_add_fuses_and_runs(self):
+        args = (torch.randn(2, 3, 4), torch.randn(4))
+        ops, fused = self.fuse_ops(AddRelu(), args)
+        self.assertEqual(ops, ["etfuse.add_relu.default"])
+        (out,) = run(fused.to_executorch(), args)
+        torch.testing.assert_close(out, AddRelu()(*args))
+
+    def test_add_with_alpha_is_not_add_relu(self):
+        class M(torch.nn.Module):
+            def forward(self, x, y):
+                return torch.relu(torch.add(x, y, alpha=2))
+
+        ops, _ = self.fuse_ops(M(), (torch.randn(4), torch.randn(4)))
+        self.assertEqual(ops, ["aten.add.Tensor", "aten.relu.default"])
+
+    def test_dtype_the_kernel_lacks_is_declined_and_reported(self):
+        args = (torch.randint(0, 5, (4,)), torch.randint(0, 5, (4,)))
+        edge = edge_program(AddRelu(), args)
+        p = FloatFusionPass()
+        fused = edge.transform([p])
+        self.assertEqual(op_names(fused.exported_program().graph_module), ["aten.add.Tensor", "aten.relu.default"])
+        self.assertEqual([(d.rule, d.node) for d in p.report.declined], [("add_relu", "aten_relu_default")])
+        self.assertIn("torch.int64", p.report.declined[0].reason)
+
+    def test_linear_relu(self):
+        for bias in (True, False):
+            args = (torch.randn(3, 8),)
+            model = LinearRelu(bias)
+            ops, fused = self.fuse_ops(model, args)
+            self.assertEqual(ops, ["etfuse.linear_relu.default"])
+            (out,) = run(fused.to_executorch(), args)
+            torch.testing.assert_close(out, model(*args), rtol=1e-5, atol=1e-5)
+
+    def test_addmm_relu(self):
+        class M(torch.nn.Module):
+            def forward(self, c, a, b):
+                return torch.relu(torch.addmm(c, a, b))
+
+        args = (torch.randn(5), torch.randn(3, 7), torch.randn(7, 5))
+        ops, fused = self.fuse_ops(M(), args)
+        self.assertEqual(ops, ["etfuse.addmm_relu.default"])
+        (out,) = run(fused.to_executorch(), args)
+        torch.testing.assert_close(out, M()(*args), rtol=1e-5, atol=1e-5)
+
+    def test_fusion_inside_cond_branches(self):
+        class M(torch.nn.Module):
+            def forward(self, p, x, y):
+                def yes(x, y):
+                    return torch.relu(x + y)
+
+                def no(x, y):
+                    return torch.relu(x - y)
+
+                return torch.cond(p.sum() > 0, yes, no, (x, y))
+
+        x, y = torch.randn(4), torch.randn(4)
+        edge = edge_program(M(), (torch.ones(1), x, y))
+        p = FloatFusionPass()
+        fused = edge.transform([p])
+        self.assertEqual([(f.rule, f.graph) for f in p.report.fused], [("add_relu", "submodule_0")])
+        gm = fused.exported_program().graph_module
+        self.assertEqual(op_names(gm.submodule_0), ["etfuse.add_relu.default"])
+        self.assertEqual(op_names(gm.submodule_1), ["aten.sub.Tensor", "aten.relu.default"])
+        pte = fused.to_executorch()
+        for pred in (torch.ones(1), -torch.ones(1)):
+            (out,) = run(pte, (pred, x, y))
+            torch.testing.assert_close(out, M()(pred, x, y))
+
+    def test_idempotent_and_modified_is_truthful(self):
+        edge = edge_program(AddRelu(), (torch.randn(4), torch.randn(4)))
+        gm = edge.exported_program().graph_module
+        first = FloatFusionPass()(gm)
+        second = FloatFusionPass()(first.graph_module)
+        self.assertTrue(first.modified)
+        self.assertFalse(second.modified)
+        self.assertIs(second.graph_module, first.graph_module)
+
+    def test_via_executorch_backend_config(self):
+        from executorch.exir import ExecutorchBackendConfig
+
+        args = (torch.randn(4), torch.randn(4))
+        edge = edge_program(AddRelu(), args)
+        et = edge.to_executorch(ExecutorchBackendConfig(passes=[FloatFusionPass()]))
+        self.assertIn("etfuse.add_relu.out", op_names(et.exported_program().graph_module))
+        (out,) = run(et, args)
+        torch.testing.assert_close(out, AddRelu()(*args))
+
+
+class BadInputTest(TestCase):
+    def test_failing_rule_leaves_the_callers_program_unchanged(self):
+        def broken(m):
+            raise KeyError("no such qparam")
+
+        rule = Rule.for_op(ADD_RELU, lambda: (torch.randn(2), torch.randn(2)), constraint=broken, name="broken_add_relu")
+        edge = edge_program(AddRelu(), (torch.randn(4), torch.randn(4)))
+        before = str(edge.exported_program().graph)
+        with self.assertRaisesRegex(FusionError, "rule 'broken_add_relu' failed checking node 'aten_relu_default'.*no such qparam"):
+            etfuse.fuse(edge, [FusionPass([rule])])
+        self.assertEqual(str(edge.exported_program().graph), before)
+
+    def test_fuse_never_modifies_its_argument(self):
+        edge = edge_program(AddRelu(), (torch.randn(4), torch.randn(4)))
+        before = str(edge.exported_program().graph)
+        etfuse.fuse(edge)
+        etfuse.fuse(edge.exported_program())
+        self.assertEqual(str(edge.exported_program().graph), before)
+
+    def test_fuse_rejects_what_it_cannot_fuse(self):
+        ep = torch.export.export(AddRelu(), (torch.randn(4), torch.randn(4)))
+        with self.assertRaisesRegex(TypeError, "edge-dialect program.*to_edge"):
+            etfuse.fuse(ep)
+        with self.assertRaisesRegex(TypeError, "got AddRelu"):
+            etfuse.fuse(AddRelu())
+
+    def test_pattern_reading_a_constant_is_an_error_at_definition(self):
+        ones = torch.ones(2)  # captured: export lifts it to a constant the pattern cannot bind
+        rule = Rule("plus_one_relu", lambda self, other: torch.relu(self + other * ones), ADD_RELU,
+                    example_inputs=lambda: (torch.randn(2), torch.randn(2)))
+        with self.assertRaisesRegex(PatternError, "plus_one_relu.*constants or parameters"):
+            FusionPass([rule])
+
+    def test_pattern_losing_a_parameter_is_an_error_at_definition(self):
+        rule = Rule("ignores_other", lambda self, other: torch.relu(self), ADD_RELU,
+                    example_inputs=lambda: (torch.randn(2), torch.randn(2)))
+        with self.assertRaisesRegex(PatternError, r"ignores_other.*\['other'\] vanish"):
+            FusionPass([rule])
+
+    def test_rule_names_are_unique(self):
+        with self.assertRaisesRegex(ValueError, "repeated: \\['add_relu'\\]"):
+            FusionPass([FLOAT_RULES[0], FLOAT_RULES[0]])
+
+
+if __name__ == "__main__":
+    import unittest
+
+    unittest.main()

@@ -1,0 +1,455 @@
+"""etfuse.kernels: the compiled `.out` kernels, in torch eager and in the ExecuTorch runtime."""
+
+import importlib
+import os
+import subprocess
+import sys
+import textwrap
+import threading
+from pathlib import Path
+
+import pytest
+import torch
+from torch.testing import assert_close
+
+import etfuse.backend_ops as bo
+import etfuse.kernels as kernels
+from etfuse.kernels import build as kbuild
+
+ops = torch.ops.etfuse
+GEMM_TOL = dict(rtol=1e-4, atol=1e-4)
+
+
+@pytest.fixture(scope="module", autouse=True)
+def loaded():
+    return kernels.load()
+
+
+# --------------------------------------------------------------------------------------------
+# loading and building
+
+
+def test_load_is_idempotent(loaded):
+    assert kernels.is_loaded()
+    assert kernels.load() is loaded
+    assert loaded.eager_library.is_file() and loaded.runtime_library.is_file()
+    assert loaded.cache_dir.name == kbuild.cache_key()
+    assert loaded.isa in ("avx2", "baseline")
+    assert loaded.runtime_threads >= 1
+
+
+def test_out_ops_have_cpu_kernels_and_functional_ops_keep_their_pattern():
+    for op in bo.FLOAT_OPS:
+        out = f"{op.qualname.split('.')[0]}.out"
+        assert torch._C._dispatch_has_kernel_for_dispatch_key(out, "CPU"), out
+        assert not torch._C._dispatch_has_kernel_for_dispatch_key(op.qualname, "CPU"), op.qualname
+        assert torch._C._dispatch_has_kernel_for_dispatch_key(op.qualname, "CompositeImplicitAutograd")
+    from executorch.extension.pybindings import portable_lib
+
+    names = set(portable_lib._get_operator_names())
+    assert set(kernels.RUNTIME_OPS) <= names
+
+
+FAKE_CXX = """#!{python}
+import sys, time
+args = sys.argv[1:]
+if args == ["--version"]:
+    print("fake-c++ 1.0"); sys.exit(0)
+if "{mode}" == "fail":
+    print("kernels.cpp:1:1: error: boom from the fake compiler"); sys.exit(1)
+time.sleep(0.2)
+out = args[args.index("-o") + 1]
+open(out, "w").write("not really a library")
+"""
+
+
+def _fake_cxx(tmp_path, mode):
+    p = tmp_path / f"fake-cxx-{mode}"
+    p.write_text(FAKE_CXX.format(python=sys.executable, mode=mode))
+    p.chmod(0o755)
+    return str(p)
+
+
+def test_build_is_cached_and_concurrent_builds_are_safe(tmp_path, monkeypatch):
+    monkeypatch.setenv("CXX", _fake_cxx(tmp_path, "ok"))
+    monkeypatch.setenv("ETFUSE_KERNEL_CACHE", str(tmp_path / "cache"))
+    results, errors = [], []
+
+    def run():
+        try:
+            results.append(kbuild.build())
+        except Exception as e:  # pragma: no cover - reported below
+            errors.append(e)
+
+    threads = [threading.Thread(target=run) for _ in range(3)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not errors, errors
+    assert len({r.directory for r in results}) == 1
+    final = results[0].directory
+    assert final.parent == tmp_path / "cache" and final.name == results[0].key
+    assert sorted(p.name for p in (tmp_path / "cache").iterdir()) == [final.name]  # no temp dirs left
+    again = kbuild.build()
+    assert again.directory == final and not again.built
+
+
+def test_build_failure_shows_compiler_output(tmp_path, monkeypatch):
+    monkeypatch.setenv("CXX", _fake_cxx(tmp_path, "fail"))
+    monkeypatch.setenv("ETFUSE_KERNEL_CACHE", str(tmp_path / "cache"))
+    with pytest.raises(kernels.KernelBuildError, match="boom from the fake compiler"):
+        kbuild.build()
+    assert list((tmp_path / "cache").iterdir()) == []
+
+
+# --------------------------------------------------------------------------------------------
+# eager: add_relu
+
+
+def _add_relu(a, b, out=None):
+    out = torch.empty(0) if out is None else out
+    return ops.add_relu.out(a, b, out=out)
+
+
+@pytest.mark.parametrize("n", [1, 3, 17, 257, 1000, 200_003])
+def test_add_relu_same_shape(n):
+    a, b = torch.randn(n), torch.randn(n)
+    assert_close(_add_relu(a, b), bo.ADD_RELU.pattern(a, b), rtol=0, atol=0)
+
+
+@pytest.mark.parametrize(
+    "sa,sb",
+    [
+        ((4, 17), (17,)),
+        ((4, 17), (4, 1)),
+        ((4, 1, 5), (3, 1)),
+        ((), (7,)),
+        ((7,), ()),
+        ((1,), (5, 3)),
+        ((2, 3, 4), (1, 3, 1)),
+        ((3, 1, 257), (1, 5, 1)),
+        ((300, 1025), (1025,)),  # parallel path, chunks start mid-row
+        ((300, 1025), (300, 1)),
+        ((1, 300, 1), (7, 1, 1025)),
+        ((), ()),
+        ((0, 3), (3,)),
+    ],
+)
+def test_add_relu_broadcast(sa, sb):
+    a, b = torch.randn(sa), torch.randn(sb)
+    assert_close(_add_relu(a, b), bo.ADD_RELU.pattern(a, b), rtol=0, atol=0)
+    assert_close(_add_relu(b, a), bo.ADD_RELU.pattern(b, a), rtol=0, atol=0)
+
+
+def test_add_relu_strided_inputs_and_out():
+    a = torch.randn(33, 65).t()  # non-contiguous
+    b = torch.randn(65, 1).expand(65, 33)  # zero strides
+    out = torch.empty(33, 65).t()  # non-contiguous out keeps its strides
+    res = _add_relu(a, b, out)
+    assert res is out and out.stride() == (1, 65)
+    assert_close(out, bo.ADD_RELU.pattern(a, b), rtol=0, atol=0)
+
+
+def test_add_relu_out_resized_reused_and_inplace():
+    a, b = torch.randn(6, 7), torch.randn(7)
+    out = torch.empty(6, 7)
+    ptr = out.data_ptr()
+    _add_relu(a, b, out)
+    assert out.data_ptr() == ptr
+    expected = bo.ADD_RELU.pattern(a, b)
+    assert_close(_add_relu(a, b, torch.empty(3)), expected, rtol=0, atol=0)
+    ops.add_relu.out(a, b, out=a)  # out aliases self exactly: allowed, like aten
+    assert_close(a, expected, rtol=0, atol=0)
+
+
+def test_add_relu_nan_and_signs():
+    a = torch.tensor([float("nan"), -1.0, 1.0, -0.0, float("-inf"), float("inf")])
+    b = torch.tensor([1.0, 0.5, -2.0, 0.0, 1.0, -1.0])
+    assert_close(_add_relu(a, b), torch.relu(a + b), rtol=0, atol=0, equal_nan=True)
+
+
+# --------------------------------------------------------------------------------------------
+# eager: linear_relu and addmm_relu
+
+GEMM_SIZES = [(1, 1, 1), (3, 17, 5), (17, 3, 257), (5, 257, 33), (200, 600, 19), (64, 256, 256)]
+
+
+@pytest.mark.parametrize("m,k,n", GEMM_SIZES)
+@pytest.mark.parametrize("bias", ["vector", "none", "scalar"])
+def test_linear_relu(m, k, n, bias):
+    x, w = torch.randn(m, k), torch.randn(n, k)
+    b = {"vector": torch.randn(n), "none": None, "scalar": torch.randn(1)}[bias]
+    got = ops.linear_relu.out(x, w, b, out=torch.empty(0))
+    assert_close(got, bo.LINEAR_RELU.pattern(x, w, b), **GEMM_TOL)
+
+
+def test_linear_relu_batched_vector_and_strided():
+    w, b = torch.randn(9, 13), torch.randn(9)
+    for x in (torch.randn(2, 5, 13), torch.randn(13), torch.randn(13, 6).t(), torch.randn(2, 13, 5).transpose(1, 2)):
+        assert_close(ops.linear_relu.out(x, w, b, out=torch.empty(0)), bo.LINEAR_RELU.pattern(x, w, b), **GEMM_TOL)
+    wt = torch.randn(13, 9).t()  # weight not contiguous
+    x = torch.randn(4, 13)
+    assert_close(ops.linear_relu.out(x, wt, b, out=torch.empty(0)), bo.LINEAR_RELU.pattern(x, wt, b), **GEMM_TOL)
+    out = torch.empty(9, 4).t()  # strided out
+    ops.linear_relu.out(x, wt, b, out=out)
+    assert_close(out, bo.LINEAR_RELU.pattern(x, wt, b), **GEMM_TOL)
+
+
+@pytest.mark.parametrize("m,k,n", GEMM_SIZES)
+@pytest.mark.parametrize("self_shape", ["n", "1n", "m1", "mn", "scalar", "one"])
+def test_addmm_relu(m, k, n, self_shape):
+    s = torch.randn({"n": (n,), "1n": (1, n), "m1": (m, 1), "mn": (m, n), "scalar": (), "one": (1,)}[self_shape])
+    m1, m2 = torch.randn(m, k), torch.randn(k, n)
+    got = ops.addmm_relu.out(s, m1, m2, out=torch.empty(0))
+    assert_close(got, bo.ADDMM_RELU.pattern(s, m1, m2), **GEMM_TOL)
+
+
+def test_addmm_relu_strided_and_aliased():
+    s, m1, m2 = torch.randn(7), torch.randn(11, 5).t(), torch.randn(7, 11).t()
+    assert_close(ops.addmm_relu.out(s, m1, m2, out=torch.empty(0)), bo.ADDMM_RELU.pattern(s, m1, m2), **GEMM_TOL)
+    sq = torch.randn(8, 8)
+    expected = bo.ADDMM_RELU.pattern(sq, sq, sq)
+    ops.addmm_relu.out(sq, sq, sq, out=sq)  # out aliases every input: computed into a temporary
+    assert_close(sq, expected, **GEMM_TOL)
+
+
+def test_zero_sized_gemms():
+    assert ops.linear_relu.out(torch.randn(0, 4), torch.randn(3, 4), None, out=torch.empty(0)).shape == (0, 3)
+    s = torch.randn(3)
+    assert_close(ops.addmm_relu.out(s, torch.randn(2, 0), torch.randn(0, 3), out=torch.empty(0)), torch.relu(s).expand(2, 3))
+    s = torch.randn(2, 3)
+    assert_close(ops.addmm_relu.out(s, torch.randn(2, 0), torch.randn(0, 3), out=torch.empty(0)), torch.relu(s))
+
+
+# --------------------------------------------------------------------------------------------
+# eager: errors are exceptions, never aborts
+
+
+@pytest.mark.parametrize(
+    "call,match",
+    [
+        (lambda: _add_relu(torch.randn(3, dtype=torch.float64), torch.randn(3)), "float32"),
+        (lambda: _add_relu(torch.randn(3), torch.randn(3), torch.empty(3, dtype=torch.int32)), "float32"),
+        (lambda: _add_relu(torch.randn(3), torch.randn(4)), "broadcast"),
+        (lambda: ops.linear_relu.out(torch.randn(2, 3), torch.randn(4, 5), None, out=torch.empty(0)), "in_features"),
+        (lambda: ops.linear_relu.out(torch.randn(2, 3), torch.randn(4, 3), torch.randn(5), out=torch.empty(0)), "bias"),
+        (lambda: ops.linear_relu.out(torch.randn(2, 3), torch.randn(4, 3, 1), None, out=torch.empty(0)), "2-D"),
+        (lambda: ops.linear_relu.out(torch.randn(()), torch.randn(4, 3), None, out=torch.empty(0)), "0-d"),
+        (lambda: ops.linear_relu.out(torch.randn(2, 3).half(), torch.randn(4, 3), None, out=torch.empty(0)), "float32"),
+        (lambda: ops.addmm_relu.out(torch.randn(3), torch.randn(2, 4), torch.randn(5, 3), out=torch.empty(0)), "multiplied"),
+        (lambda: ops.addmm_relu.out(torch.randn(4), torch.randn(2, 4), torch.randn(4, 3), out=torch.empty(0)), "broadcast"),
+        (lambda: ops.addmm_relu.out(torch.randn(3), torch.randn(2, 4, 1), torch.randn(4, 3), out=torch.empty(0)), "2-D"),
+        (lambda: _add_relu(torch.randn(2, 3), torch.randn(3), torch.empty(1).expand(2, 3)), "single memory location"),
+    ],
+)
+def test_eager_errors(call, match):
+    with pytest.raises(RuntimeError, match=match):
+        call()
+
+
+# --------------------------------------------------------------------------------------------
+# opcheck
+
+OUT_TEST_UTILS = ("test_schema", "test_autograd_registration", "test_faketensor")
+
+
+def _req(*shape):
+    return torch.randn(*shape, requires_grad=True)
+
+
+def test_opcheck_out_ops():
+    samples = [
+        (ops.add_relu.out, (_req(3, 4), _req(4)), (3, 4)),
+        (ops.add_relu.out, (_req(5), _req(5)), (5,)),
+        (ops.linear_relu.out, (_req(3, 8), _req(5, 8), _req(5)), (3, 5)),
+        (ops.linear_relu.out, (_req(3, 8), _req(5, 8), None), (3, 5)),
+        (ops.addmm_relu.out, (_req(5), _req(3, 8), _req(8, 5)), (3, 5)),
+        (ops.addmm_relu.out, (_req(3, 1), _req(3, 8), _req(8, 5)), (3, 5)),
+    ]
+    for op, args, out_shape in samples:
+        torch.library.opcheck(op, args, {"out": torch.empty(out_shape)}, test_utils=OUT_TEST_UTILS)
+
+
+def test_opcheck_functional_ops():
+    torch.library.opcheck(ops.add_relu.default, (_req(3, 4), _req(4)))
+    torch.library.opcheck(ops.linear_relu.default, (_req(3, 8), _req(5, 8), _req(5)))
+    torch.library.opcheck(ops.linear_relu.default, (_req(3, 8), _req(5, 8)))
+    torch.library.opcheck(ops.addmm_relu.default, (_req(5), _req(3, 8), _req(8, 5)))
+
+
+# --------------------------------------------------------------------------------------------
+# the SSE2 baseline build of the dispatched loops, and re-importing the package
+
+
+def test_baseline_isa_and_reload_in_fresh_process():
+    script = textwrap.dedent(
+        """
+        import importlib, torch
+        import etfuse.backend_ops as bo, etfuse.kernels as k
+        info = k.load()
+        assert info.isa == "baseline", info.isa
+        ops = torch.ops.etfuse
+        torch.manual_seed(0)
+        for m, kk, n in [(7, 300, 21), (100, 64, 40)]:
+            x, w, b = torch.randn(m, kk), torch.randn(n, kk), torch.randn(n)
+            torch.testing.assert_close(ops.linear_relu.out(x, w, b, out=torch.empty(0)),
+                                       bo.LINEAR_RELU.pattern(x, w, b), rtol=1e-4, atol=1e-4)
+            s, m2 = torch.randn(m, 1), torch.randn(kk, n)
+            torch.testing.assert_close(ops.addmm_relu.out(s, x, m2, out=torch.empty(0)),
+                                       bo.ADDMM_RELU.pattern(s, x, m2), rtol=1e-4, atol=1e-4)
+        a, c = torch.randn(300, 1025), torch.randn(1025)
+        torch.testing.assert_close(ops.add_relu.out(a, c, out=torch.empty(0)), torch.relu(a + c), rtol=0, atol=0)
+        k2 = importlib.reload(k)  # fresh module state: must not register the runtime ops twice
+        info2 = k2.load()
+        assert info2.runtime_library is None
+        print("OK")
+        """
+    )
+    env = dict(os.environ, ETFUSE_KERNELS_ISA="baseline")
+    res = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True, timeout=300)
+    assert res.returncode == 0 and "OK" in res.stdout, res.stdout + res.stderr[-4000:]
+
+
+# --------------------------------------------------------------------------------------------
+# ExecuTorch runtime
+
+
+def _fuse_pass():
+    from executorch.exir.dialects._ops import ops as exir_ops
+    from executorch.exir.pass_base import ExportPass, PassResult
+
+    edge, backend = exir_ops.edge.aten, exir_ops.backend.etfuse
+
+    def is_node(x):
+        return isinstance(x, torch.fx.Node)
+
+    def transposed_weight(node):
+        if is_node(node) and node.target == edge.permute_copy.default and list(node.args[1]) == [1, 0]:
+            return node.args[0]
+        return None
+
+    class FuseForTest(ExportPass):
+        """relu(add) -> add_relu, relu(addmm(b, x, permute(w))) -> linear_relu, relu(mm(x, permute(w)))
+        -> linear_relu without bias, other relu(addmm) -> addmm_relu. A stand-in for the real engine."""
+
+        def call(self, gm):
+            g = gm.graph
+            for n in list(g.nodes):
+                if n.op != "call_function" or n.target != edge.relu.default:
+                    continue
+                src = n.args[0]
+                if not is_node(src) or len(src.users) != 1 or src.kwargs:
+                    continue
+                dead = [src]
+                if src.target == edge.add.Tensor and all(is_node(a) for a in src.args):
+                    target, args = backend.add_relu.default, src.args
+                elif src.target == edge.addmm.default and transposed_weight(src.args[2]) is not None:
+                    target, args = backend.linear_relu.default, (src.args[1], transposed_weight(src.args[2]), src.args[0])
+                    dead.append(src.args[2])
+                elif src.target == edge.mm.default and transposed_weight(src.args[1]) is not None:
+                    target, args = backend.linear_relu.default, (src.args[0], transposed_weight(src.args[1]))
+                    dead.append(src.args[1])
+                elif src.target == edge.addmm.default:
+                    target, args = backend.addmm_relu.default, src.args
+                else:
+                    continue
+                with g.inserting_before(n):
+                    new = g.call_function(target, tuple(args))
+                new.meta = dict(n.meta)
+                n.replace_all_uses_with(new)
+                g.erase_node(n)
+                for d in dead:
+                    if not d.users:
+                        g.erase_node(d)
+            gm.recompile()
+            return PassResult(gm, True)
+
+    return FuseForTest()
+
+
+def _program(model, args, tmp_path, name, dynamic_shapes=None):
+    from executorch.exir import to_edge
+
+    ep = torch.export.export(model, args, dynamic_shapes=dynamic_shapes)
+    et = to_edge(ep).transform([_fuse_pass()]).to_executorch()
+    op_names = {o.name + ("." + o.overload if o.overload else "") for o in et.executorch_program.execution_plan[0].operators}
+    path = tmp_path / f"{name}.pte"
+    path.write_bytes(et.buffer)
+    return path, op_names
+
+
+def _method(path):
+    from executorch.runtime import Runtime
+
+    return Runtime.get().load_program(str(path)).load_method("forward")
+
+
+class _AddRelu(torch.nn.Module):
+    def forward(self, a, b, c, d):
+        return torch.relu(a + b), torch.relu(a + c), torch.relu(d + a)
+
+
+def test_runtime_add_relu_broadcast(tmp_path):
+    args = (torch.randn(4, 17), torch.randn(4, 17), torch.randn(17), torch.randn(4, 1))
+    path, names = _program(_AddRelu(), args, tmp_path, "add_relu")
+    assert names == {"etfuse::add_relu.out"}
+    method = _method(path)
+    for _ in range(2):
+        args = tuple(torch.randn_like(t) for t in args)
+        got = method.execute(list(args))
+        for g, e in zip(got, _AddRelu()(*args)):
+            assert_close(g, e, rtol=0, atol=0)
+    # the runtime itself refuses an input of the wrong size; the process survives
+    with pytest.raises(RuntimeError):
+        method.execute([torch.randn(5, 17), *args[1:]])
+    assert_close(method.execute(list(args))[0], torch.relu(args[0] + args[1]), rtol=0, atol=0)
+
+
+class _Relu2(torch.nn.Module):
+    def forward(self, a, b):
+        return torch.relu(a + b)
+
+
+def test_runtime_add_relu_dynamic_shapes_and_kernel_errors(tmp_path):
+    from torch.export import Dim
+
+    n = Dim("n", max=1 << 20)
+    args = (torch.randn(8, 16), torch.randn(8, 16))
+    path, names = _program(_Relu2(), args, tmp_path, "dyn", dynamic_shapes=({0: n}, {0: n}))
+    assert names == {"etfuse::add_relu.out"}
+    method = _method(path)
+    for rows in (1, 3, 17, 40_000):  # out is planned at the upper bound and resized by the kernel
+        a, b = torch.randn(rows, 16), torch.randn(rows, 16)
+        (got,) = method.execute([a, b])
+        assert got.shape == (rows, 16)
+        assert_close(got, torch.relu(a + b), rtol=0, atol=0)
+    # both inputs are resized independently; the kernel rejects shapes that do not broadcast
+    with pytest.raises(RuntimeError):
+        method.execute([torch.randn(5, 16), torch.randn(6, 16)])
+    a, b = torch.randn(2, 16), torch.randn(2, 16)
+    assert_close(method.execute([a, b])[0], torch.relu(a + b), rtol=0, atol=0)
+
+
+class _Gemms(torch.nn.Module):
+    def __init__(self, k=37, n=19):
+        super().__init__()
+        self.lin = torch.nn.Linear(k, n)
+        self.lin_nobias = torch.nn.Linear(k, n, bias=False)
+
+    def forward(self, x, s, m1, m2):
+        return torch.relu(self.lin(x)), torch.relu(self.lin_nobias(x)), torch.relu(torch.addmm(s, m1, m2))
+
+
+@pytest.mark.parametrize("m,k,n", [(3, 37, 19), (64, 256, 256)])
+def test_runtime_linear_and_addmm(tmp_path, m, k, n):
+    model = _Gemms(k, n).eval()
+    args = (torch.randn(m, k), torch.randn(1, n), torch.randn(m, k), torch.randn(k, n))
+    path, names = _program(model, args, tmp_path, f"gemm{m}")
+    assert names == {"etfuse::linear_relu.out", "etfuse::addmm_relu.out"}
+    method = _method(path)
+    args = tuple(torch.randn_like(t) for t in args)
+    with torch.no_grad():
+        expected = model(*args)
+    for g, e in zip(method.execute(list(args)), expected):
+        assert_close(g, e, **GEMM_TOL)
