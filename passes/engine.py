@@ -106,7 +106,9 @@ class _Matcher:
         self.pattern = pattern
         self.pattern_args = {n: _schema_args(n) for n in pattern.ops}
 
-    def match(self, anchor: fx.Node) -> Optional[tuple[dict, dict]]:
+    def match(self, anchor: fx.Node, graph_args: dict) -> Optional[tuple[dict, dict]]:
+        """`graph_args` memoises `_schema_args` of graph nodes across rules and anchors."""
+        self.graph_args = graph_args
         state = self._node(self.pattern.anchor, anchor, ({}, {}))
         if state is None:
             return None
@@ -131,7 +133,10 @@ class _Matcher:
         if gvalue in matched.values():
             return None
         state = (bindings, {**matched, pnode: gvalue})
-        pargs, gargs = self.pattern_args[pnode], _schema_args(gvalue)
+        gargs = self.graph_args.get(gvalue)
+        if gargs is None:
+            gargs = self.graph_args[gvalue] = _schema_args(gvalue)
+        pargs = self.pattern_args[pnode]
         result = self._args(pargs, gargs, state)
         if result is None and _aten(pnode.target) in _COMMUTATIVE:
             gargs = [gargs[1], gargs[0], *gargs[2:]]
@@ -201,11 +206,12 @@ def find_matches(graph: fx.Graph, index: RuleIndex, graph_name: str, report: Fus
     candidates.sort(key=order.__getitem__, reverse=True)
     claimed: set[fx.Node] = set()
     matches: list[Match] = []
+    graph_args: dict[fx.Node, list] = {}
     for anchor in candidates:
         if anchor in claimed:
             continue
         for rule, matcher in index.by_anchor[anchor.target]:
-            found = matcher.match(anchor)
+            found = matcher.match(anchor, graph_args)
             if found is None:
                 continue
             bindings, matched = found

@@ -6,13 +6,14 @@ placeholders and HOP operands are never touched: a fusion replaces nodes strictl
 graph.
 
 The pass never modifies the graph module it is given. Matches are found on the caller's graphs
-(pure), and only graph modules with something to fuse are copied (with the modules above them)
-and rewritten; a rule that fails while matching leaves everything as it was, and a graph with
-nothing to fuse costs no copy.
+first (pure: a rule that fails while matching leaves everything as it was); a program with
+nothing to fuse is returned as it is, at no copy; otherwise the program is rebuilt once, fusing
+while copying.
 """
 
 from __future__ import annotations
 
+import gc
 from typing import Iterable, Optional
 
 import torch.fx as fx
@@ -41,30 +42,42 @@ class FusionPass(ExportPass):
 
     def call(self, graph_module: fx.GraphModule) -> PassResult:
         self.report = FusionReport()
-        fused = self._fuse(graph_module, "")
-        return PassResult(graph_module, False) if fused is None else PassResult(fused, True)
+        # The pass allocates a few objects per node and frees none of them; on programs with
+        # thousands of nodes the cyclic GC's full scans of that growing heap cost more than the
+        # rewrite itself (measured: 0.5 s -> 1.2 s at 9,600 nodes). Collection waits until we are done.
+        gc_was_enabled = gc.isenabled()
+        gc.disable()
+        try:
+            found = {id(gm): find_matches(gm.graph, self.index, path, self.report)
+                     for path, gm in graph_modules(graph_module)}
+            if not any(found.values()):
+                return PassResult(graph_module, False)
+            return PassResult(self._rebuild(graph_module, "", found, {}), True)
+        finally:
+            if gc_was_enabled:
+                gc.enable()
 
-    def _fuse(self, gm: fx.GraphModule, path: str) -> Optional[fx.GraphModule]:
-        """A fused copy of `gm`, or None when neither it nor any body inside it changes."""
-        bodies = {}
-        for name, child in gm.named_children():
-            if isinstance(child, fx.GraphModule):
-                fused_child = self._fuse(child, f"{path}.{name}" if path else name)
-                if fused_child is not None:
-                    bodies[name] = fused_child
-        matches = find_matches(gm.graph, self.index, path, self.report)
-        if not matches and not bodies:
-            return None
-        graph = rebuild_with_matches(gm.graph, matches, path, self.report)
-        for _ in range(_MAX_SWEEPS if self.index.chains and matches else 0):
+    def _rebuild(self, gm: fx.GraphModule, path: str, found: dict, done: dict) -> fx.GraphModule:
+        """A copy of `gm` and of every body inside it, with the matches found in each fused.
+
+        Everything is copied, not only the graphs that changed: executorch's `to_executorch`
+        rewrites control-flow bodies in place, so a body shared between the caller's program and
+        the fused one would be corrupted by lowering either of them.
+        """
+        if id(gm) in done:  # one body module used under two names stays one module
+            return done[id(gm)]
+        graph = rebuild_with_matches(gm.graph, found[id(gm)], path, self.report)
+        for _ in range(_MAX_SWEEPS if self.index.chains and found[id(gm)] else 0):
             more = find_matches(graph, self.index, path, self.report)  # rules that consume fused ops
             if not more:
                 break
             apply_matches(graph, more, path, self.report)
         new_gm = fx.GraphModule(gm, graph, class_name=type(gm).__name__)
         new_gm.meta.update(gm.meta)
-        for name, body in bodies.items():
-            setattr(new_gm, name, body)
+        for name, child in gm.named_children():
+            if isinstance(child, fx.GraphModule):
+                setattr(new_gm, name, self._rebuild(child, f"{path}.{name}" if path else name, found, done))
+        done[id(gm)] = new_gm
         return new_gm
 
     def __repr__(self) -> str:

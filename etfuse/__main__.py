@@ -1,0 +1,5 @@
+import sys
+
+from etfuse.passes.cli import main
+
+sys.exit(main())
