@@ -36,7 +36,8 @@ class DemoModel(torch.nn.Module):
         return torch.cond(h.mean() > 0, grow, shrink, (h, x))
 
 
-def _print_result(result, title: str, out=sys.stdout) -> None:
+def _print_result(result, title: str, out=None) -> None:
+    out = out or sys.stdout
     print(f"== {title}", file=out)
     print("ops before -> after (bodies of control flow included):", file=out)
     for op in sorted(set(result.ops_before) | set(result.ops_after)):
