@@ -96,12 +96,57 @@ class Rule:
 
 
 class _PatternModule(torch.nn.Module):
-    def __init__(self, fn):
+    """Exports `fn` with its tensor parameters as inputs and its scalar parameters baked in."""
+
+    def __init__(self, fn, inputs: tuple):
         super().__init__()
         self.fn = fn
+        self.inputs = inputs
 
-    def forward(self, *args):
-        return self.fn(*args)
+    def forward(self, *tensors):
+        it = iter(tensors)
+        return self.fn(*(next(it) if isinstance(v, torch.Tensor) else v for v in self.inputs))
+
+
+def _is_scalar(v) -> bool:
+    return isinstance(v, (int, float)) and not isinstance(v, bool)
+
+
+def _scalars_by_value(rule: "Rule", scalars: dict[str, Any]) -> dict[tuple, str]:
+    by_value: dict[tuple, str] = {}
+    for name, v in scalars.items():
+        key = (type(v), v)
+        if key in by_value:
+            raise PatternError(
+                f"rule {rule.name!r}: scalar parameters {by_value[key]!r} and {name!r} have the same example "
+                f"value {v!r}; give each scalar parameter a distinct example value"
+            )
+        by_value[key] = name
+    return by_value
+
+
+def _bind_scalars(graph: fx.Graph, rule: "Rule", scalars: dict[str, Any]) -> None:
+    """Turn the literals that carry scalar parameters (qparams, ...) into placeholders.
+
+    Export bakes Python scalars into the ops that use them; the example values identify where
+    they went, which is why each scalar parameter needs a value no other scalar parameter has.
+    """
+    by_value = _scalars_by_value(rule, scalars)
+    first_op = next(n for n in graph.nodes if n.op != "placeholder")
+    with graph.inserting_before(first_op):
+        holders = {name: graph.placeholder(name) for name in scalars}
+
+    def substitute(a):
+        if isinstance(a, (list, tuple)):
+            return type(a)(substitute(x) for x in a)
+        if _is_scalar(a) and (type(a), a) in by_value:
+            return holders[by_value[(type(a), a)]]
+        return a
+
+    for n in graph.nodes:
+        if n.op == "call_function":
+            n.args = substitute(n.args)
+            n.kwargs = {k: substitute(v) for k, v in n.kwargs.items()}
 
 
 @functools.lru_cache(maxsize=None)
@@ -109,12 +154,18 @@ def _lower(rule: Rule) -> LoweredPattern:
     from executorch.exir import EdgeCompileConfig, to_edge
 
     params = [p for p in inspect.signature(rule.pattern).parameters]
-    inputs = rule.example_inputs()
+    inputs = tuple(rule.example_inputs())
     if len(inputs) > len(params):
         raise PatternError(f"rule {rule.name!r}: {len(inputs)} example inputs for {len(params)} pattern parameters")
     params = params[: len(inputs)]
+    bad = [n for n, v in zip(params, inputs) if not isinstance(v, torch.Tensor) and not _is_scalar(v)]
+    if bad:
+        raise PatternError(f"rule {rule.name!r}: parameters {bad} must have tensor, int or float example inputs")
+    tensors = tuple(v for v in inputs if isinstance(v, torch.Tensor))
+    scalars = {n: v for n, v in zip(params, inputs) if _is_scalar(v)}
+    _scalars_by_value(rule, scalars)  # fail before the slow export
     try:
-        ep = torch.export.export(_PatternModule(rule.pattern), tuple(inputs), strict=False)
+        ep = torch.export.export(_PatternModule(rule.pattern, inputs), tensors, strict=False)
         edge = to_edge(ep, compile_config=EdgeCompileConfig(_check_ir_validity=False))
     except Exception as e:  # noqa: BLE001 - re-raised with the rule's name
         raise PatternError(f"rule {rule.name!r}: its pattern does not export/lower to the edge dialect: {e}") from e
@@ -128,8 +179,11 @@ def _lower(rule: Rule) -> LoweredPattern:
             f"rule {rule.name!r}: the lowered pattern reads constants or parameters {extra}; a pattern may only "
             "read its own inputs (pass tensors in as parameters)"
         )
-    for p, name in zip(placeholders, params):
+    tensor_params = [n for n, v in zip(params, inputs) if isinstance(v, torch.Tensor)]
+    for p, name in zip(placeholders, tensor_params):
         p.name = p.target = name  # bindings are named after the pattern's parameters
+    _bind_scalars(graph, rule, scalars)
+    placeholders = [n for n in graph.nodes if n.op == "placeholder"]
     outputs = next(n for n in graph.nodes if n.op == "output").args[0]
     if len(outputs) != 1 or not isinstance(outputs[0], fx.Node) or outputs[0].op != "call_function":
         raise PatternError(f"rule {rule.name!r}: a pattern must compute exactly one tensor from its inputs, got {outputs}")

@@ -1,0 +1,72 @@
+"""Rule lowering: ATen patterns become edge-dialect graphs, scalar parameters become bindings."""
+
+import torch
+from expecttest import TestCase
+
+from etfuse.backend_ops import ADD_RELU
+from etfuse.patterns import PatternError, Rule
+from etfuse.passes import FusionPass
+from fusion_helpers import edge_program, op_names
+
+q = torch.ops.quantized_decomposed
+
+
+def clamped_add(self, other, low, high):
+    # hardtanh takes its bounds as scalars: they stay literals in the edge graph.
+    return torch.ops.aten.hardtanh.default(self + other, low, high)
+
+
+def _rule(pattern, example_inputs, name="scaled"):
+    # The replacement op is irrelevant to lowering; add_relu keeps the tests self-contained.
+    return Rule(name, pattern, ADD_RELU, example_inputs, arguments=lambda m: ((m.bindings["self"], m.bindings["other"]), {}))
+
+
+class ScalarParametersTest(TestCase):
+    def test_scalar_parameters_become_placeholders(self):
+        lowered = _rule(clamped_add, lambda: (torch.randn(4), torch.randn(4), -0.5, 6.0)).lower()
+        self.assertExpectedInline(str(lowered.graph).strip(), """\
+graph():
+    %self : [num_users=1] = placeholder[target=self]
+    %other : [num_users=1] = placeholder[target=other]
+    %low : [num_users=1] = placeholder[target=low]
+    %high : [num_users=1] = placeholder[target=high]
+    %aten_add_tensor : [num_users=1] = call_function[target=executorch.exir.dialects.edge._ops.aten.add.Tensor](args = (%self, %other), kwargs = {})
+    %aten_hardtanh_default : [num_users=1] = call_function[target=executorch.exir.dialects.edge._ops.aten.hardtanh.default](args = (%aten_add_tensor, %low, %high), kwargs = {})
+    return (aten_hardtanh_default,)""")
+
+    def test_qparams_bind_by_name_and_must_agree(self):
+        def dq_add(a, scale, zero_point, b):
+            x = q.dequantize_per_tensor.default(a, scale, zero_point, 0, 255, torch.uint8)
+            y = q.dequantize_per_tensor.default(b, scale, zero_point, 0, 255, torch.uint8)
+            return torch.relu(x + y)
+
+        seen = []
+        rule = Rule("dq_add", dq_add, ADD_RELU,
+                    lambda: (torch.zeros(4, dtype=torch.uint8), 0.125, 3, torch.zeros(4, dtype=torch.uint8)),
+                    constraint=lambda m: seen.append((m.value("scale"), m.value("zero_point"))),
+                    arguments=lambda m: ((m.bindings["a"], m.bindings["b"]), {}))
+
+        class Same(torch.nn.Module):
+            def forward(self, a, b):
+                return dq_add(a, 0.5, 7, b)
+
+        class Different(torch.nn.Module):
+            def forward(self, a, b):
+                x = q.dequantize_per_tensor.default(a, 0.5, 7, 0, 255, torch.uint8)
+                y = q.dequantize_per_tensor.default(b, 0.25, 7, 0, 255, torch.uint8)
+                return torch.relu(x + y)
+
+        args = (torch.zeros(4, dtype=torch.uint8), torch.zeros(4, dtype=torch.uint8))
+        fused = edge_program(Same(), args).transform([FusionPass([rule])])
+        self.assertEqual(op_names(fused.exported_program().graph_module), ["etfuse.add_relu.default"])
+        self.assertEqual(seen, [(0.5, 7)])
+        unfused = edge_program(Different(), args).transform([FusionPass([rule])])
+        self.assertIn("aten.relu.default", op_names(unfused.exported_program().graph_module))
+
+    def test_scalar_parameters_need_distinct_example_values(self):
+        with self.assertRaisesRegex(PatternError, "'low' and 'high' have the same example value 0.5"):
+            _rule(clamped_add, lambda: (torch.randn(2), torch.randn(2), 0.5, 0.5)).lower()
+
+    def test_unsupported_example_input_is_named(self):
+        with self.assertRaisesRegex(PatternError, r"parameters \['low'\] must have tensor, int or float"):
+            _rule(clamped_add, lambda: (torch.randn(2), torch.randn(2), "half", 1.0), name="bad").lower()
