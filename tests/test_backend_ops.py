@@ -1,0 +1,83 @@
+"""The op catalog: registration coexists with executorch's, conflicts are named, ops pass opcheck."""
+
+import subprocess
+import sys
+import textwrap
+
+import pytest
+import torch
+
+from etfuse.backend_ops import FLOAT_OPS, BackendOp, BackendOpError, register
+
+SAMPLE_ARGS = {
+    "add_relu": [(torch.randn(3, 4), torch.randn(3, 4)), (torch.randn(2, 3, 4), torch.randn(4))],
+    "linear_relu": [(torch.randn(3, 8), torch.randn(5, 8), torch.randn(5)), (torch.randn(3, 8), torch.randn(5, 8))],
+    "addmm_relu": [(torch.randn(5), torch.randn(3, 7), torch.randn(7, 5))],
+}
+
+
+@pytest.mark.parametrize("op", FLOAT_OPS, ids=lambda op: op.name)
+def test_functional_op_passes_opcheck(op):
+    for args in SAMPLE_ARGS[op.name]:
+        torch.library.opcheck(op.aten, args)
+
+
+@pytest.mark.parametrize("op", FLOAT_OPS, ids=lambda op: op.name)
+def test_functional_op_is_its_pattern(op):
+    for args in SAMPLE_ARGS[op.name]:
+        torch.testing.assert_close(op.aten(*args), op.pattern(*args))
+
+
+def test_out_schema_is_derived():
+    assert [op.out_schema for op in FLOAT_OPS] == [
+        "add_relu.out(Tensor self, Tensor other, *, Tensor(a!) out) -> Tensor(a!)",
+        "linear_relu.out(Tensor input, Tensor weight, Tensor? bias=None, *, Tensor(a!) out) -> Tensor(a!)",
+        "addmm_relu.out(Tensor self, Tensor mat1, Tensor mat2, *, Tensor(a!) out) -> Tensor(a!)",
+    ]
+
+
+def _double_relu(x):
+    return torch.relu(x) * 2
+
+
+def test_identical_schema_is_reused_and_conflicting_one_is_named():
+    lib = torch.library.Library("etfuse_catalog_test", "DEF")
+    lib.define("double_relu(Tensor x) -> Tensor")  # someone else defined it first, identically
+    op = register(BackendOp("etfuse_catalog_test", "double_relu(Tensor x) -> Tensor", _double_relu))
+    torch.testing.assert_close(op.aten(torch.tensor([-1.0, 2.0])), torch.tensor([0.0, 4.0]))
+
+    lib.define("clash(Tensor x, int n) -> Tensor")
+    with pytest.raises(BackendOpError) as e:
+        register(BackendOp("etfuse_catalog_test", "clash(Tensor x) -> Tensor", _double_relu))
+    message = str(e.value)
+    assert "etfuse_catalog_test::clash" in message
+    assert "existing: etfuse_catalog_test::clash(Tensor x, int n) -> Tensor" in message
+    assert "etfuse:   etfuse_catalog_test::clash(Tensor x) -> Tensor" in message
+
+
+def test_pattern_must_take_the_schema_arguments():
+    with pytest.raises(BackendOpError, match=r"pattern parameters \['y'\] must be the schema's arguments \['x'\]"):
+        register(BackendOp("etfuse_catalog_test", "wrong_names(Tensor x) -> Tensor", lambda y: y))
+
+
+@pytest.mark.parametrize("first", ["executorch", "etfuse"])
+def test_import_order_with_executorch(first):
+    """etfuse and executorch register into the same namespaces; either may be imported first."""
+    imports = {
+        "executorch": "import executorch.exir, executorch.exir.passes.quant_fusion_pass",
+        "etfuse": "import etfuse.backend_ops, etfuse.passes",
+    }
+    second = "etfuse" if first == "executorch" else "executorch"
+    code = textwrap.dedent(f"""
+        {imports[first]}
+        {imports[second]}
+        import torch
+        from etfuse.backend_ops import registered_ops
+        for op in registered_ops():
+            op.aten, op.aten_out, op.backend
+        print(len(registered_ops()), torch.ops.etfuse.add_relu(torch.tensor([-1.0]), torch.tensor([3.0])).item())
+    """)
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+    assert result.returncode == 0, result.stderr[-2000:]
+    count, value = result.stdout.split()[-2:]
+    assert int(count) >= 3 and float(value) == 2.0
