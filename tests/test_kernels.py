@@ -1,12 +1,8 @@
 """etfuse.kernels: the compiled `.out` kernels, in torch eager and in the ExecuTorch runtime."""
 
 import importlib
-import os
-import subprocess
 import sys
-import textwrap
 import threading
-from pathlib import Path
 
 import pytest
 import torch
@@ -279,36 +275,40 @@ def test_opcheck_functional_ops():
 
 
 # --------------------------------------------------------------------------------------------
-# the SSE2 baseline build of the dispatched loops, and re-importing the package
+# the SSE2 baseline copy of the dispatched loops (the default on CPUs without AVX2), reloading
 
 
-def test_baseline_isa_and_reload_in_fresh_process():
-    script = textwrap.dedent(
-        """
-        import importlib, torch
-        import etfuse.backend_ops as bo, etfuse.kernels as k
-        info = k.load()
-        assert info.isa == "baseline", info.isa
-        ops = torch.ops.etfuse
-        torch.manual_seed(0)
-        for m, kk, n in [(7, 300, 21), (100, 64, 40)]:
-            x, w, b = torch.randn(m, kk), torch.randn(n, kk), torch.randn(n)
-            torch.testing.assert_close(ops.linear_relu.out(x, w, b, out=torch.empty(0)),
-                                       bo.LINEAR_RELU.pattern(x, w, b), rtol=1e-4, atol=1e-4)
-            s, m2 = torch.randn(m, 1), torch.randn(kk, n)
-            torch.testing.assert_close(ops.addmm_relu.out(s, x, m2, out=torch.empty(0)),
-                                       bo.ADDMM_RELU.pattern(s, x, m2), rtol=1e-4, atol=1e-4)
-        a, c = torch.randn(300, 1025), torch.randn(1025)
-        torch.testing.assert_close(ops.add_relu.out(a, c, out=torch.empty(0)), torch.relu(a + c), rtol=0, atol=0)
-        k2 = importlib.reload(k)  # fresh module state: must not register the runtime ops twice
-        info2 = k2.load()
-        assert info2.runtime_library is None
-        print("OK")
-        """
-    )
-    env = dict(os.environ, ETFUSE_KERNELS_ISA="baseline")
-    res = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True, timeout=300)
-    assert res.returncode == 0 and "OK" in res.stdout, res.stdout + res.stderr[-4000:]
+@pytest.fixture
+def baseline_isa():
+    kernels.set_isa("baseline")
+    assert kernels.current_isa() == {"eager": "baseline", "runtime": "baseline"}
+    yield
+    kernels.set_isa("auto")
+    assert kernels.current_isa()["eager"] == kernels.info().isa
+
+
+def test_set_isa_rejects_unknown_names():
+    with pytest.raises(ValueError):
+        kernels.set_isa("avx9000")
+
+
+@pytest.mark.parametrize("m,k,n", [(7, 300, 21), (100, 64, 40), (1, 1, 1)])
+def test_baseline_isa_eager(baseline_isa, m, k, n):
+    x, w, b = torch.randn(m, k), torch.randn(n, k), torch.randn(n)
+    assert_close(ops.linear_relu.out(x, w, b, out=torch.empty(0)), bo.LINEAR_RELU.pattern(x, w, b), **GEMM_TOL)
+    s, m2 = torch.randn(m, 1), torch.randn(k, n)
+    assert_close(ops.addmm_relu.out(s, x, m2, out=torch.empty(0)), bo.ADDMM_RELU.pattern(s, x, m2), **GEMM_TOL)
+    a, c = torch.randn(300, 1025), torch.randn(1025)
+    assert_close(_add_relu(a, c), bo.ADD_RELU.pattern(a, c), rtol=0, atol=0)
+
+
+def test_reload_does_not_register_twice(loaded):
+    k2 = importlib.reload(kernels)  # fresh module state; the runtime would abort on a second registration
+    try:
+        again = k2.load()
+        assert again.runtime_library is None and again.eager_library == loaded.eager_library
+    finally:
+        k2._INFO = loaded
 
 
 # --------------------------------------------------------------------------------------------
@@ -441,8 +441,10 @@ class _Gemms(torch.nn.Module):
         return torch.relu(self.lin(x)), torch.relu(self.lin_nobias(x)), torch.relu(torch.addmm(s, m1, m2))
 
 
-@pytest.mark.parametrize("m,k,n", [(3, 37, 19), (64, 256, 256)])
-def test_runtime_linear_and_addmm(tmp_path, m, k, n):
+@pytest.mark.parametrize("m,k,n,isa", [(3, 37, 19, "auto"), (64, 256, 256, "auto"), (50, 70, 30, "baseline")])
+def test_runtime_linear_and_addmm(tmp_path, m, k, n, isa, request):
+    if isa == "baseline":
+        request.getfixturevalue("baseline_isa")
     model = _Gemms(k, n).eval()
     args = (torch.randn(m, k), torch.randn(1, n), torch.randn(m, k), torch.randn(k, n))
     path, names = _program(model, args, tmp_path, f"gemm{m}")

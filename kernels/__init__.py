@@ -1,0 +1,133 @@
+"""etfuse C++ kernels for the etfuse backend ops (`etfuse::add_relu.out`, ...).
+
+`load()` builds the kernels once (cached, see `build.py`) and registers them twice:
+
+* in torch, as the CPU kernels of the `.out` variants (`torch.ops.etfuse.add_relu.out` then
+  runs compiled code instead of the Python reference kernel);
+* in the ExecuTorch runtime, so programs holding `etfuse::*.out` ops run through
+  `executorch.runtime`.
+
+The functional ops keep their pattern (CompositeImplicitAutograd) kernels on purpose.
+`load()` is idempotent within a process: the ExecuTorch runtime aborts the process when an op
+is registered twice, so a second call returns the first call's result.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import dataclasses
+import os
+import threading
+from pathlib import Path
+from typing import Optional
+
+from . import build as build  # the module: build.build(), build.cache_key(), ...
+from .build import BuildResult, KernelBuildError, cache_root
+
+__all__ = ["KernelInfo", "KernelBuildError", "load", "is_loaded", "info", "build", "cache_root", "set_isa", "current_isa", "RUNTIME_OPS"]
+
+RUNTIME_OPS = ("etfuse::add_relu.out", "etfuse::linear_relu.out", "etfuse::addmm_relu.out")
+EAGER_OPS = tuple(RUNTIME_OPS)
+
+
+@dataclasses.dataclass(frozen=True)
+class KernelInfo:
+    eager_library: Path
+    runtime_library: Optional[Path]  # None when the runtime ops were already registered elsewhere
+    cache_dir: Path
+    built: bool  # compiled by this process (False: found in the cache)
+    isa: str  # instruction set the dispatched loops picked at load: "avx2" or "baseline"
+    runtime_threads: int
+    runtime: Optional[ctypes.CDLL] = dataclasses.field(default=None, repr=False, compare=False)
+    eager: Optional[ctypes.CDLL] = dataclasses.field(default=None, repr=False, compare=False)
+
+
+_LOCK = threading.RLock()
+_INFO: Optional[KernelInfo] = None
+
+
+def _runtime_registered() -> set[str]:
+    from executorch.extension.pybindings import portable_lib
+
+    return {n for n in portable_lib._get_operator_names() if n.startswith("etfuse::")}
+
+
+def load(verbose: bool = False) -> KernelInfo:
+    """Build (or find cached) and register the kernels; returns where they came from."""
+    global _INFO
+    with _LOCK:
+        if _INFO is not None:
+            return _INFO
+        import torch
+
+        import etfuse.backend_ops  # noqa: F401  (schemas must exist before TORCH_LIBRARY_IMPL runs)
+        from executorch.extension.pybindings import portable_lib  # noqa: F401  (loads libexecutorch.so)
+
+        res: BuildResult = build.build(verbose=verbose)
+
+        if not all(torch._C._dispatch_has_kernel_for_dispatch_key(op, "CPU") for op in EAGER_OPS):
+            torch.ops.load_library(str(res.eager))
+
+        runtime_lib = None
+        already = _runtime_registered()
+        if already and not set(RUNTIME_OPS) <= already:
+            raise RuntimeError(
+                f"some etfuse runtime ops are registered already ({sorted(already)}) but not all of "
+                f"{list(RUNTIME_OPS)}; refusing to register them again (the runtime aborts on duplicates)"
+            )
+        if not already:
+            runtime_lib = ctypes.CDLL(str(res.runtime), mode=os.RTLD_GLOBAL)
+            runtime_lib.etfuse_runtime_isa.restype = ctypes.c_char_p
+            runtime_lib.etfuse_runtime_set_isa.argtypes = [ctypes.c_char_p]
+            runtime_lib.etfuse_runtime_thread_count.restype = ctypes.c_int64
+            runtime_lib.etfuse_probe_stream_add.restype = ctypes.c_double
+            runtime_lib.etfuse_probe_stream_add.argtypes = [
+                ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int64, ctypes.c_int64
+            ]
+            missing = set(RUNTIME_OPS) - _runtime_registered()
+            if missing:
+                raise RuntimeError(f"{res.runtime} loaded but did not register {sorted(missing)}")
+
+        # Already loaded by torch: dlopen hands back the same library, for its C entry points.
+        eager_lib = ctypes.CDLL(str(res.eager))
+        eager_lib.etfuse_eager_isa.restype = ctypes.c_char_p
+        eager_lib.etfuse_eager_set_isa.argtypes = [ctypes.c_char_p]
+
+        _INFO = KernelInfo(
+            eager_library=res.eager,
+            runtime_library=res.runtime if runtime_lib is not None else None,
+            cache_dir=res.directory,
+            built=res.built,
+            isa=eager_lib.etfuse_eager_isa().decode(),
+            runtime_threads=int(runtime_lib.etfuse_runtime_thread_count()) if runtime_lib is not None else 0,
+            runtime=runtime_lib,
+            eager=eager_lib,
+        )
+        return _INFO
+
+
+def is_loaded() -> bool:
+    return _INFO is not None
+
+
+def info() -> Optional[KernelInfo]:
+    return _INFO
+
+
+def set_isa(name: str = "auto") -> None:
+    """Force the dispatched loops of both libraries onto "baseline" (SSE2) or "avx2", or back to
+    "auto" (cpuid; the environment variable ETFUSE_KERNELS_ISA=baseline also forces it).
+    For tests and benchmarks: do not call while kernels run on other threads."""
+    info = load()
+    for lib, fn in ((info.eager, "etfuse_eager_set_isa"), (info.runtime, "etfuse_runtime_set_isa")):
+        if lib is not None and not getattr(lib, fn)(name.encode()):
+            raise ValueError(f"unknown ISA {name!r} or not supported by this CPU (use 'baseline', 'avx2' or 'auto')")
+
+
+def current_isa() -> dict:
+    """The ISA each loaded library currently uses."""
+    info = load()
+    out = {"eager": info.eager.etfuse_eager_isa().decode()}
+    if info.runtime is not None:
+        out["runtime"] = info.runtime.etfuse_runtime_isa().decode()
+    return out

@@ -1,0 +1,212 @@
+// Shared plumbing for the etfuse kernel cores.
+//
+// Plain C++17 on raw pointers, sizes and strides: no torch or executorch types. The two
+// registration files (eager_ops.cpp for torch, runtime_ops.cpp for the ExecuTorch runtime)
+// translate their tensors into `Layout`s, ask the core for the output shape and for
+// validation (errors come back as a `Status` with a message), and run the core with their
+// own parallel_for (any callable `par(begin, end, grain, fn)` with `fn(begin, end)`).
+#pragma once
+
+#include <atomic>
+#include <cstdarg>
+#include <cstddef>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+
+#if defined(__GNUC__)
+#define ETFUSE_ALWAYS_INLINE inline __attribute__((always_inline))
+#else
+#define ETFUSE_ALWAYS_INLINE inline
+#endif
+
+// Runtime ISA dispatch: the library is built for the x86-64 baseline (SSE2) and carries
+// extra copies of the hot loops compiled for AVX2+FMA, picked by cpuid at first use.
+#if defined(__GNUC__) && (defined(__x86_64__) || defined(__i386__))
+#define ETFUSE_HAVE_X86_DISPATCH 1
+#define ETFUSE_TARGET_AVX2 __attribute__((target("avx2,fma")))
+#else
+#define ETFUSE_HAVE_X86_DISPATCH 0
+#define ETFUSE_TARGET_AVX2
+#endif
+
+namespace etfuse {
+namespace core {
+
+constexpr int kMaxDims = 16;
+// Elements per parallel task for memory-bound loops (at::internal::GRAIN_SIZE).
+constexpr int64_t kGrainSize = 32768;
+// Memory-bound loops up to this many elements run on the calling thread.
+constexpr int64_t kSerialElements = 2 * kGrainSize;
+
+// fn(begin, end) over [0, n): inline when small, else split through `par`.
+template <class Par, class F>
+inline void for_elements(int64_t n, Par&& par, const F& fn) {
+  if (n <= kSerialElements) {
+    fn(int64_t(0), n);
+    return;
+  }
+  par(int64_t(0), n, kGrainSize, fn);
+}
+
+struct Status {
+  bool ok = true;
+  char msg[512] = {0};
+
+  bool fail(const char* fmt, ...)
+#if defined(__GNUC__)
+      __attribute__((format(printf, 2, 3)))
+#endif
+  {
+    ok = false;
+    va_list ap;
+    va_start(ap, fmt);
+    std::vsnprintf(msg, sizeof(msg), fmt, ap);
+    va_end(ap);
+    return false;
+  }
+};
+
+// Sizes and strides (in elements) of one tensor.
+struct Layout {
+  int ndim = 0;
+  int64_t sizes[kMaxDims] = {0};
+  int64_t strides[kMaxDims] = {0};
+
+  int64_t numel() const {
+    int64_t n = 1;
+    for (int d = 0; d < ndim; ++d) n *= sizes[d];
+    return n;
+  }
+  int64_t size(int d) const { return sizes[d < 0 ? d + ndim : d]; }
+  int64_t stride(int d) const { return strides[d < 0 ? d + ndim : d]; }
+};
+
+// Fill `out` from any integer arrays (torch: int64, ExecuTorch: int32). `strides` may be null
+// when only a shape is known.
+template <class S, class T>
+inline bool make_layout(
+    Layout& out, int64_t ndim, const S* sizes, const T* strides, const char* what, Status& st) {
+  if (ndim < 0 || ndim > kMaxDims) {
+    return st.fail("%s has %lld dimensions; etfuse kernels support at most %d", what, (long long)ndim, kMaxDims);
+  }
+  out.ndim = static_cast<int>(ndim);
+  for (int d = 0; d < out.ndim; ++d) {
+    out.sizes[d] = static_cast<int64_t>(sizes[d]);
+    out.strides[d] = strides ? static_cast<int64_t>(strides[d]) : 0;
+  }
+  return true;
+}
+
+// "[2, 3, 4]" into buf.
+inline const char* shape_str(const int64_t* sizes, int ndim, char* buf, size_t n) {
+  size_t pos = 0;
+  pos += std::snprintf(buf + pos, n - pos, "[");
+  for (int d = 0; d < ndim && pos < n; ++d) {
+    pos += std::snprintf(buf + pos, n - pos, d ? ", %lld" : "%lld", (long long)sizes[d]);
+  }
+  if (pos < n) std::snprintf(buf + pos, n - pos, "]");
+  return buf;
+}
+
+struct ShapeStr {
+  char buf[160];
+  explicit ShapeStr(const Layout& l) { shape_str(l.sizes, l.ndim, buf, sizeof(buf)); }
+  ShapeStr(const int64_t* sizes, int ndim) { shape_str(sizes, ndim, buf, sizeof(buf)); }
+  const char* c_str() const { return buf; }
+};
+
+// NumPy broadcasting of two shapes. Writes the result rank and sizes.
+inline bool broadcast_shapes(
+    const Layout& a, const Layout& b, int& ndim, int64_t* sizes, const char* op, Status& st) {
+  ndim = a.ndim > b.ndim ? a.ndim : b.ndim;
+  for (int i = 0; i < ndim; ++i) {
+    const int da = a.ndim - ndim + i, db = b.ndim - ndim + i;
+    const int64_t sa = da >= 0 ? a.sizes[da] : 1, sb = db >= 0 ? b.sizes[db] : 1;
+    if (sa == sb || sb == 1) {
+      sizes[i] = sa;
+    } else if (sa == 1) {
+      sizes[i] = sb;
+    } else {
+      return st.fail(
+          "%s: shapes %s and %s cannot be broadcast together (dimension %d: %lld vs %lld)", op,
+          ShapeStr(a).c_str(), ShapeStr(b).c_str(), i, (long long)sa, (long long)sb);
+    }
+  }
+  return true;
+}
+
+// Stride of `t` along output dimension `d` of a broadcast to an `ndim`-dimensional output:
+// 0 where `t` is missing that dimension or has size 1 there.
+inline int64_t broadcast_stride(const Layout& t, int ndim, int d) {
+  const int dt = t.ndim - ndim + d;
+  if (dt < 0 || t.sizes[dt] == 1) return 0;
+  return t.strides[dt];
+}
+
+// relu that keeps NaN (like torch.relu); compiles to maxps(0, v).
+ETFUSE_ALWAYS_INLINE float relu(float v) {
+  return v < 0.0f ? 0.0f : v;
+}
+
+enum class Isa { kBaseline = 0, kAvx2 = 1 };
+
+inline bool cpu_has_avx2() {
+#if ETFUSE_HAVE_X86_DISPATCH
+  __builtin_cpu_init();
+  return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
+#else
+  return false;
+#endif
+}
+
+// AVX2+FMA when the CPU has it, unless the environment variable ETFUSE_KERNELS_ISA=baseline
+// forces the SSE2 baseline.
+inline Isa detect_isa() {
+  const char* env = std::getenv("ETFUSE_KERNELS_ISA");
+  if (env && std::strcmp(env, "baseline") == 0) return Isa::kBaseline;
+  return cpu_has_avx2() ? Isa::kAvx2 : Isa::kBaseline;
+}
+
+// The ISA of the dispatched loops, per library; -1 until first use.
+inline std::atomic<int>& isa_state() {
+  static std::atomic<int> state{-1};
+  return state;
+}
+
+inline Isa selected_isa() {
+  int v = isa_state().load(std::memory_order_relaxed);
+  if (v < 0) {
+    v = static_cast<int>(detect_isa());
+    isa_state().store(v, std::memory_order_relaxed);
+  }
+  return static_cast<Isa>(v);
+}
+
+// Force "baseline" or "avx2" (if the CPU has it), or "auto". Returns false for an unknown or
+// unsupported name. For tests and benchmarks; not meant to race with running kernels.
+inline bool set_isa(const char* name) {
+  int v;
+  if (name == nullptr || std::strcmp(name, "auto") == 0) {
+    v = static_cast<int>(detect_isa());
+  } else if (std::strcmp(name, "baseline") == 0) {
+    v = static_cast<int>(Isa::kBaseline);
+  } else if (std::strcmp(name, "avx2") == 0 && cpu_has_avx2()) {
+    v = static_cast<int>(Isa::kAvx2);
+  } else {
+    return false;
+  }
+  isa_state().store(v, std::memory_order_relaxed);
+  return true;
+}
+
+inline const char* isa_name(Isa isa) {
+  return isa == Isa::kAvx2 ? "avx2" : "baseline";
+}
+
+}  // namespace core
+}  // namespace etfuse
+
+// Plain C entry points exported by each library (for ctypes).
+#define ETFUSE_EXPORT extern "C" __attribute__((visibility("default")))

@@ -1,0 +1,183 @@
+// GEMM core shared by linear_relu and addmm_relu:
+//
+//   C[i, j] = act(bias[i, j] + sum_k A[i, k] * B[k, j])      act = relu or identity
+//
+// every operand given by a pointer and two strides (bias strides may be 0 to broadcast; a null
+// bias is zero). B is packed per panel of NR columns into a contiguous [KC][NR] buffer (this
+// also absorbs a transposed B, e.g. linear's weight read as stored [N, K]); an MR x NR register
+// tile is accumulated over KC-long slices with plain vector arithmetic; bias and relu run in
+// the epilogue of the last K slice. Work is split over (column panel, row block) tiles.
+//
+// The micro-kernel is written once (GCC vector extensions) and instantiated for the SSE2
+// baseline (MR=4, NR=8) and for AVX2+FMA (MR=6, NR=16), chosen at runtime. A hand-written
+// micro-kernel can replace `detail::micro` without touching the registration files.
+#pragma once
+
+#include "common.h"
+
+namespace etfuse {
+namespace core {
+namespace gemm {
+
+struct Args {
+  int64_t M = 0, N = 0, K = 0;
+  const float* A = nullptr;
+  int64_t a_rs = 0, a_cs = 0;  // A(i, k) = A[i * a_rs + k * a_cs]
+  const float* B = nullptr;
+  int64_t b_rs = 0, b_cs = 0;  // B(k, j) = B[k * b_rs + j * b_cs]
+  float* C = nullptr;
+  int64_t c_rs = 0, c_cs = 0;
+  const float* bias = nullptr;  // may be null
+  int64_t bias_rs = 0, bias_cs = 0;
+  bool relu = true;
+};
+
+namespace detail {
+
+constexpr int64_t kKC = 256;  // K slice: a packed panel is kKC * NR floats (<= 16 KiB)
+constexpr int64_t kMC = 96;   // rows per task (multiple of both MRs)
+
+typedef float vf8 __attribute__((vector_size(32)));
+
+template <int NR>
+ETFUSE_ALWAYS_INLINE void pack_b(const Args& g, int64_t k0, int64_t kc, int64_t j0, int64_t nr, float* pack) {
+  const float* B = g.B + k0 * g.b_rs + j0 * g.b_cs;
+  if (nr < NR) {
+    for (int64_t k = 0; k < kc; ++k)
+      for (int64_t j = nr; j < NR; ++j) pack[k * NR + j] = 0.0f;
+  }
+  if (g.b_cs <= g.b_rs) {  // rows of B contiguous-ish: k outer
+    for (int64_t k = 0; k < kc; ++k)
+      for (int64_t j = 0; j < nr; ++j) pack[k * NR + j] = B[k * g.b_rs + j * g.b_cs];
+  } else {  // columns of B contiguous (transposed B, e.g. a [N, K] weight): j outer
+    for (int64_t j = 0; j < nr; ++j)
+      for (int64_t k = 0; k < kc; ++k) pack[k * NR + j] = B[k * g.b_rs + j * g.b_cs];
+  }
+}
+
+// acc[MR][NR] = sum_k A(rows, k) * pack[k][:]
+template <int MR, int NR>
+ETFUSE_ALWAYS_INLINE void micro(
+    int64_t kc, const float* const* arow, int64_t a_cs, const float* pack, float (&tile)[MR][NR]) {
+  constexpr int NV = NR / 8;
+  vf8 acc[MR][NV];
+  for (int i = 0; i < MR; ++i)
+    for (int v = 0; v < NV; ++v) acc[i][v] = vf8{0, 0, 0, 0, 0, 0, 0, 0};
+  const float* ap[MR];
+  for (int i = 0; i < MR; ++i) ap[i] = arow[i];
+  for (int64_t k = 0; k < kc; ++k) {
+    vf8 bv[NV];
+    for (int v = 0; v < NV; ++v) std::memcpy(&bv[v], pack + k * NR + v * 8, sizeof(vf8));
+    for (int i = 0; i < MR; ++i) {
+      const float s = ap[i][k * a_cs];
+      for (int v = 0; v < NV; ++v) acc[i][v] += s * bv[v];
+    }
+  }
+  for (int i = 0; i < MR; ++i)
+    for (int v = 0; v < NV; ++v) std::memcpy(&tile[i][v * 8], &acc[i][v], sizeof(vf8));
+}
+
+template <int MR, int NR>
+ETFUSE_ALWAYS_INLINE void store_tile(
+    const Args& g, int64_t i0, int64_t j0, int64_t mr, int64_t nr, const float (&tile)[MR][NR], bool first,
+    bool last) {
+  const bool act = last && g.relu;
+  for (int64_t i = 0; i < mr; ++i) {
+    float* c = g.C + (i0 + i) * g.c_rs + j0 * g.c_cs;
+    const float* t = tile[i];
+    if (first) {
+      if (g.bias) {
+        const float* bias = g.bias + (i0 + i) * g.bias_rs + j0 * g.bias_cs;
+        const int64_t bcs = g.bias_cs;
+        if (g.c_cs == 1 && bcs == 1) {
+          if (act) {
+            for (int64_t j = 0; j < nr; ++j) c[j] = relu(t[j] + bias[j]);
+          } else {
+            for (int64_t j = 0; j < nr; ++j) c[j] = t[j] + bias[j];
+          }
+        } else {
+          for (int64_t j = 0; j < nr; ++j) {
+            const float v = t[j] + bias[j * bcs];
+            c[j * g.c_cs] = act ? relu(v) : v;
+          }
+        }
+      } else {
+        for (int64_t j = 0; j < nr; ++j) c[j * g.c_cs] = act ? relu(t[j]) : t[j];
+      }
+    } else {
+      for (int64_t j = 0; j < nr; ++j) {
+        const float v = c[j * g.c_cs] + t[j];
+        c[j * g.c_cs] = act ? relu(v) : v;
+      }
+    }
+  }
+}
+
+// Tiles [t0, t1): tile t is column panel t / mblocks, row block t % mblocks.
+template <int MR, int NR>
+ETFUSE_ALWAYS_INLINE void tiles_impl(const Args& g, int64_t t0, int64_t t1, int64_t mblocks) {
+  alignas(64) float pack[kKC * NR];
+  alignas(64) float tile[MR][NR];
+  for (int64_t t = t0; t < t1; ++t) {
+    const int64_t j0 = (t / mblocks) * NR;
+    const int64_t nr = (g.N - j0) < NR ? (g.N - j0) : NR;
+    const int64_t ib = (t % mblocks) * kMC;
+    const int64_t ie = (ib + kMC) < g.M ? (ib + kMC) : g.M;
+    for (int64_t k0 = 0;; k0 += kKC) {
+      const int64_t kc = (g.K - k0) < kKC ? (g.K - k0) : kKC;
+      const bool first = k0 == 0, last = k0 + kc >= g.K;
+      pack_b<NR>(g, k0, kc, j0, nr, pack);
+      for (int64_t i0 = ib; i0 < ie; i0 += MR) {
+        const int64_t mr = (ie - i0) < MR ? (ie - i0) : MR;
+        const float* arow[MR];
+        for (int i = 0; i < MR; ++i) arow[i] = g.A + (i0 + (i < mr ? i : mr - 1)) * g.a_rs + k0 * g.a_cs;
+        micro<MR, NR>(kc, arow, g.a_cs, pack, tile);
+        store_tile<MR, NR>(g, i0, j0, mr, nr, tile, first, last);
+      }
+      if (last) break;
+    }
+  }
+}
+
+struct Kernel {
+  int mr, nr;
+  void (*tiles)(const Args&, int64_t, int64_t, int64_t);
+};
+
+inline void tiles_baseline(const Args& g, int64_t t0, int64_t t1, int64_t mblocks) {
+  tiles_impl<4, 8>(g, t0, t1, mblocks);
+}
+ETFUSE_TARGET_AVX2 inline void tiles_avx2(const Args& g, int64_t t0, int64_t t1, int64_t mblocks) {
+  tiles_impl<6, 16>(g, t0, t1, mblocks);
+}
+
+inline Kernel select_kernel() {
+  if (selected_isa() == Isa::kAvx2) return Kernel{6, 16, &tiles_avx2};
+  return Kernel{4, 8, &tiles_baseline};
+}
+
+}  // namespace detail
+
+// Runs the GEMM described by `g` (validated by the caller).
+template <class Par>
+inline void run(const Args& g, Par&& par) {
+  if (g.M <= 0 || g.N <= 0) return;
+  const detail::Kernel kern = detail::select_kernel();
+  const int64_t panels = (g.N + kern.nr - 1) / kern.nr;
+  const int64_t mblocks = (g.M + detail::kMC - 1) / detail::kMC;
+  const int64_t tasks = panels * mblocks;
+  // About 1 MFLOP per parallel chunk: below that a thread wake-up costs more than it saves.
+  const int64_t rows = g.M < detail::kMC ? g.M : detail::kMC;
+  const int64_t flops_per_task = 2 * rows * (g.K > 0 ? g.K : 1) * kern.nr;
+  int64_t grain = (int64_t(1) << 20) / flops_per_task;
+  if (grain < 1) grain = 1;
+  if (tasks <= grain) {
+    kern.tiles(g, 0, tasks, mblocks);
+    return;
+  }
+  par(0, tasks, grain, [&](int64_t begin, int64_t end) { kern.tiles(g, begin, end, mblocks); });
+}
+
+}  // namespace gemm
+}  // namespace core
+}  // namespace etfuse

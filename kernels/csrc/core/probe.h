@@ -1,0 +1,33 @@
+// Memory-bandwidth probe: a STREAM "add" loop (c = a + b: 2 reads + 1 write per element), split
+// and dispatched exactly like add_relu's contiguous path, so the benchmark can tell how close
+// the fused kernel gets to what the machine can move.
+#pragma once
+
+#include "common.h"
+
+namespace etfuse {
+namespace core {
+namespace probe {
+namespace detail {
+
+ETFUSE_ALWAYS_INLINE void stream_add_impl(const float* a, const float* b, float* c, int64_t e0, int64_t e1) {
+  for (int64_t i = e0; i < e1; ++i) c[i] = a[i] + b[i];
+}
+inline void stream_add_baseline(const float* a, const float* b, float* c, int64_t e0, int64_t e1) {
+  stream_add_impl(a, b, c, e0, e1);
+}
+ETFUSE_TARGET_AVX2 inline void stream_add_avx2(const float* a, const float* b, float* c, int64_t e0, int64_t e1) {
+  stream_add_impl(a, b, c, e0, e1);
+}
+
+}  // namespace detail
+
+template <class Par>
+inline void stream_add(const float* a, const float* b, float* c, int64_t n, Par&& par) {
+  auto* fn = selected_isa() == Isa::kAvx2 ? &detail::stream_add_avx2 : &detail::stream_add_baseline;
+  for_elements(n, par, [&](int64_t begin, int64_t end) { fn(a, b, c, begin, end); });
+}
+
+}  // namespace probe
+}  // namespace core
+}  // namespace etfuse
