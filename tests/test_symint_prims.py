@@ -26,8 +26,16 @@ def _export(module, n=5):
     return export(module, (torch.randn(n),), dynamic_shapes=({0: N},))
 
 
+def _load(edge):
+    # The runtime reads the program from the buffer without copying it: keep the bytes alive.
+    buffer = edge.to_executorch().buffer
+    method = Runtime.get().load_program(buffer).load_method("forward")
+    method._etfuse_buffer = buffer
+    return method
+
+
 def _run(edge, sizes=SIZES):
-    method = Runtime.get().load_program(edge.to_executorch().buffer).load_method("forward")
+    method = _load(edge)
     return {n: list(method.execute([torch.randn(n)])) for n in sizes}
 
 
@@ -133,7 +141,7 @@ def test_symbolic_arithmetic_inside_cond_branches():
     p = SymIntToPrimsPass()
     edge = to_edge(ep, compile_config=EdgeCompileConfig(_check_ir_validity=False)).transform([p])
     assert len(set(p.lowered) - {""}) == 2  # both branch bodies
-    method = Runtime.get().load_program(edge.to_executorch().buffer).load_method("forward")
+    method = _load(edge)
     for n in (4, 7, 9, 10, 23, 40):  # both branches, several sizes
         x = torch.randn(n)
         torch.testing.assert_close(method.execute([x])[0], M()(x)[0])

@@ -1,0 +1,373 @@
+"""LoopLoweringPass: `while_loop` (ONNX Loop) -> a bounded `scan` the ExecuTorch runtime runs.
+
+executorch 1.5.1 lowers `torch.cond`, `map` and `scan` but cannot emit `while_loop`
+("Unsupported control flow operator"). A loop whose trip count has a known bound B becomes
+
+    scan(step, init=carried, xs=[full([B], 0)], additional_inputs=additional)
+    step(*carried, _, *additional):
+        go = cond_fn(*carried, *additional)
+        return cond(go, body_fn, keep, (*carried, *additional))   # keep returns the carried values
+
+which is ONNX Loop with max trip count M = B and condition `cond_fn`: loop-carried values flow
+through the scan carry, the body never runs after the condition first fails (early exit), and
+the result is the carried values of the last iteration that ran. No keep-going flag needs to be
+carried: once `cond_fn` is false the carried values stop changing, so `cond_fn` stays false
+(it is a pure function of the carried and additional values).
+
+The bound B comes from, in order:
+  * the loop itself: `cond_fn` is `i < L` or `i <= L` (possibly `&`-ed with anything else) for a
+    carried counter `i` that `body_fn` increments by a positive constant, starting from a
+    constant, where `L` is a constant or a SymInt whose range is bounded (a `Dim` max);
+  * `max_trip_count=M` given to the pass: the ONNX Loop `M` input. The lowered loop then stops
+    after M iterations even if `cond_fn` still holds (ONNX Loop semantics, not torch's
+    unbounded `while_loop`); `report` says which loops were bounded this way.
+A loop with no bound is a `LoopLoweringError` naming the loop and why.
+
+The pass retraces the program (an `ExportPass`), so the caller's graph module is not modified.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import operator
+from typing import Any, Optional
+
+import torch
+import torch.fx as fx
+from executorch.exir.dialects._ops import ops as exir_ops
+from executorch.exir.pass_base import ExportPass, PassResult, ProxyValue
+
+aten = torch.ops.aten
+edge = exir_ops.edge.aten
+_CLONE = exir_ops.edge.dim_order_ops._clone_dim_order.default  # edge graphs are in dim-order mode
+
+
+_FULL_KWARGS = {"dtype": torch.float32, "layout": torch.strided, "device": torch.device("cpu"), "pin_memory": False}
+
+
+class LoopLoweringError(RuntimeError):
+    """A `while_loop` cannot be lowered to a bounded scan; the message says which and why."""
+
+
+@dataclasses.dataclass
+class LoweredLoop:
+    node: str  # the while_loop node's name
+    trip_bound: int
+    source: str  # "counter i < L" / "max_trip_count"
+
+
+def _has_hop(gm: fx.GraphModule, hop) -> bool:
+    return any(n.op == "call_function" and n.target is hop
+               for m in gm.modules() if isinstance(m, fx.GraphModule) for n in m.graph.nodes)
+
+
+def _aten(target):
+    return getattr(target, "_op", target)
+
+
+_AND = {aten.logical_and.default, aten.bitwise_and.Tensor}
+_LT = {aten.lt.Scalar, aten.lt.Tensor}
+_LE = {aten.le.Scalar, aten.le.Tensor}
+_GT = {aten.gt.Tensor}  # L > i, counter second
+_GE = {aten.ge.Tensor}
+_ADD = {aten.add.Tensor, aten.add.Scalar}
+
+
+def _constant(gm: fx.GraphModule, value) -> Optional[float]:
+    """The number a graph argument holds when it is a literal or a one-element constant."""
+    if isinstance(value, bool):
+        return None
+    if isinstance(value, (int, float)):
+        return value
+    if isinstance(value, torch.SymInt):
+        return None
+    if isinstance(value, torch.Tensor):
+        if value.numel() == 1 and not isinstance(value, torch._subclasses.FakeTensor):
+            from torch._subclasses.fake_tensor import unset_fake_temporarily
+
+            with unset_fake_temporarily():  # the pass runs under fake mode: read the real value
+                return value.item()
+        const = getattr(value, "constant", None)
+        return None if const is None else _constant(gm, const)
+    if isinstance(value, fx.Node):
+        if value.op == "get_attr":
+            return _constant(gm, getattr(gm, value.target))
+        t = _aten(value.target) if value.op == "call_function" else None
+        if t in (aten.full.default,) and value.args[0] in ([], (), [1]):
+            return _constant(gm, value.args[1])
+        if t in (aten.scalar_tensor.default,):
+            return _constant(gm, value.args[0])
+    return None
+
+
+def _upper_bound(gm: fx.GraphModule, value) -> Optional[float]:
+    """An upper bound of a graph value: a constant, or a SymInt with a bounded range."""
+    c = _constant(gm, value)
+    if c is not None:
+        return c
+    v = value.meta.get("val") if isinstance(value, fx.Node) else value
+    if isinstance(v, torch.SymInt):
+        from torch.utils._sympy.value_ranges import bound_sympy
+
+        node = v.node
+        upper = bound_sympy(node.expr, node.shape_env.var_to_range).upper
+        return None if not upper.is_finite else int(upper)
+    return None
+
+
+def _conjuncts(node):
+    if isinstance(node, fx.Node) and node.op == "call_function" and _aten(node.target) in _AND:
+        for a in node.args[:2]:
+            yield from _conjuncts(a)
+    else:
+        yield node
+
+
+def _infer_bound(cond_gm: fx.GraphModule, body_gm: fx.GraphModule, init: list, n_carried: int):
+    """(bound, why) from a counter comparison in cond_fn, or (None, why not)."""
+    phs = [n for n in cond_gm.graph.nodes if n.op == "placeholder"]
+    body_phs = [n for n in body_gm.graph.nodes if n.op == "placeholder"]
+    body_out = next(n for n in body_gm.graph.nodes if n.op == "output").args[0]
+    pred = next(n for n in cond_gm.graph.nodes if n.op == "output").args[0]
+    pred = pred[0] if isinstance(pred, (list, tuple)) else pred
+    reasons = []
+    best = None
+    for c in _conjuncts(pred):
+        if not (isinstance(c, fx.Node) and c.op == "call_function"):
+            continue
+        t = _aten(c.target)
+        if t in _LT | _LE:
+            counter, limit, inclusive = c.args[0], c.args[1], t in _LE
+        elif t in _GT | _GE:
+            counter, limit, inclusive = c.args[1], c.args[0], t in _GE
+        else:
+            continue
+        if counter not in phs[:n_carried]:
+            reasons.append(f"{c.name}: its left side is not a carried value")
+            continue
+        k = phs.index(counter)
+        upd = body_out[k]
+        if not (isinstance(upd, fx.Node) and upd.op == "call_function" and _aten(upd.target) in _ADD
+                and upd.args[0] is body_phs[k]):
+            reasons.append(f"{c.name}: body does not compute carried value {k} as itself + step")
+            continue
+        step = _constant(body_gm, upd.args[1])
+        if step is None or step <= 0:
+            reasons.append(f"{c.name}: the counter's step is not a positive constant")
+            continue
+        start = _constant(None, init[k][0])
+        if start is None:
+            start = _constant(None, init[k][1])
+        if start is None:
+            reasons.append(f"{c.name}: the counter's initial value is not a constant")
+            continue
+        upper = _upper_bound(cond_gm, limit)
+        if upper is None:
+            reasons.append(f"{c.name}: the limit is neither a constant nor a SymInt with a bounded range")
+            continue
+        span = upper - start
+        trips = max(0, (math.floor(span / step) + 1) if inclusive else math.ceil(span / step))
+        if best is None or trips < best[0]:
+            best = (int(trips), f"counter {counter.name} {'<=' if inclusive else '<'} {upper} from {start} step {step}")
+    if best is not None:
+        return best
+    return None, "; ".join(reasons) or "cond_fn compares no carried counter with a limit"
+
+
+def _step_module(cond_gm: fx.GraphModule, body_gm: fx.GraphModule, n_carried: int,
+                 n_additional: int, x_val) -> fx.GraphModule:
+    """The scan combine function: go = cond_fn(...); cond(go, body_fn, keep, operands)."""
+    root = torch.nn.Module()
+    g = fx.Graph()
+    cond_phs = [n for n in cond_gm.graph.nodes if n.op == "placeholder"]
+    carried = [g.placeholder(f"carried_{i}") for i in range(n_carried)]
+    x = g.placeholder("iteration")
+    x.meta["val"] = x_val
+    additional = [g.placeholder(f"additional_{i}") for i in range(n_additional)]
+    for p, src in zip(carried + additional, cond_phs):
+        p.meta = dict(src.meta)
+    env = dict(zip(cond_phs, carried + additional))
+    # Inline cond_fn (its own submodules, if any, come along).
+    for n in cond_gm.graph.nodes:
+        if n.op == "placeholder":
+            continue
+        if n.op == "output":
+            pred = n.args[0]
+            pred = env[pred[0]] if isinstance(pred, (list, tuple)) else env[pred]
+            break
+        if n.op == "get_attr":
+            setattr(root, f"cond_{n.target}", getattr(cond_gm, n.target))
+            env[n] = g.get_attr(f"cond_{n.target}")
+            continue
+        env[n] = g.node_copy(n, lambda a: env[a])
+    keep = _keep_module(body_gm, n_carried)
+    root.body = body_gm
+    root.keep = keep
+    out = g.call_function(torch.ops.higher_order.cond,
+                          (pred, g.get_attr("body"), g.get_attr("keep"), [*carried, *additional]))
+    g.output([g.call_function(operator.getitem, (out, i)) for i in range(n_carried)])
+    return fx.GraphModule(root, g, class_name="LoopStep")
+
+
+def _keep_module(body_gm: fx.GraphModule, n_carried: int) -> fx.GraphModule:
+    """The branch taken once the condition fails: the carried values, copied (a branch may not
+    return its inputs)."""
+    g = fx.Graph()
+    phs = []
+    for src in [n for n in body_gm.graph.nodes if n.op == "placeholder"]:
+        p = g.placeholder(src.name)
+        p.meta = dict(src.meta)
+        phs.append(p)
+    g.output(tuple(g.call_function(_CLONE, (p,)) for p in phs[:n_carried]))
+    return fx.GraphModule(torch.nn.Module(), g, class_name="LoopKeep")
+
+
+class LoopLoweringPass(ExportPass):
+    """Rewrites every `while_loop` (top graph and bodies, nested) into a bounded `scan`.
+
+    `max_trip_count`: the ONNX Loop M for loops whose bound cannot be inferred (see the module
+    docstring). `report` lists each lowered loop with its bound and where the bound came from.
+    """
+
+    def __init__(self, max_trip_count: Optional[int] = None):
+        super().__init__()
+        if max_trip_count is not None and max_trip_count < 0:
+            raise ValueError(f"max_trip_count must be >= 0, got {max_trip_count}")
+        self.max_trip_count = max_trip_count
+        self.report: list[LoweredLoop] = []
+
+    def call(self, graph_module: fx.GraphModule) -> PassResult:
+        self.report = []
+        if not _has_hop(graph_module, torch.ops.higher_order.while_loop):
+            return PassResult(graph_module, False)
+        return super().call(graph_module)
+
+    def call_while(self, cond_fn, body_fn, carried_inputs, additional_inputs, meta) -> ProxyValue:
+        debug = getattr(self, "node_debug_str", "") or ""
+        node_name = debug[1:].split(" ", 1)[0] if debug.startswith("%") else "while_loop"
+        for i, c in enumerate(carried_inputs):
+            data = c.data if isinstance(c, ProxyValue) else c
+            if not isinstance(data, torch.Tensor):
+                raise LoopLoweringError(
+                    f"while_loop {node_name!r}: carried value {i} is a {type(data).__name__}, not a tensor; "
+                    "a scan carry must be a tensor")
+        init = [(c.proxy.node, c.data) if isinstance(c, ProxyValue) else (c, c) for c in carried_inputs]
+        bound, why = _infer_bound(cond_fn, body_fn, init, len(carried_inputs))
+        source = why
+        if bound is None:
+            if self.max_trip_count is None:
+                raise LoopLoweringError(
+                    f"while_loop {node_name!r} has no known trip-count bound ({why}); write the condition as "
+                    "`counter < limit` with a constant or Dim-bounded limit, or pass "
+                    "LoopLoweringPass(max_trip_count=M) for ONNX Loop semantics (stop after M iterations)")
+            bound, source = self.max_trip_count, "max_trip_count"
+        elif self.max_trip_count is not None and self.max_trip_count < bound:
+            bound, source = self.max_trip_count, "max_trip_count"
+        if bound == 0:
+            if source == "max_trip_count":
+                raise LoopLoweringError(f"while_loop {node_name!r}: max_trip_count=0 runs no iteration; drop the loop")
+            bound = 1  # the condition fails at the start: one step that keeps the initial values
+        self.report.append(LoweredLoop(node_name, bound, source))
+        xs = self.call_operator(edge.full.default, ([bound], 0), {**_FULL_KWARGS, "dtype": torch.int64}, meta)
+        with self.fake_tensor_mode:
+            x_val = torch.empty((), dtype=torch.int64)
+        step = _step_module(cond_fn, body_fn, len(carried_inputs), len(additional_inputs), x_val)
+        return self.call_scan(step, list(carried_inputs), [xs], list(additional_inputs), meta)
+
+
+class _MapOutputs:
+    """What `call_map` returns: the scan's stacked outputs, read back by `getitem` index."""
+
+    def __init__(self, items):
+        self.items = items
+
+
+def _map_step_module(f: fx.GraphModule, n_mapped: int, carry_val, clone) -> fx.GraphModule:
+    """scan combine function for map: (carry, *x_slices, *operands) -> (carry copy, *f(...))."""
+    g = fx.Graph()
+    carry = g.placeholder("carry")
+    carry.meta["val"] = carry_val
+    f_phs = [n for n in f.graph.nodes if n.op == "placeholder"]
+    env = {}
+    for src in f_phs:
+        p = g.placeholder(src.name)
+        p.meta = dict(src.meta)
+        env[src] = p
+    root = torch.nn.Module()
+    outs = None
+    for n in f.graph.nodes:
+        if n.op == "placeholder":
+            continue
+        if n.op == "output":
+            outs = n.args[0]
+            break
+        if n.op == "get_attr":
+            setattr(root, n.target, getattr(f, n.target))
+        env[n] = g.node_copy(n, lambda a: env[a])
+    outs = outs if isinstance(outs, (list, tuple)) else (outs,)
+    g.output([g.call_function(clone, (carry,)), *[env[o] for o in outs]])
+    return fx.GraphModule(root, g, class_name="MapStep")
+
+
+class MapToScanPass(ExportPass):
+    """`map(f, xs, *operands)` -> `scan` with a dummy carry, so the mapped dimension stays dynamic.
+
+    executorch's `to_edge` retraces `map` by unstacking its input, which specialises a dynamic
+    mapped dimension to the example size: the program then bakes that size into every value that
+    depends on it (wrong values at other sizes) and refuses larger inputs. `scan` is retraced
+    from its body's placeholders and stays dynamic. Run this on the ATen program *before*
+    `to_edge` (`to_edge_control_flow` does); on an edge program it is too late for values that
+    were already specialised, which `to_edge_control_flow` reports as an error.
+    """
+
+    def call(self, graph_module: fx.GraphModule) -> PassResult:
+        if not _has_hop(graph_module, torch.ops.higher_order.map_impl):
+            return PassResult(graph_module, False)
+        return super().call(graph_module)
+
+    def call_map(self, f, mapped_args, operands, meta):
+        from executorch.exir.dialects.edge._ops import EdgeOpOverload
+
+        is_edge = any(isinstance(n.target, EdgeOpOverload) for n in f.graph.nodes if n.op == "call_function")
+        clone = _CLONE if is_edge else aten.clone.default
+        full = edge.full.default if is_edge else aten.full.default
+        carry = self.call_operator(full, ([], 0), _FULL_KWARGS, meta)
+        step = _map_step_module(f, len(mapped_args), carry.data, clone)
+        result = self.call_scan(step, [carry], list(mapped_args), list(operands), meta)
+        n_out = len(result.data) - 1
+        return _MapOutputs([super(MapToScanPass, self).call_getitem(result, i + 1, meta) for i in range(n_out)])
+
+    def call_getitem(self, value, key, meta):
+        if isinstance(value, _MapOutputs):
+            return value.items[key]
+        return super().call_getitem(value, key, meta)
+
+
+class SpecialisedShapeError(RuntimeError):
+    """`to_edge` turned a dynamic dimension into a constant."""
+
+
+def to_edge_control_flow(program, compile_config=None, **kwargs):
+    """`executorch.exir.to_edge` that keeps control flow dynamic and exact.
+
+    `map` becomes `scan` before lowering (see `MapToScanPass`), symbolic scalar builtins become
+    exact `executorch_prim` ops (`SymIntToPrimsPass`), and if lowering still specialised a `Dim`
+    of the exported program to a constant this raises `SpecialisedShapeError` naming it, rather
+    than returning a program that computes wrong values at other sizes.
+    """
+    from .symint_to_prims import to_edge_with_prims
+
+    before = {str(k): v for k, v in program.range_constraints.items()}
+    if _has_hop(program.graph_module, torch.ops.higher_order.map_impl):
+        program = program._transform_do_not_use(MapToScanPass())
+    edge_manager = to_edge_with_prims(program, compile_config=compile_config, **kwargs)
+    after = {str(k) for k in edge_manager.exported_program().range_constraints}
+    lost = {k: v for k, v in before.items() if k not in after and (v.lower != v.upper)}
+    if lost:
+        raise SpecialisedShapeError(
+            f"lowering specialised the dynamic dimension(s) {sorted(lost)} (ranges "
+            f"{[str(v) for v in lost.values()]}) to the example size; the program would compute wrong values "
+            "at other sizes. Something in the program guards on the size (a data-dependent branch, or a "
+            "control-flow operator that executorch unrolls).")
+    return edge_manager
