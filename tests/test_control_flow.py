@@ -151,6 +151,56 @@ def test_loop_bounded_by_dim_max_fuses_its_body_and_runs_at_every_size(kernels):
         _assert_same(run(x), CountedLoop()(x))
 
 
+class ShapeArithmeticLoop(torch.nn.Module):
+    """A loop body doing float (add+relu) and SymInt work ((n - 3) % 4, negative for n < 3)."""
+
+    def forward(self, x):
+        def cond(i, acc):
+            return i < x.shape[0]
+
+        def body(i, acc):
+            row = torch.index_select(x, 0, i.reshape(1)).reshape(-1)
+            return i + 1, torch.relu(acc + row) * ((x.shape[0] - 3) % 4)
+
+        return while_loop(cond, body, (torch.zeros((), dtype=torch.int64), torch.ones(x.shape[1])))
+
+
+def test_full_pipeline_in_a_loop_body_float_and_symint(kernels):
+    """LoopLoweringPass, then fusion, then SymIntToPrimsPass last (an ExportPass that retraces
+    the graph after it would replay the prims)."""
+    from etfuse.passes.symint_to_prims import SymIntToPrimsPass
+
+    ep = export(ShapeArithmeticLoop(), (torch.randn(5, 4),), dynamic_shapes=({0: Dim("n", min=1, max=9)},))
+    fusion, prims = FloatFusionPass(), SymIntToPrimsPass()
+    edge = to_edge(ep).transform([LoopLoweringPass(), fusion, prims])
+    assert [f.rule for f in fusion.report.fused] == ["add_relu"]
+    assert any(path.count(".") == 1 and count for path, count in prims.lowered.items())  # inside the body
+    run = _Loaded(edge)
+    for n in (1, 2, 5, 9):  # (n - 3) % 4 = 2, 3, 2, 2: Python's modulo for the negative ones
+        x = torch.randn(n, 4)
+        _assert_same(run(x), ShapeArithmeticLoop()(x))
+
+
+class LoopInIf(torch.nn.Module):
+    def forward(self, p, x):
+        def looping(x):
+            return while_loop(lambda i, a: i < 3, lambda i, a: (i + 1, torch.relu(a + x)),
+                              (torch.zeros((), dtype=torch.int64), x.clone()))[1]
+
+        return torch.cond(p.sum() > 0, looping, lambda x: x - 1.0, (x,))
+
+
+def test_loop_nested_in_an_if_branch(kernels):
+    lowering, fusion = LoopLoweringPass(), FloatFusionPass()
+    edge = to_edge(export(LoopInIf(), (torch.ones(1), torch.randn(4)))).transform([lowering, fusion])
+    assert [r.trip_bound for r in lowering.report] == [3]
+    assert [f.graph.count(".") for f in fusion.report.fused] == [2]  # if branch > scan step > body
+    run = _Loaded(edge)
+    for p in (torch.ones(1), -torch.ones(1)):
+        x = torch.randn(4)
+        _assert_same(run(p, x), [LoopInIf()(p, x)])
+
+
 class Doubling(torch.nn.Module):
     def forward(self, x):
         return while_loop(lambda x: x.sum() < 100.0, lambda x: (x * 2.0,), (x,))
