@@ -88,6 +88,29 @@ def test_every_builtin_matches_eager_on_the_runtime():
     _assert_matches_eager(EveryBuiltin(), _run(edge))
 
 
+class ShapesFromBuiltins(torch.nn.Module):
+    """Tensor shapes computed through builtins (those whose guards torch.export can solve when
+    they become sizes; the others are covered as values by EveryBuiltin)."""
+
+    def forward(self, x):
+        n = x.shape[0]
+        a = n - 9
+        sizes = [n >> 1, math.floor(a / 3) + 4, math.ceil(n / 3), n - torch.sym_min(n, 2), math.trunc(a / 2) + 5,
+                 n << 1, -a + 40, torch.sym_ite(a != 0, 2, 3), torch.sym_ite(torch.sym_not(n > 7), 2, 3),
+                 torch.sym_int(n / 3) + 1, math.floor(torch.sym_float(n) / 2.5) + 1]
+        return tuple(x.new_ones(s) * i for i, s in enumerate(sizes))
+
+
+def test_shapes_through_builtins_match_eager_on_the_runtime():
+    method = _load(to_edge_with_prims(export(ShapesFromBuiltins(), (torch.randn(12),),
+                                             dynamic_shapes=({0: Dim("n", min=4, max=40)},))))
+    for n in (4, 7, 9, 12, 40):
+        x = torch.randn(n)
+        got, want = method.execute([x]), ShapesFromBuiltins()(x)
+        for g, w in zip(got, want):
+            assert torch.equal(g, w), f"n={n}: runtime shape {tuple(g.shape)}, eager {tuple(w.shape)}"
+
+
 def test_graph_after():
     class M(torch.nn.Module):
         def forward(self, x):
