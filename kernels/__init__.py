@@ -17,7 +17,10 @@ from __future__ import annotations
 import ctypes
 import dataclasses
 import os
+import sys
 import threading
+import types
+import warnings
 from pathlib import Path
 from typing import Optional
 
@@ -28,6 +31,14 @@ __all__ = ["KernelInfo", "KernelBuildError", "load", "is_loaded", "info", "build
 
 RUNTIME_OPS = ("etfuse::add_relu.out", "etfuse::linear_relu.out", "etfuse::addmm_relu.out")
 EAGER_OPS = tuple(RUNTIME_OPS)
+# In libetfuse_quantized_runtime.so. executorch's stock quantized kernels register the first four
+# names too; the last two are etfuse's alone (so their presence means "ours, already loaded").
+QUANTIZED_RUNTIME_OPS = (
+    "quantized_decomposed::add.out", "quantized_decomposed::embedding_byte.out",
+    "quantized_decomposed::quantize_per_tensor.out", "quantized_decomposed::dequantize_per_tensor.out",
+    "quantized_decomposed::add_relu.out", "quantized_decomposed::add.scalar_out",
+)
+STOCK_QUANTIZED_MODULE = "executorch.kernels.quantized"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -38,7 +49,12 @@ class KernelInfo:
     built: bool  # compiled by this process (False: found in the cache)
     isa: str  # instruction set the dispatched loops picked at load: "avx2" or "baseline"
     runtime_threads: int
+    # None when the quantized_decomposed runtime kernels could not be registered; then
+    # `quantized_problem` says why (executorch's stock quantized kernels were loaded first).
+    quantized_runtime_library: Optional[Path] = None
+    quantized_problem: Optional[str] = None
     runtime: Optional[ctypes.CDLL] = dataclasses.field(default=None, repr=False, compare=False)
+    quantized_runtime: Optional[ctypes.CDLL] = dataclasses.field(default=None, repr=False, compare=False)
     eager: Optional[ctypes.CDLL] = dataclasses.field(default=None, repr=False, compare=False)
 
 
@@ -61,6 +77,7 @@ def load(verbose: bool = False) -> KernelInfo:
         import torch
 
         import etfuse.backend_ops  # noqa: F401  (schemas must exist before TORCH_LIBRARY_IMPL runs)
+        import etfuse.backend_ops.quantized_ops  # noqa: F401
         from executorch.extension.pybindings import portable_lib  # noqa: F401  (loads libexecutorch.so)
 
         res: BuildResult = build.build(verbose=verbose)
@@ -88,6 +105,8 @@ def load(verbose: bool = False) -> KernelInfo:
             if missing:
                 raise RuntimeError(f"{res.runtime} loaded but did not register {sorted(missing)}")
 
+        quantized_lib, quantized_problem = _load_quantized_runtime(res)
+
         # Already loaded by torch: dlopen hands back the same library, for its C entry points.
         eager_lib = ctypes.CDLL(str(res.eager))
         eager_lib.etfuse_eager_isa.restype = ctypes.c_char_p
@@ -100,10 +119,58 @@ def load(verbose: bool = False) -> KernelInfo:
             built=res.built,
             isa=eager_lib.etfuse_eager_isa().decode(),
             runtime_threads=int(runtime_lib.etfuse_runtime_thread_count()) if runtime_lib is not None else 0,
+            quantized_runtime_library=res.quantized_runtime if quantized_lib is not None else None,
+            quantized_problem=quantized_problem,
             runtime=runtime_lib,
+            quantized_runtime=quantized_lib,
             eager=eager_lib,
         )
         return _INFO
+
+
+class _StockQuantizedGuard(types.ModuleType):
+    """Stands in for `executorch.kernels.quantized` once etfuse's quantized runtime kernels are
+    registered: importing the real module would register add.out, embedding_byte.out, ... a
+    second time, which aborts the process. etfuse's kernels cover the same ops."""
+
+
+def _guard_stock_quantized() -> None:
+    if STOCK_QUANTIZED_MODULE not in sys.modules:
+        guard = _StockQuantizedGuard(STOCK_QUANTIZED_MODULE, _StockQuantizedGuard.__doc__)
+        guard.__etfuse_guard__ = True
+        sys.modules[STOCK_QUANTIZED_MODULE] = guard
+
+
+def _load_quantized_runtime(res: BuildResult) -> tuple[Optional[ctypes.CDLL], Optional[str]]:
+    """Register the quantized_decomposed runtime kernels unless someone else's are there."""
+    registered = {n for n in _all_runtime_ops() if n.startswith("quantized_decomposed::")}
+    ours = set(QUANTIZED_RUNTIME_OPS)
+    if "quantized_decomposed::add_relu.out" in registered and ours <= registered:
+        _guard_stock_quantized()
+        return ctypes.CDLL(str(res.quantized_runtime), mode=os.RTLD_GLOBAL), None  # loaded before (reload)
+    clash = sorted(ours & registered)
+    if clash:
+        problem = (
+            f"executorch's stock quantized kernels (`import {STOCK_QUANTIZED_MODULE}`) are already registered in this "
+            f"process ({', '.join(clash)}); etfuse's quantized_decomposed kernels cannot be registered next to them "
+            "(the ExecuTorch runtime aborts on a duplicate), so fused quantized programs run the stock kernels, whose "
+            "add.out aborts on int8 ranges and which lack add_relu.out / add.scalar_out. Do not import "
+            f"{STOCK_QUANTIZED_MODULE} in a process that runs etfuse-fused quantized programs."
+        )
+        warnings.warn(problem, RuntimeWarning, stacklevel=3)
+        return None, problem
+    lib = ctypes.CDLL(str(res.quantized_runtime), mode=os.RTLD_GLOBAL)
+    missing = ours - set(_all_runtime_ops())
+    if missing:
+        raise RuntimeError(f"{res.quantized_runtime} loaded but did not register {sorted(missing)}")
+    _guard_stock_quantized()
+    return lib, None
+
+
+def _all_runtime_ops() -> list[str]:
+    from executorch.extension.pybindings import portable_lib
+
+    return list(portable_lib._get_operator_names())
 
 
 def is_loaded() -> bool:
@@ -119,7 +186,8 @@ def set_isa(name: str = "auto") -> None:
     "auto" (cpuid; the environment variable ETFUSE_KERNELS_ISA=baseline also forces it).
     For tests and benchmarks: do not call while kernels run on other threads."""
     info = load()
-    for lib, fn in ((info.eager, "etfuse_eager_set_isa"), (info.runtime, "etfuse_runtime_set_isa")):
+    for lib, fn in ((info.eager, "etfuse_eager_set_isa"), (info.runtime, "etfuse_runtime_set_isa"),
+                    (info.quantized_runtime, "etfuse_quantized_runtime_set_isa")):
         if lib is not None and not getattr(lib, fn)(name.encode()):
             raise ValueError(f"unknown ISA {name!r} or not supported by this CPU (use 'baseline', 'avx2' or 'auto')")
 
@@ -130,4 +198,7 @@ def current_isa() -> dict:
     out = {"eager": info.eager.etfuse_eager_isa().decode()}
     if info.runtime is not None:
         out["runtime"] = info.runtime.etfuse_runtime_isa().decode()
+    if info.quantized_runtime is not None:
+        info.quantized_runtime.etfuse_quantized_runtime_isa.restype = ctypes.c_char_p
+        out["quantized_runtime"] = info.quantized_runtime.etfuse_quantized_runtime_isa().decode()
     return out

@@ -31,7 +31,11 @@ from typing import Optional
 CSRC = Path(__file__).resolve().parent / "csrc"
 EAGER_LIB = "libetfuse_eager.so"
 RUNTIME_LIB = "libetfuse_runtime.so"
-_CACHE_LAYOUT_VERSION = "1"
+# The quantized_decomposed runtime kernels are a library of their own: executorch's stock
+# quantized kernels register some of the same names, and the runtime aborts on duplicates, so
+# etfuse.kernels loads this one only when those names are free (see __init__.py).
+QUANTIZED_RUNTIME_LIB = "libetfuse_quantized_runtime.so"
+_CACHE_LAYOUT_VERSION = "2"
 
 
 class KernelBuildError(RuntimeError):
@@ -45,6 +49,10 @@ class BuildResult:
     runtime: Path
     key: str
     built: bool  # False when found in the cache
+
+    @property
+    def quantized_runtime(self) -> Path:
+        return self.directory / QUANTIZED_RUNTIME_LIB
 
 
 def cache_root() -> Path:
@@ -85,19 +93,19 @@ def eager_command(output: Path) -> list[str]:
     abi = int(torch._C._GLIBCXX_USE_CXX11_ABI)
     cmd = [compiler(), "-std=c++20", *_COMMON, "-fopenmp", f"-D_GLIBCXX_USE_CXX11_ABI={abi}"]
     cmd += [f"-I{p}" for p in cpp_extension.include_paths()]
-    cmd += [f"-I{CSRC}", str(CSRC / "eager_ops.cpp"), "-o", str(output)]
+    cmd += [f"-I{CSRC}", str(CSRC / "eager_ops.cpp"), str(CSRC / "quantized_eager.cpp"), "-o", str(output)]
     for lib_dir in cpp_extension.library_paths():
         cmd += [f"-L{lib_dir}", f"-Wl,-rpath,{lib_dir}"]
     cmd += ["-ltorch", "-ltorch_cpu", "-lc10"]
     return cmd
 
 
-def runtime_command(output: Path) -> list[str]:
+def runtime_command(output: Path, source: str = "runtime_ops.cpp") -> list[str]:
     et = _executorch_dir()
     lib = et / "lib"
     cmd = [compiler(), "-std=c++17", *_COMMON, "-DC10_USING_CUSTOM_GENERATED_MACROS", "-DET_USE_THREADPOOL"]
     cmd += [f"-I{et / 'include'}", f"-I{et / 'include' / 'executorch' / 'runtime' / 'core' / 'portable_type' / 'c10'}"]
-    cmd += [f"-I{CSRC}", str(CSRC / "runtime_ops.cpp"), "-o", str(output)]
+    cmd += [f"-I{CSRC}", str(CSRC / source), "-o", str(output)]
     cmd += [str(lib / "libexecutorch.so"), str(lib / "libexecutorch_threadpool.so"), f"-Wl,-rpath,{lib}"]
     return cmd
 
@@ -118,7 +126,8 @@ def cache_key() -> str:
     for part in (_CACHE_LAYOUT_VERSION, torch.__version__, et_version.__version__, compiler(), _compiler_id(), sys.platform):
         h.update(part.encode() + b"\0")
     # Commands with a placeholder output path: flags and include/library folders.
-    for cmd in (eager_command(Path("OUT")), runtime_command(Path("OUT"))):
+    for cmd in (eager_command(Path("OUT")), runtime_command(Path("OUT")),
+                runtime_command(Path("OUT"), "quantized_runtime.cpp")):
         h.update(" ".join(cmd).encode() + b"\0")
     for path in sources():
         h.update(str(path.relative_to(CSRC)).encode() + b"\0")
@@ -127,7 +136,7 @@ def cache_key() -> str:
 
 
 def _complete(directory: Path) -> bool:
-    return (directory / EAGER_LIB).is_file() and (directory / RUNTIME_LIB).is_file()
+    return all((directory / lib).is_file() for lib in (EAGER_LIB, RUNTIME_LIB, QUANTIZED_RUNTIME_LIB))
 
 
 def build(force: bool = False, verbose: bool = False) -> BuildResult:
@@ -141,7 +150,8 @@ def build(force: bool = False, verbose: bool = False) -> BuildResult:
     root.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=f".{key}.", dir=root))
     try:
-        jobs = [(eager_command(tmp / EAGER_LIB), "eager (torch)"), (runtime_command(tmp / RUNTIME_LIB), "runtime (executorch)")]
+        jobs = [(eager_command(tmp / EAGER_LIB), "eager (torch)"), (runtime_command(tmp / RUNTIME_LIB), "runtime (executorch)"),
+                (runtime_command(tmp / QUANTIZED_RUNTIME_LIB, "quantized_runtime.cpp"), "quantized runtime (executorch)")]
         # Both compile at once: the eager one dominates (torch headers).
         procs = [
             (subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True), cmd, what)

@@ -1,0 +1,149 @@
+"""Quantized backend ops (`quantized_decomposed` namespace): dequantize -> op -> quantize in one.
+
+Schemas are the ones executorch 1.5.1 defines itself (`exir/passes/_quant_patterns_and_replacements.py`,
+imported with `executorch.exir`); the registry reuses them. What etfuse adds:
+
+* a dtype-generic pattern (int8 and uint8; executorch's hard-codes uint8) bound as the
+  CompositeImplicitAutograd kernel of add / add.scalar / add_relu, so retracing a fused program
+  gives `dequantize_per_tensor -> add [-> relu] -> quantize_per_tensor` back;
+* the `.out` variants `to_executorch` needs (`add.out`, `add.scalar_out`, `add_relu.out`; executorch
+  only has `embedding_byte.out`) with reference and fake kernels; compiled kernels replace them.
+
+Semantics, bit for bit (what the kernels implement): dequantize is `(float(q) - float(zp)) * float(scale)`,
+quantize is `clamp(rint(x * float(1.0 / scale)) + float(zp), qmin, qmax)` in float32 (round half to even).
+
+embedding_byte: executorch's schema has `Tensor? weight_zero_points` where the seed lists a plain
+`Tensor`; the two cannot coexist (one schema per overload), so etfuse reuses executorch's, which
+accepts everything the seed's does. Its functional op keeps executorch's CompositeExplicitAutograd
+kernel (torch allows no CompositeImplicitAutograd kernel next to it), so a retrace keeps the op;
+`decompositions()` gives the pattern for `run_decompositions(decompositions())`.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import torch
+
+from .registry import BackendOp, BackendOpError, _library, _out_fake_kernel, register
+
+aten = torch.ops.aten
+qd = torch.ops.quantized_decomposed
+
+
+@dataclasses.dataclass(frozen=True)
+class QuantizedBackendOp(BackendOp):
+    """A BackendOp whose schema may name its return (`-> Tensor qc`, as executorch's add does)."""
+
+    @property
+    def out_schema(self) -> str:
+        args, _, ret = self.schema.split("(", 1)[1].rpartition(")")
+        parts = ret.replace("->", "").split()
+        if not parts or parts[0] != "Tensor" or len(parts) > 2:
+            raise BackendOpError(f"{self.qualname}: only single-Tensor returns get an out variant, got {ret.strip()!r}")
+        sep = ", " if "*" in args else ", *, "
+        return f"{self.out_name}({args}{sep}Tensor(a!) out) -> Tensor(a!)"
+
+
+def _dq(q, scale, zero_point, quant_min, quant_max):
+    return qd.dequantize_per_tensor.default(q, scale, zero_point, quant_min, quant_max, q.dtype)
+
+
+def _add(a, a_scale, a_zero_point, a_quant_min, a_quant_max,
+         b, b_scale, b_zero_point, b_quant_min, b_quant_max,
+         out_scale, out_zero_point, out_quant_min, out_quant_max):
+    s = aten.add.Tensor(_dq(a, a_scale, a_zero_point, a_quant_min, a_quant_max),
+                        _dq(b, b_scale, b_zero_point, b_quant_min, b_quant_max))
+    return qd.quantize_per_tensor.default(s, out_scale, out_zero_point, out_quant_min, out_quant_max, a.dtype)
+
+
+def _add_relu(a, a_scale, a_zero_point, a_quant_min, a_quant_max,
+              b, b_scale, b_zero_point, b_quant_min, b_quant_max,
+              out_scale, out_zero_point, out_quant_min, out_quant_max):
+    s = aten.add.Tensor(_dq(a, a_scale, a_zero_point, a_quant_min, a_quant_max),
+                        _dq(b, b_scale, b_zero_point, b_quant_min, b_quant_max))
+    return qd.quantize_per_tensor.default(aten.relu.default(s), out_scale, out_zero_point, out_quant_min,
+                                          out_quant_max, a.dtype)
+
+
+def _add_scalar(qa, a_scale, a_zero_point, a_quant_min, a_quant_max, a_dtype, b,
+                out_scale, out_zero_point, out_quant_min, out_quant_max, out_dtype):
+    x = qd.dequantize_per_tensor.default(qa, a_scale, a_zero_point, a_quant_min, a_quant_max, a_dtype)
+    return qd.quantize_per_tensor.default(aten.add.Scalar(x, b), out_scale, out_zero_point, out_quant_min,
+                                          out_quant_max, out_dtype)
+
+
+def _embedding_byte(weight, weight_scales, weight_zero_points, weight_quant_min, weight_quant_max, indices):
+    # Per-row: scales (and zero points) have one value per row ([N] or [N, 1]). (q - zp) is exact in
+    # float32 and so is its product with a float16 scale; the result is rounded once to scales' dtype.
+    w = aten._to_copy.default(weight, dtype=torch.float32)
+    if weight_zero_points is not None:
+        w = aten.sub.Tensor(w, aten._to_copy.default(aten.reshape.default(weight_zero_points, [-1, 1]), dtype=torch.float32))
+    w = aten.mul.Tensor(w, aten._to_copy.default(aten.reshape.default(weight_scales, [-1, 1]), dtype=torch.float32))
+    return aten.embedding.default(aten._to_copy.default(w, dtype=weight_scales.dtype), indices)
+
+
+_BINARY_ARGS = ("Tensor a, float a_scale, int a_zero_point, int a_quant_min, int a_quant_max, "
+                "Tensor b, float b_scale, int b_zero_point, int b_quant_min, int b_quant_max, "
+                "float out_scale, int out_zero_point, int out_quant_min, int out_quant_max")
+
+QUANTIZED_ADD = register(QuantizedBackendOp(
+    "quantized_decomposed", f"add({_BINARY_ARGS}) -> Tensor qc", _add,
+    doc="q(dq(a) + dq(b)), per-tensor qparams, int8 or uint8 (a, b and the result share the dtype), broadcasting"))
+QUANTIZED_ADD_RELU = register(QuantizedBackendOp(
+    "quantized_decomposed", f"add_relu({_BINARY_ARGS}) -> Tensor qc", _add_relu,
+    doc="q(relu(dq(a) + dq(b))), like add"))
+QUANTIZED_ADD_SCALAR = register(QuantizedBackendOp(
+    "quantized_decomposed",
+    "add.scalar(Tensor qa, float a_scale, int a_zero_point, int a_quant_min, int a_quant_max, ScalarType a_dtype, "
+    "Scalar b, float out_scale, int out_zero_point, int out_quant_min, int out_quant_max, ScalarType out_dtype) -> Tensor",
+    _add_scalar, doc="q(dq(qa) + b), b a Python scalar (float32 arithmetic)"))
+EMBEDDING_BYTE = register(QuantizedBackendOp(
+    "quantized_decomposed",
+    "embedding_byte(Tensor weight, Tensor weight_scales, Tensor? weight_zero_points, int weight_quant_min, "
+    "int weight_quant_max, Tensor indices) -> Tensor",
+    _embedding_byte,
+    doc="embedding(dq_per_row(weight), indices); weight int8/uint8 [N, D], scales [N] or [N, 1] float32/float16 "
+        "(the output dtype), zero points None or one per row (any int or float dtype)"))
+
+QUANTIZED_OPS = [QUANTIZED_ADD, QUANTIZED_ADD_RELU, QUANTIZED_ADD_SCALAR, EMBEDDING_BYTE]
+
+
+# The per-tensor quantize/dequantize that fused programs keep at their edges. torch.ao defines
+# the functional ops; their `.out` variants (which `to_executorch` emits) exist only once
+# executorch's stock quantized library is loaded, and that library cannot share a process with
+# etfuse's quantized runtime kernels. So etfuse declares the same `.out` schemas itself.
+def _quantize_per_tensor(input, scale, zero_point, quant_min, quant_max, dtype):
+    return qd.quantize_per_tensor.default(input, scale, zero_point, quant_min, quant_max, dtype)
+
+
+def _dequantize_per_tensor(input, scale, zero_point, quant_min, quant_max, dtype, out_dtype=None):
+    return qd.dequantize_per_tensor.default(input, scale, zero_point, quant_min, quant_max, dtype, out_dtype=out_dtype)
+
+
+QUANTIZE_PER_TENSOR = register(QuantizedBackendOp(
+    "quantized_decomposed",
+    "quantize_per_tensor(Tensor input, float scale, int zero_point, int quant_min, int quant_max, ScalarType dtype) -> Tensor",
+    _quantize_per_tensor, doc="torch.ao's op; etfuse adds the .out variant and kernels"))
+DEQUANTIZE_PER_TENSOR = register(QuantizedBackendOp(
+    "quantized_decomposed",
+    "dequantize_per_tensor(Tensor input, float scale, int zero_point, int quant_min, int quant_max, ScalarType dtype, "
+    "*, ScalarType? out_dtype=None) -> Tensor",
+    _dequantize_per_tensor, doc="torch.ao's op; etfuse adds the .out variant and kernels"))
+
+QDQ_OPS = [QUANTIZE_PER_TENSOR, DEQUANTIZE_PER_TENSOR]
+
+# executorch's fake kernel for embedding_byte.out returns a fresh tensor instead of `out`, so the
+# fake and real kernels disagree on aliasing (opcheck fails). The out variant's contract is
+# "returns out": etfuse's derived fake kernel replaces it.
+if not getattr(torch.ops.quantized_decomposed.embedding_byte.out, "_etfuse_fake", False):
+    torch.library.register_fake("quantized_decomposed::embedding_byte.out", _out_fake_kernel(EMBEDDING_BYTE),
+                                lib=_library("quantized_decomposed"), allow_override=True)
+    torch.ops.quantized_decomposed.embedding_byte.out._etfuse_fake = True
+
+
+def decompositions() -> dict:
+    """{functional op: pattern} for `ExportedProgram.run_decompositions`: gives every quantized
+    backend op its pattern back, including embedding_byte (whose CompositeExplicitAutograd kernel
+    is executorch's, so a plain retrace keeps it)."""
+    return {op.aten: op.pattern for op in QUANTIZED_OPS}

@@ -1,0 +1,413 @@
+// quantized_decomposed kernel cores: add, add_relu, add.scalar, embedding_byte and the per-tensor
+// quantize / dequantize that fused programs keep at their edges. int8 and uint8.
+//
+// Bit-exact against the decomposed ops (torch.ao quantized_decomposed, float32 throughout):
+//   dequantize(q)  = (float(q) - float(zp)) * float(scale)
+//   quantize(x)    = clamp(rint(x * float(1.0 / scale)) + float(zp), qmin, qmax)   (half to even)
+// Each step is its own float32 operation; no step may be contracted into an FMA, so the loops
+// are compiled for the baseline and for AVX2 *without* FMA (see kVecTarget).
+#pragma once
+
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <limits>
+
+#include "common.h"
+
+#if ETFUSE_HAVE_X86_DISPATCH
+#define ETFUSE_TARGET_AVX2_NOFMA __attribute__((target("avx2")))
+#else
+#define ETFUSE_TARGET_AVX2_NOFMA
+#endif
+
+namespace etfuse {
+namespace core {
+namespace quantized {
+
+enum class QType { kInt8, kUInt8 };
+
+inline const char* qtype_name(QType t) { return t == QType::kInt8 ? "int8" : "uint8"; }
+inline int64_t qtype_min(QType t) { return t == QType::kInt8 ? -128 : 0; }
+inline int64_t qtype_max(QType t) { return t == QType::kInt8 ? 127 : 255; }
+
+// One tensor's per-tensor qparams, in the float32 form the arithmetic uses.
+struct QParams {
+  float scale = 1.0f;
+  float inv_scale = 1.0f;  // float(1.0 / scale), computed in double like torch.ao's Python
+  float zero_point = 0.0f;
+  float qmin = 0.0f;
+  float qmax = 0.0f;
+};
+
+// Validates and converts. `what` names the operand ("a", "b", "out") in the error.
+inline bool make_qparams(
+    const char* op, const char* what, double scale, int64_t zp, int64_t qmin, int64_t qmax, QType t, QParams& q,
+    Status& st) {
+  if (!(scale > 0.0) || !std::isfinite(scale)) {
+    return st.fail("%s: %s_scale must be finite and > 0, got %g", op, what, scale);
+  }
+  if (qmin > qmax || qmin < qtype_min(t) || qmax > qtype_max(t)) {
+    return st.fail(
+        "%s: %s quant range [%lld, %lld] is not inside %s's [%lld, %lld]", op, what, (long long)qmin,
+        (long long)qmax, qtype_name(t), (long long)qtype_min(t), (long long)qtype_max(t));
+  }
+  if (zp < qmin || zp > qmax) {
+    return st.fail(
+        "%s: %s_zero_point %lld is outside the quant range [%lld, %lld]", op, what, (long long)zp, (long long)qmin,
+        (long long)qmax);
+  }
+  q.scale = static_cast<float>(scale);
+  q.inv_scale = static_cast<float>(1.0 / scale);
+  q.zero_point = static_cast<float>(zp);
+  q.qmin = static_cast<float>(qmin);
+  q.qmax = static_cast<float>(qmax);
+  return true;
+}
+
+ETFUSE_ALWAYS_INLINE float clampf(float v, float lo, float hi) {
+  // torch.clamp: min(max(v, lo), hi)
+  v = v < lo ? lo : v;
+  return v > hi ? hi : v;
+}
+
+// ---- element-wise binary (add / add_relu) and scalar add ----------------------------------
+
+// Simplified broadcast iteration space (dim 0 innermost), strides in elements.
+struct Plan {
+  int n = 0;
+  int64_t sz[kMaxDims];
+  int64_t sa[kMaxDims], sb[kMaxDims], so[kMaxDims];
+  int64_t total = 0;
+};
+
+inline Plan make_plan(const Layout& la, const Layout& lb, const Layout& lo) {
+  Plan p;
+  p.total = lo.numel();
+  for (int d = lo.ndim - 1; d >= 0; --d) {
+    const int64_t size = lo.sizes[d];
+    if (size == 1) continue;
+    const int64_t sa = broadcast_stride(la, lo.ndim, d);
+    const int64_t sb = broadcast_stride(lb, lo.ndim, d);
+    const int64_t so = lo.strides[d];
+    if (p.n > 0) {
+      const int i = p.n - 1;
+      if (sa == p.sa[i] * p.sz[i] && sb == p.sb[i] * p.sz[i] && so == p.so[i] * p.sz[i]) {
+        p.sz[i] *= size;
+        continue;
+      }
+    }
+    p.sz[p.n] = size;
+    p.sa[p.n] = sa;
+    p.sb[p.n] = sb;
+    p.so[p.n] = so;
+    ++p.n;
+  }
+  if (p.n == 0) {
+    p.n = 1;
+    p.sz[0] = 1;
+    p.sa[0] = p.sb[0] = p.so[0] = 0;
+  }
+  return p;
+}
+
+inline bool check_out_shape(const char* op, const Layout& la, const Layout& lb, const Layout& lo, Status& st) {
+  int ndim = 0;
+  int64_t sizes[kMaxDims];
+  if (!broadcast_shapes(la, lb, ndim, sizes, op, st)) return false;
+  bool same = ndim == lo.ndim;
+  for (int d = 0; same && d < ndim; ++d) same = sizes[d] == lo.sizes[d];
+  if (!same) {
+    return st.fail("%s: out has shape %s, expected %s", op, ShapeStr(lo).c_str(), ShapeStr(sizes, ndim).c_str());
+  }
+  return true;
+}
+
+template <class TA, class TB, class TO, bool kRelu>
+struct BinaryLoop {
+  static ETFUSE_ALWAYS_INLINE void body(
+      int64_t len, const TA* __restrict a, int64_t ia, const TB* __restrict b, int64_t ib, TO* __restrict o,
+      int64_t io, const QParams& qa, const QParams& qb, const QParams& qo) {
+    const float sa = qa.scale, za = qa.zero_point, sb = qb.scale, zb = qb.zero_point;
+    const float inv = qo.inv_scale, zo = qo.zero_point, lo = qo.qmin, hi = qo.qmax;
+#define ETFUSE_QADD_ELEM(A, B)                            \
+  {                                                       \
+    const float x = (static_cast<float>(A) - za) * sa;    \
+    const float y = (static_cast<float>(B) - zb) * sb;    \
+    float s = x + y;                                      \
+    if (kRelu) s = s < 0.0f ? 0.0f : s;                   \
+    const float r = clampf(std::rint(s * inv) + zo, lo, hi); \
+    val = static_cast<TO>(static_cast<int32_t>(r));       \
+  }
+    if (io == 1 && ia == 1 && ib == 1) {
+      for (int64_t i = 0; i < len; ++i) {
+        TO val;
+        ETFUSE_QADD_ELEM(a[i], b[i]);
+        o[i] = val;
+      }
+    } else if (io == 1 && ia == 1 && ib == 0) {
+      const TB bv = *b;
+      for (int64_t i = 0; i < len; ++i) {
+        TO val;
+        ETFUSE_QADD_ELEM(a[i], bv);
+        o[i] = val;
+      }
+    } else if (io == 1 && ia == 0 && ib == 1) {
+      const TA av = *a;
+      for (int64_t i = 0; i < len; ++i) {
+        TO val;
+        ETFUSE_QADD_ELEM(av, b[i]);
+        o[i] = val;
+      }
+    } else {
+      for (int64_t i = 0; i < len; ++i) {
+        TO val;
+        ETFUSE_QADD_ELEM(a[i * ia], b[i * ib]);
+        o[i * io] = val;
+      }
+    }
+#undef ETFUSE_QADD_ELEM
+  }
+};
+
+template <class TA, class TB, class TO, bool kRelu>
+ETFUSE_TARGET_AVX2_NOFMA void binary_inner_avx2(
+    int64_t len, const TA* a, int64_t ia, const TB* b, int64_t ib, TO* o, int64_t io, const QParams& qa,
+    const QParams& qb, const QParams& qo) {
+  BinaryLoop<TA, TB, TO, kRelu>::body(len, a, ia, b, ib, o, io, qa, qb, qo);
+}
+
+template <class TA, class TB, class TO, bool kRelu>
+void binary_inner_base(
+    int64_t len, const TA* a, int64_t ia, const TB* b, int64_t ib, TO* o, int64_t io, const QParams& qa,
+    const QParams& qb, const QParams& qo) {
+  BinaryLoop<TA, TB, TO, kRelu>::body(len, a, ia, b, ib, o, io, qa, qb, qo);
+}
+
+// Output elements [e0, e1) of the plan.
+template <class TA, class TB, class TO, bool kRelu>
+void binary_range(
+    const Plan& p, const TA* a, const TB* b, TO* o, int64_t e0, int64_t e1, const QParams& qa, const QParams& qb,
+    const QParams& qo, bool avx2) {
+  auto inner = avx2 ? &binary_inner_avx2<TA, TB, TO, kRelu> : &binary_inner_base<TA, TB, TO, kRelu>;
+  const int64_t L = p.sz[0];
+  int64_t idx[kMaxDims];
+  int64_t row = e0 / L, col = e0 % L;
+  int64_t oa = 0, ob = 0, oo = 0;
+  for (int d = 1; d < p.n; ++d) {
+    idx[d] = row % p.sz[d];
+    row /= p.sz[d];
+    oa += idx[d] * p.sa[d];
+    ob += idx[d] * p.sb[d];
+    oo += idx[d] * p.so[d];
+  }
+  int64_t remaining = e1 - e0;
+  while (remaining > 0) {
+    const int64_t len = (L - col) < remaining ? (L - col) : remaining;
+    inner(len, a + oa + col * p.sa[0], p.sa[0], b + ob + col * p.sb[0], p.sb[0], o + oo + col * p.so[0], p.so[0],
+          qa, qb, qo);
+    remaining -= len;
+    col = 0;
+    for (int d = 1; d < p.n; ++d) {
+      oa += p.sa[d];
+      ob += p.sb[d];
+      oo += p.so[d];
+      if (++idx[d] < p.sz[d]) break;
+      oa -= p.sa[d] * p.sz[d];
+      ob -= p.sb[d] * p.sz[d];
+      oo -= p.so[d] * p.sz[d];
+      idx[d] = 0;
+    }
+  }
+}
+
+// out = q(dq(a) + dq(b)) [relu], broadcasting; the layouts are already validated.
+template <class TA, class TB, class TO, class Par>
+void add(
+    const TA* a, const Layout& la, const TB* b, const Layout& lb, TO* o, const Layout& lo, const QParams& qa,
+    const QParams& qb, const QParams& qo, bool relu, Par&& par) {
+  const Plan p = make_plan(la, lb, lo);
+  const bool avx2 = selected_isa() == Isa::kAvx2;
+  for_elements(p.total, par, [&](int64_t e0, int64_t e1) {
+    if (relu) {
+      binary_range<TA, TB, TO, true>(p, a, b, o, e0, e1, qa, qb, qo, avx2);
+    } else {
+      binary_range<TA, TB, TO, false>(p, a, b, o, e0, e1, qa, qb, qo, avx2);
+    }
+  });
+}
+
+// add.scalar: dq(a) + float(b). Same loop as add with b a broadcast float "tensor" of scale 1.
+template <class TA, class TO, class Par>
+void add_scalar(
+    const TA* a, const Layout& la, TO* o, const Layout& lo, const QParams& qa, double b, const QParams& qo,
+    Par&& par) {
+  // x + float(b) == (float(b) - 0) * 1: exact, so the binary loop computes exactly dq(a) + float(b).
+  const float bf = static_cast<float>(b);
+  QParams qb;
+  qb.scale = 1.0f;
+  qb.zero_point = 0.0f;
+  Layout lb;  // a 0-dim operand
+  lb.ndim = 0;
+  const Plan p = make_plan(la, lb, lo);
+  const bool avx2 = selected_isa() == Isa::kAvx2;
+  for_elements(p.total, par, [&](int64_t e0, int64_t e1) {
+    binary_range<TA, float, TO, false>(p, a, &bf, o, e0, e1, qa, qb, qo, avx2);
+  });
+}
+
+// ---- per-tensor quantize / dequantize ------------------------------------------------------
+
+template <class TQ>
+struct QdqLoop {
+  static ETFUSE_ALWAYS_INLINE void quantize(int64_t n, const float* __restrict x, TQ* __restrict q, const QParams& p) {
+    const float inv = p.inv_scale, zp = p.zero_point, lo = p.qmin, hi = p.qmax;
+    for (int64_t i = 0; i < n; ++i) q[i] = static_cast<TQ>(static_cast<int32_t>(clampf(std::rint(x[i] * inv) + zp, lo, hi)));
+  }
+  static ETFUSE_ALWAYS_INLINE void dequantize(int64_t n, const TQ* __restrict q, float* __restrict x, const QParams& p) {
+    const float s = p.scale, zp = p.zero_point;
+    for (int64_t i = 0; i < n; ++i) x[i] = (static_cast<float>(q[i]) - zp) * s;
+  }
+};
+
+template <class TQ>
+ETFUSE_TARGET_AVX2_NOFMA void quantize_avx2(int64_t n, const float* x, TQ* q, const QParams& p) {
+  QdqLoop<TQ>::quantize(n, x, q, p);
+}
+template <class TQ>
+void quantize_base(int64_t n, const float* x, TQ* q, const QParams& p) {
+  QdqLoop<TQ>::quantize(n, x, q, p);
+}
+template <class TQ>
+ETFUSE_TARGET_AVX2_NOFMA void dequantize_avx2(int64_t n, const TQ* q, float* x, const QParams& p) {
+  QdqLoop<TQ>::dequantize(n, q, x, p);
+}
+template <class TQ>
+void dequantize_base(int64_t n, const TQ* q, float* x, const QParams& p) {
+  QdqLoop<TQ>::dequantize(n, q, x, p);
+}
+
+// Contiguous tensors of n elements.
+template <class TQ, class Par>
+void quantize(const float* x, TQ* q, int64_t n, const QParams& p, Par&& par) {
+  auto f = selected_isa() == Isa::kAvx2 ? &quantize_avx2<TQ> : &quantize_base<TQ>;
+  for_elements(n, par, [&](int64_t e0, int64_t e1) { f(e1 - e0, x + e0, q + e0, p); });
+}
+
+template <class TQ, class Par>
+void dequantize(const TQ* q, float* x, int64_t n, const QParams& p, Par&& par) {
+  auto f = selected_isa() == Isa::kAvx2 ? &dequantize_avx2<TQ> : &dequantize_base<TQ>;
+  for_elements(n, par, [&](int64_t e0, int64_t e1) { f(e1 - e0, q + e0, x + e0, p); });
+}
+
+// ---- embedding_byte ------------------------------------------------------------------------
+
+// float -> IEEE half bits, round to nearest even (what torch's .to(float16) does).
+inline uint16_t float_to_half_bits(float f) {
+  uint32_t x;
+  std::memcpy(&x, &f, 4);
+  const uint32_t sign = (x >> 16) & 0x8000u;
+  uint32_t ax = x & 0x7fffffffu;
+  if (ax >= 0x7f800000u) return static_cast<uint16_t>(sign | (ax > 0x7f800000u ? 0x7e00u : 0x7c00u));
+  if (ax >= 0x477ff000u) return static_cast<uint16_t>(sign | 0x7c00u);  // rounds to inf
+  if (ax < 0x38800000u) {  // below the smallest normal half: a multiple of 2^-24
+    float af;
+    std::memcpy(&af, &ax, 4);
+    return static_cast<uint16_t>(sign | static_cast<uint32_t>(std::rint(af * 16777216.0f)));
+  }
+  ax += 0xfffu + ((ax >> 13) & 1u);
+  ax -= 112u << 23;
+  return static_cast<uint16_t>(sign | (ax >> 13));
+}
+
+struct EmbeddingArgs {
+  const void* weight = nullptr;  // [N, D] int8 or uint8, strided
+  QType wtype = QType::kInt8;
+  int64_t rows = 0, dim = 0, w_stride0 = 0, w_stride1 = 0;
+  const float* scales = nullptr;  // N floats (converted by the caller when float16)
+  const float* zero_points = nullptr;  // N floats or null
+  const int64_t* indices = nullptr;  // flattened, converted to int64 by the caller if needed
+  int64_t num_indices = 0;
+  void* out = nullptr;  // [num_indices, D] contiguous
+  bool half_out = false;
+};
+
+inline bool check_indices(const EmbeddingArgs& e, Status& st) {
+  for (int64_t i = 0; i < e.num_indices; ++i) {
+    const int64_t r = e.indices[i];
+    if (r < 0 || r >= e.rows) {
+      return st.fail(
+          "quantized_decomposed::embedding_byte.out: index %lld is out of range for %lld rows", (long long)r,
+          (long long)e.rows);
+    }
+  }
+  return true;
+}
+
+template <class TW, class TO>
+struct EmbeddingLoop {
+  static ETFUSE_ALWAYS_INLINE void row(const TW* __restrict w, int64_t ws, int64_t d, float s, float zp, TO* __restrict o) {
+    if (ws == 1) {
+      for (int64_t j = 0; j < d; ++j) store(o + j, (static_cast<float>(w[j]) - zp) * s);
+    } else {
+      for (int64_t j = 0; j < d; ++j) store(o + j, (static_cast<float>(w[j * ws]) - zp) * s);
+    }
+  }
+  static ETFUSE_ALWAYS_INLINE void store(float* o, float v) { *o = v; }
+  static ETFUSE_ALWAYS_INLINE void store(uint16_t* o, float v) { *o = float_to_half_bits(v); }
+};
+
+template <class TW, class TO>
+ETFUSE_TARGET_AVX2_NOFMA void embedding_rows_avx2(const EmbeddingArgs& e, int64_t i0, int64_t i1) {
+  const TW* w = static_cast<const TW*>(e.weight);
+  TO* out = static_cast<TO*>(e.out);
+  for (int64_t i = i0; i < i1; ++i) {
+    const int64_t r = e.indices[i];
+    EmbeddingLoop<TW, TO>::row(w + r * e.w_stride0, e.w_stride1, e.dim, e.scales[r],
+                               e.zero_points ? e.zero_points[r] : 0.0f, out + i * e.dim);
+  }
+}
+
+template <class TW, class TO>
+void embedding_rows_base(const EmbeddingArgs& e, int64_t i0, int64_t i1) {
+  const TW* w = static_cast<const TW*>(e.weight);
+  TO* out = static_cast<TO*>(e.out);
+  for (int64_t i = i0; i < i1; ++i) {
+    const int64_t r = e.indices[i];
+    EmbeddingLoop<TW, TO>::row(w + r * e.w_stride0, e.w_stride1, e.dim, e.scales[r],
+                               e.zero_points ? e.zero_points[r] : 0.0f, out + i * e.dim);
+  }
+}
+
+template <class TW, class TO>
+void embedding_rows(const EmbeddingArgs& e, int64_t i0, int64_t i1) {
+  if (selected_isa() == Isa::kAvx2) {
+    embedding_rows_avx2<TW, TO>(e, i0, i1);
+  } else {
+    embedding_rows_base<TW, TO>(e, i0, i1);
+  }
+}
+
+// Indices must have been checked (check_indices).
+template <class Par>
+void embedding_byte(const EmbeddingArgs& e, Par&& par) {
+  auto fn = [&](int64_t i0, int64_t i1) {
+    if (e.wtype == QType::kInt8) {
+      e.half_out ? embedding_rows<int8_t, uint16_t>(e, i0, i1) : embedding_rows<int8_t, float>(e, i0, i1);
+    } else {
+      e.half_out ? embedding_rows<uint8_t, uint16_t>(e, i0, i1) : embedding_rows<uint8_t, float>(e, i0, i1);
+    }
+  };
+  const int64_t work = e.num_indices * (e.dim > 0 ? e.dim : 1);
+  if (work <= kSerialElements || e.num_indices < 2) {
+    fn(0, e.num_indices);
+    return;
+  }
+  int64_t grain = kGrainSize / (e.dim > 0 ? e.dim : 1);
+  if (grain < 1) grain = 1;
+  par(int64_t(0), e.num_indices, grain, fn);
+}
+
+}  // namespace quantized
+}  // namespace core
+}  // namespace etfuse

@@ -1,0 +1,84 @@
+"""QuantFusionPass: dequantize -> add [-> relu] -> quantize and dequantize -> embedding into
+`quantized_decomposed` ops (rules in patterns/quant_rules.py), int8 and uint8.
+
+One normalisation comes first: a `dequantize_per_tensor` with several users (the FX
+`_convert_to_reference_decomposed_fx` form shares one per quantized tensor; PT2E makes one per
+use) is split into one per use, so each consumer's chain can fuse on its own. The split happens
+on a copy; the caller's graph module is never modified, and if nothing fuses the caller's module
+is returned as it was.
+"""
+
+from __future__ import annotations
+
+import copy
+
+import torch.fx as fx
+from executorch.exir.dialects._ops import ops as exir_ops
+from executorch.exir.pass_base import PassResult
+
+from etfuse.patterns.quant_rules import QUANT_RULES
+
+from .fusion_pass import FusionPass, graph_modules
+
+_DQ = (exir_ops.edge.quantized_decomposed.dequantize_per_tensor.default,)
+
+
+def _shared_dequantize(gm: fx.GraphModule) -> bool:
+    return any(sum(_uses(u, n) for u in n.users) > 1
+               for _, m in graph_modules(gm) for t in _DQ
+               for n in m.graph.find_nodes(op="call_function", target=t, sort=False))
+
+
+def _flat(u: fx.Node) -> list:
+    out = []
+    fx.node.map_arg((u.args, u.kwargs), out.append)
+    return out
+
+
+def _uses(u: fx.Node, node: fx.Node) -> int:
+    return sum(a is node for a in _flat(u))
+
+
+def split_dequantize(gm: fx.GraphModule) -> None:
+    """Give every use of a shared dequantize node its own copy (in place)."""
+    for _, m in graph_modules(gm):
+        graph = m.graph
+        for t in _DQ:
+            for n in list(graph.find_nodes(op="call_function", target=t)):
+                uses = [(u, k) for u in list(n.users) for k in range(_uses(u, n))]
+                for u, _ in uses[1:]:
+                    with graph.inserting_after(n):
+                        dup = graph.node_copy(n)
+                    dup.meta = dict(n.meta)
+                    _replace_one_use(u, n, dup)
+        m.recompile()
+
+
+def _replace_one_use(user: fx.Node, old: fx.Node, new: fx.Node) -> None:
+    done = [False]
+
+    def swap(a):
+        if a is old and not done[0]:
+            done[0] = True
+            return new
+        return a
+
+    user.args = fx.node.map_arg(user.args, swap)
+    user.kwargs = fx.node.map_arg(user.kwargs, swap)
+
+
+class QuantFusionPass(FusionPass):
+    """Fuses quantized add / add_relu / add.scalar / embedding chains (see patterns/quant_rules.py)."""
+
+    def __init__(self):
+        super().__init__(QUANT_RULES)
+
+    def call(self, graph_module: fx.GraphModule) -> PassResult:
+        if not _shared_dequantize(graph_module):
+            return super().call(graph_module)
+        split = copy.deepcopy(graph_module)
+        split_dequantize(split)
+        result = super().call(split)
+        if not result.modified:
+            return PassResult(graph_module, False)
+        return result
