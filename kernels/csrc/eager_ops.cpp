@@ -153,7 +153,7 @@ TORCH_LIBRARY_IMPL(etfuse, CPU, m) {
 
 // Plain C entry points (ctypes), mirroring the runtime library's.
 ETFUSE_EXPORT const char* etfuse_eager_isa() {
-  return core::isa_name(core::selected_isa());
+  return core::current_isa_name();
 }
 
 ETFUSE_EXPORT int etfuse_eager_set_isa(const char* name) {

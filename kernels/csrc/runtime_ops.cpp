@@ -132,7 +132,7 @@ EXECUTORCH_LIBRARY(etfuse, "addmm_relu.out", addmm_relu_out);
 // Plain C entry points for etfuse.kernels (ctypes): diagnostics and the benchmark's
 // memory-bandwidth probe, run on the same threadpool with the same split as add_relu.
 ETFUSE_EXPORT const char* etfuse_runtime_isa() {
-  return core::isa_name(core::selected_isa());
+  return core::current_isa_name();
 }
 
 ETFUSE_EXPORT int etfuse_runtime_set_isa(const char* name) {

@@ -26,9 +26,11 @@
 #if defined(__GNUC__) && (defined(__x86_64__) || defined(__i386__))
 #define ETFUSE_HAVE_X86_DISPATCH 1
 #define ETFUSE_TARGET_AVX2 __attribute__((target("avx2,fma")))
+#define ETFUSE_TARGET_AVX512 __attribute__((target("avx512f,avx2,fma")))
 #else
 #define ETFUSE_HAVE_X86_DISPATCH 0
 #define ETFUSE_TARGET_AVX2
+#define ETFUSE_TARGET_AVX512
 #endif
 
 namespace etfuse {
@@ -161,6 +163,14 @@ inline bool cpu_has_avx2() {
 #endif
 }
 
+inline bool cpu_has_avx512() {
+#if ETFUSE_HAVE_X86_DISPATCH
+  return cpu_has_avx2() && __builtin_cpu_supports("avx512f");
+#else
+  return false;
+#endif
+}
+
 // AVX2+FMA when the CPU has it, unless the environment variable ETFUSE_KERNELS_ISA=baseline
 // forces the SSE2 baseline.
 inline Isa detect_isa() {
@@ -184,21 +194,56 @@ inline Isa selected_isa() {
   return static_cast<Isa>(v);
 }
 
-// Force "baseline" or "avx2" (if the CPU has it), or "auto". Returns false for an unknown or
-// unsupported name. For tests and benchmarks; not meant to race with running kernels.
+// On top of Isa::kAvx2, compute-bound cores (the GEMM micro-kernel) may use AVX-512F when the
+// CPU has it; memory-bound loops stay on AVX2. Off when ETFUSE_KERNELS_ISA is "avx2" or
+// "baseline". selected_isa() still answers kAvx2 on such CPUs.
+inline std::atomic<int>& avx512_state() {
+  static std::atomic<int> state{-1};
+  return state;
+}
+
+inline bool detect_avx512() {
+  const char* env = std::getenv("ETFUSE_KERNELS_ISA");
+  if (env && (std::strcmp(env, "baseline") == 0 || std::strcmp(env, "avx2") == 0)) return false;
+  return cpu_has_avx512();
+}
+
+inline bool use_avx512() {
+  int v = avx512_state().load(std::memory_order_relaxed);
+  if (v < 0) {
+    v = detect_avx512() ? 1 : 0;
+    avx512_state().store(v, std::memory_order_relaxed);
+  }
+  return v == 1 && selected_isa() == Isa::kAvx2;
+}
+
+// Force "baseline", "avx2" (no AVX-512 anywhere) or "avx512" (if the CPU has them), or "auto".
+// Returns false for an unknown or unsupported name. For tests and benchmarks; not meant to
+// race with running kernels.
 inline bool set_isa(const char* name) {
-  int v;
+  int v, wide = 0;
   if (name == nullptr || std::strcmp(name, "auto") == 0) {
     v = static_cast<int>(detect_isa());
+    wide = detect_avx512() ? 1 : 0;
   } else if (std::strcmp(name, "baseline") == 0) {
     v = static_cast<int>(Isa::kBaseline);
   } else if (std::strcmp(name, "avx2") == 0 && cpu_has_avx2()) {
     v = static_cast<int>(Isa::kAvx2);
+  } else if (std::strcmp(name, "avx512") == 0 && cpu_has_avx512()) {
+    v = static_cast<int>(Isa::kAvx2);
+    wide = 1;
   } else {
     return false;
   }
   isa_state().store(v, std::memory_order_relaxed);
+  avx512_state().store(wide, std::memory_order_relaxed);
   return true;
+}
+
+// "avx512" (AVX2 loops + AVX-512 GEMM), "avx2" or "baseline".
+inline const char* current_isa_name() {
+  if (use_avx512()) return "avx512";
+  return selected_isa() == Isa::kAvx2 ? "avx2" : "baseline";
 }
 
 inline const char* isa_name(Isa isa) {
