@@ -92,7 +92,11 @@ class _Builder:
         return node
 
     def val(self, x):
-        return x.meta["val"] if isinstance(x, fx.Node) else x
+        if not isinstance(x, fx.Node):
+            return x
+        if "val" not in x.meta:
+            raise _Decline(f"operand {x.name!r} has no meta['val'] (a pass before this one dropped it)")
+        return x.meta["val"]
 
     def kind(self, x) -> str:
         return _kind(self.val(x))

@@ -149,6 +149,24 @@ def test_modulo_is_exact_where_the_runtime_kernel_is_not():
     _assert_matches_eager(M(), ours)
 
 
+class DataScalars(torch.nn.Module):
+    """Unbacked SymInts (`.item()`) take any sign: both operands negative, mixed, zero."""
+
+    def forward(self, t, x):
+        a, b = t[0].item(), t[1].item()
+        return (x + 1, a % b, a // b, abs(a), round(a / b), a != b, torch.sym_max(a, b), torch.sym_min(a, b),
+                (a & 5) | 8, a >> 2, a << 3, math.floor(a / 4), math.ceil(a / 4), math.trunc(a / 4), a ** 3)
+
+
+def test_negative_operands_of_every_sign_match_python():
+    method = _load(to_edge_with_prims(export(DataScalars(), (torch.tensor([7, 3]), torch.randn(2)))))
+    pairs = [(a, b) for a in (-9, -7, -5, -1, 0, 1, 5, 7, 13) for b in (-4, -3, -2, 1, 2, 3, 6)]
+    for a, b in pairs:
+        t, x = torch.tensor([a, b]), torch.randn(2)
+        got, want = list(method.execute([t, x]))[1:], list(DataScalars()(t, x))[1:]
+        assert got == want and [type(g) for g in got] == [type(w) for w in want], (a, b, got, want)
+
+
 def test_symbolic_arithmetic_inside_cond_branches():
     class M(torch.nn.Module):
         def forward(self, x):

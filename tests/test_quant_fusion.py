@@ -1,0 +1,448 @@
+"""Quantized fusions on graphs from the real quantization flows, run on the ExecuTorch runtime.
+
+Flows: PT2E with executorch's XNNPACK quantizer (int8, signed), FX `prepare_fx` +
+`_convert_to_reference_decomposed_fx` (uint8, one dequantize shared by its users), torchao
+`quantize_` (IntxWeightOnlyConfig, `dequantize_affine`) for embeddings, and hand-written
+dequantize -> op -> quantize models for the scalar forms and the refusals.
+"""
+
+import copy
+
+import torch
+import torch.fx as fx
+from executorch.exir import EdgeCompileConfig, to_edge
+from executorch.exir.dialects.edge._ops import EdgeOpOverload
+from expecttest import TestCase
+
+import etfuse.kernels
+from etfuse.backend_ops.quantized_ops import (
+    DEQUANTIZE_PER_TENSOR, EMBEDDING_BYTE, QUANTIZE_PER_TENSOR, QUANTIZED_ADD, QUANTIZED_ADD_RELU,
+    QUANTIZED_ADD_SCALAR, decompositions,
+)
+from etfuse.passes.quant_fusion import QuantFusionPass
+from etfuse.runtime import run
+from fusion_helpers import op_names
+
+qd = torch.ops.quantized_decomposed
+I8, U8 = torch.int8, torch.uint8
+RANGES = {I8: (-128, 127), U8: (0, 255)}
+
+
+def graph_text(gm: fx.GraphModule) -> str:
+    """One line per op: `name(args)`, floats to 4 significant digits (calibration noise aside,
+    the graph's structure is what the expectations pin down)."""
+
+    def fmt(a):
+        if isinstance(a, fx.Node):
+            return a.name
+        if isinstance(a, float):
+            return f"{a:.4g}"
+        if isinstance(a, (list, tuple)):
+            return "[" + ", ".join(fmt(x) for x in a) + "]"
+        if isinstance(a, torch.dtype):
+            return str(a).replace("torch.", "")
+        return repr(a)
+
+    lines = []
+    for n in gm.graph.nodes:
+        if n.op == "call_function":
+            t = n.target._op if isinstance(n.target, EdgeOpOverload) else n.target
+            name = str(t).replace("quantized_decomposed.", "qd.").replace("aten.", "")
+            args = ", ".join([fmt(a) for a in n.args] + [f"{k}={fmt(v)}" for k, v in n.kwargs.items()])
+            lines.append(f"{n.name} = {name}({args})")
+        elif n.op == "output":
+            lines.append(f"return {fmt(n.args[0])}")
+    return "\n".join(lines)
+
+
+def fuse(edge):
+    p = QuantFusionPass()
+    return edge.transform([p]), p.report
+
+
+def run_both(edge, fused, inputs):
+    """Outputs of the unfused and the fused program on the ExecuTorch runtime."""
+    return run(edge.to_executorch(), inputs), run(fused.to_executorch(), inputs)
+
+
+def pt2e_int8(model, example_inputs, calibration):
+    from executorch.backends.xnnpack.quantizer.xnnpack_quantizer import (
+        XNNPACKQuantizer, get_symmetric_quantization_config,
+    )
+    from torchao.quantization.pt2e.quantize_pt2e import convert_pt2e, prepare_pt2e
+
+    m = torch.export.export(model.eval(), example_inputs).module()
+    m = prepare_pt2e(m, XNNPACKQuantizer().set_global(get_symmetric_quantization_config()))
+    for args in calibration:
+        m(*args)
+    m = convert_pt2e(m)
+    return to_edge(torch.export.export(m, example_inputs))
+
+
+def fx_uint8(model, example_inputs, calibration):
+    from torch.ao.quantization import get_default_qconfig_mapping
+    from torch.ao.quantization.backend_config.executorch import get_executorch_backend_config
+    from torch.ao.quantization.quantize_fx import _convert_to_reference_decomposed_fx, prepare_fx
+
+    m = prepare_fx(model.eval(), get_default_qconfig_mapping("qnnpack"), example_inputs,
+                   backend_config=get_executorch_backend_config())
+    for args in calibration:
+        m(*args)
+    m = _convert_to_reference_decomposed_fx(m)
+    return to_edge(torch.export.export(m, example_inputs, strict=True),
+                   compile_config=EdgeCompileConfig(_check_ir_validity=False))
+
+
+class AddModel(torch.nn.Module):
+    def forward(self, x, y):
+        return torch.relu(x + y), x + y, x + x
+
+
+def calibration(*shapes, n=4, seed=0):
+    g = torch.Generator().manual_seed(seed)
+    return [tuple(torch.randn(s, generator=g) * 2 for s in shapes) for _ in range(n)]
+
+
+def setUpModule():
+    etfuse.kernels.load()
+
+
+class Pt2eInt8Test(TestCase):
+    @classmethod
+    def setUpClass(cls):
+        torch.manual_seed(0)
+        cls.shapes = ((4, 8), (8,))  # y broadcasts along x's rows
+        cls.cal = calibration(*cls.shapes)
+        cls.edge = pt2e_int8(AddModel(), cls.cal[0], cls.cal)
+        cls.fused, cls.report = fuse(cls.edge)
+
+    def test_fused_graph(self):
+        self.assertEqual(self.report.counts(), {"add_relu": 1, "add": 2})
+        self.assertEqual(self.report.declined, [])
+        self.assertExpectedInline(graph_text(self.fused.exported_program().graph_module), """\
+quantized_decomposed_quantize_per_tensor_default = qd.quantize_per_tensor.default(x, 0.02379, -1, -128, 127, int8)
+quantized_decomposed_quantize_per_tensor_default_1 = qd.quantize_per_tensor.default(y, 0.01852, -8, -128, 127, int8)
+quantized_decomposed_add_relu_default = qd.add_relu.default(quantized_decomposed_quantize_per_tensor_default, 0.02379, -1, -128, 127, quantized_decomposed_quantize_per_tensor_default_1, 0.01852, -8, -128, 127, 0.0205, -128, -128, 127)
+quantized_decomposed_dequantize_per_tensor_default_5 = qd.dequantize_per_tensor.default(quantized_decomposed_add_relu_default, 0.0205, -128, -128, 127, int8)
+quantized_decomposed_add_default = qd.add.default(quantized_decomposed_quantize_per_tensor_default, 0.02379, -1, -128, 127, quantized_decomposed_quantize_per_tensor_default_1, 0.01852, -8, -128, 127, 0.03072, -2, -128, 127)
+quantized_decomposed_dequantize_per_tensor_default_6 = qd.dequantize_per_tensor.default(quantized_decomposed_add_default, 0.03072, -2, -128, 127, int8)
+quantized_decomposed_add_default_1 = qd.add.default(quantized_decomposed_quantize_per_tensor_default, 0.02379, -1, -128, 127, quantized_decomposed_quantize_per_tensor_default, 0.02379, -1, -128, 127, 0.04759, -1, -128, 127)
+quantized_decomposed_dequantize_per_tensor_default_7 = qd.dequantize_per_tensor.default(quantized_decomposed_add_default_1, 0.04759, -1, -128, 127, int8)
+return [quantized_decomposed_dequantize_per_tensor_default_5, quantized_decomposed_dequantize_per_tensor_default_6, quantized_decomposed_dequantize_per_tensor_default_7]""")
+
+    def test_runtime_equals_unfused_runtime(self):
+        # Bit-equal: the kernels compute exactly the decomposed float32 steps.
+        for inputs in calibration(*self.shapes, n=3, seed=1):
+            inputs = tuple(t * 3 for t in inputs)  # also saturates
+            unfused, fused = run_both(self.edge, self.fused, inputs)
+            for u, f in zip(unfused, fused):
+                torch.testing.assert_close(f, u, rtol=0, atol=0)
+
+    def test_new_nodes_have_meta_val(self):
+        for n in self.fused.exported_program().graph.nodes:
+            if n.op == "call_function":
+                self.assertIsInstance(n.meta["val"], torch.Tensor, n.name)
+
+    def test_caller_program_unchanged(self):
+        self.assertNotIn("quantized_decomposed.add.default", op_names(self.edge.exported_program().graph_module))
+
+    def test_retrace_gives_the_pattern_back(self):
+        retraced = self.fused.exported_program().run_decompositions()
+        ops = op_names(retraced.graph_module)
+        self.assertNotIn("quantized_decomposed.add.default", ops)
+        self.assertNotIn("quantized_decomposed.add_relu.default", ops)
+        self.assertEqual(ops.count("aten.add.Tensor"), 3)
+        self.assertEqual(ops.count("aten.relu.default"), 1)
+        inputs = self.cal[1]
+        for r, u in zip(retraced.module()(*inputs), self.edge.exported_program().module()(*inputs)):
+            torch.testing.assert_close(r, u, rtol=0, atol=0)
+
+
+class FxUint8Test(TestCase):
+    """The FX reference form shares one dequantize among its users: the pass splits it."""
+
+    @classmethod
+    def setUpClass(cls):
+        cls.cal = calibration((2, 5), (2, 5))
+        cls.edge = fx_uint8(AddModel(), cls.cal[0], cls.cal)
+        cls.fused, cls.report = fuse(cls.edge)
+
+    def test_fused_graph(self):
+        self.assertEqual(self.report.counts(), {"add_relu": 1, "add": 2})
+        self.assertEqual(op_names(self.fused.exported_program().graph_module), [
+            "quantized_decomposed.quantize_per_tensor.default", "quantized_decomposed.quantize_per_tensor.default",
+            "quantized_decomposed.add_relu.default", "quantized_decomposed.dequantize_per_tensor.default",
+            "quantized_decomposed.add.default", "quantized_decomposed.dequantize_per_tensor.default",
+            "quantized_decomposed.add.default", "quantized_decomposed.dequantize_per_tensor.default",
+        ])
+        add = [n for n in self.fused.exported_program().graph.nodes if "add_default" in n.name][0]
+        self.assertEqual((add.args[3], add.args[4]), (0, 255))
+
+    def test_runtime_equals_unfused_runtime(self):
+        for inputs in calibration((2, 5), (2, 5), n=3, seed=2):
+            unfused, fused = run_both(self.edge, self.fused, inputs)
+            for u, f in zip(unfused, fused):
+                torch.testing.assert_close(f, u, rtol=0, atol=0)
+
+    def test_caller_graph_keeps_its_shared_dequantize(self):
+        dqs = [n for n in self.edge.exported_program().graph.nodes if "dequantize" in n.name]
+        self.assertTrue(any(len(n.users) > 1 for n in dqs))
+
+
+def _dq(x, s, z, dt):
+    return qd.dequantize_per_tensor.default(x, s, z, *RANGES[dt], dt)
+
+
+def _q(x, s, z, dt):
+    return qd.quantize_per_tensor.default(x, s, z, *RANGES[dt], dt)
+
+
+class ScalarAdd(torch.nn.Module):
+    def __init__(self, dt, form):
+        super().__init__()
+        self.dt, self.form = dt, form
+
+    def forward(self, qx):
+        x = _dq(qx, 0.05, 3, self.dt)
+        if self.form == "literal":
+            y = torch.ops.aten.add.Scalar(x, 0.37)  # stays a literal in the edge graph
+        elif self.form == "float":
+            y = x + 0.37  # to_edge lifts 0.37 to a constant tensor
+        else:
+            y = 2 + x  # lifted int64 constant, cast to float32; operands swapped
+        return _q(y, 0.04, -2 if self.dt == I8 else 120, self.dt)
+
+
+class ScalarAddTest(TestCase):
+    def check(self, dt, form, expected_rule):
+        qx = torch.randint(*RANGES[dt], (3, 6), dtype=dt)
+        edge = to_edge(torch.export.export(ScalarAdd(dt, form), (qx,)))
+        fused, report = fuse(edge)
+        self.assertEqual(report.counts(), {expected_rule: 1})
+        self.assertEqual(op_names(fused.exported_program().graph_module), ["quantized_decomposed.add.scalar"])
+        node = next(n for n in fused.exported_program().graph.nodes if n.op == "call_function")
+        unfused_out, fused_out = run_both(edge, fused, (qx,))
+        torch.testing.assert_close(fused_out[0], unfused_out[0], rtol=0, atol=0)
+        return node
+
+    def test_literal(self):
+        for dt in (I8, U8):
+            node = self.check(dt, "literal", "add_scalar")
+            self.assertEqual(node.args[6], 0.37)
+
+    def test_lifted_float_constant(self):
+        for dt in (I8, U8):
+            node = self.check(dt, "float", "add_scalar_lifted")
+            self.assertAlmostEqual(node.args[6], 0.37, places=6)  # the lifted float32 value
+
+    def test_lifted_int_constant(self):
+        node = self.check(I8, "int", "add_scalar_lifted_int")
+        self.assertEqual(node.args[6], 2)
+
+    def test_graph(self):
+        qx = torch.randint(-128, 127, (3, 6), dtype=I8)
+        fused, _ = fuse(to_edge(torch.export.export(ScalarAdd(I8, "float"), (qx,))))
+        self.assertExpectedInline(graph_text(fused.exported_program().graph_module), """\
+quantized_decomposed_add_scalar = qd.add.scalar(qx, 0.05, 3, -128, 127, int8, 0.37, 0.04, -2, -128, 127, int8)
+return [quantized_decomposed_add_scalar]""")
+
+    def test_retrace(self):
+        qx = torch.randint(-128, 127, (3, 6), dtype=I8)
+        edge = to_edge(torch.export.export(ScalarAdd(I8, "literal"), (qx,)))
+        fused, _ = fuse(edge)
+        retraced = fused.exported_program().run_decompositions()
+        self.assertEqual(op_names(retraced.graph_module), [
+            "quantized_decomposed.dequantize_per_tensor.default", "aten.add.Tensor",
+            "quantized_decomposed.quantize_per_tensor.default"])
+        torch.testing.assert_close(retraced.module()(qx), ScalarAdd(I8, "literal")(qx), rtol=0, atol=0)
+
+
+class Mixed(torch.nn.Module):
+    def __init__(self, a=(0.05, 3, I8), b=(0.1, -1, I8), out=(0.2, 0, I8), ranges=None):
+        super().__init__()
+        self.a, self.b, self.out, self.ranges = a, b, out, ranges or {}
+
+    def forward(self, qa, qb):
+        def dq(x, p, k):
+            return qd.dequantize_per_tensor.default(x, p[0], p[1], *self.ranges.get(k, RANGES[p[2]]), p[2])
+
+        y = dq(qa, self.a, "a") + dq(qb, self.b, "b")
+        return qd.quantize_per_tensor.default(y, self.out[0], self.out[1], *self.ranges.get("out", RANGES[self.out[2]]),
+                                              self.out[2])
+
+
+class RefusalTest(TestCase):
+    def declined(self, model, qa, qb):
+        edge = to_edge(torch.export.export(model, (qa, qb)))
+        fused, report = fuse(edge)
+        self.assertEqual(report.fused, [])
+        self.assertIn("aten.add.Tensor", op_names(fused.exported_program().graph_module))
+        return [d.reason for d in report.declined]
+
+    def test_mismatched_dtypes(self):
+        qa, qb = torch.zeros(4, dtype=I8), torch.zeros(4, dtype=U8)
+        reasons = self.declined(Mixed(b=(0.1, 5, U8)), qa, qb)
+        self.assertEqual(reasons, ["dtypes differ: a_dtype=torch.int8, b_dtype=torch.uint8, out_dtype=torch.int8; "
+                                   "the kernels take one dtype"])
+
+    def test_zero_point_outside_quant_range(self):
+        qa = torch.zeros(4, dtype=I8)
+        reasons = self.declined(Mixed(out=(0.2, 100, I8), ranges={"out": (-10, 10)}), qa, qa)
+        self.assertEqual(reasons, ["out_zero_point 100 is outside the quant range [-10, 10]"])
+
+    def test_quant_range_outside_dtype(self):
+        # uint8 data described with a signed range: the stock add.out aborts on this.
+        qa = torch.zeros(4, dtype=I8)
+        reasons = self.declined(Mixed(ranges={"a": (-128, 200)}), qa, qa)
+        self.assertEqual(reasons, ["a quant range [-128, 200] is not inside torch.int8's [-128, 127]"])
+
+    def test_per_channel_is_not_per_tensor_add(self):
+        class M(torch.nn.Module):
+            def forward(self, qa, qb):
+                x = qd.dequantize_per_channel.default(qa, torch.ones(2), torch.zeros(2, dtype=torch.long), 0, -128, 127, I8)
+                return _q(x + _dq(qb, 0.1, 0, I8), 0.2, 0, I8)
+
+        qa = torch.zeros(2, 3, dtype=I8)
+        edge = to_edge(torch.export.export(M(), (qa, qa)))
+        fused, report = fuse(edge)
+        self.assertEqual(report.fused, [])
+
+    def test_broadcast_fuses_and_matches(self):
+        qa = torch.randint(-128, 127, (2, 3, 4), dtype=I8)
+        qb = torch.randint(-128, 127, (3, 1), dtype=I8)
+        edge = to_edge(torch.export.export(Mixed(), (qa, qb)))
+        fused, report = fuse(edge)
+        self.assertEqual(report.counts(), {"add": 1})
+        unfused_out, fused_out = run_both(edge, fused, (qa, qb))
+        torch.testing.assert_close(fused_out[0], unfused_out[0], rtol=0, atol=0)
+
+
+class BadQparamsAtRuntimeTest(TestCase):
+    def test_error_not_abort(self):
+        qa = torch.randint(-128, 127, (4,), dtype=I8)
+        edge = to_edge(torch.export.export(Mixed(), (qa, qa)))
+        fused, _ = fuse(edge)
+        node = next(n for n in fused.exported_program().graph.nodes if n.op == "call_function")
+        node.args = (node.args[0], -1.0, *node.args[2:])  # a_scale < 0, written into the program
+        with self.assertRaises(RuntimeError):
+            run(fused.to_executorch(), (qa, qa))
+        # eager kernel: a RuntimeError naming the problem
+        with self.assertRaisesRegex(RuntimeError, "a_scale must be finite and > 0"):
+            qd.add.out(qa, -1.0, 0, -128, 127, qa, 0.1, 0, -128, 127, 0.1, 0, -128, 127, out=torch.empty(4, dtype=I8))
+        with self.assertRaisesRegex(RuntimeError, "zero_point 300 is outside"):
+            qd.add_relu.out(qa, 0.1, 300, -128, 127, qa, 0.1, 0, -128, 127, 0.1, 0, -128, 127,
+                            out=torch.empty(4, dtype=I8))
+
+
+class EmbeddingTest(TestCase):
+    def torchao_edge(self, dtype):
+        from torchao.quantization.granularity import PerAxis
+        from torchao.quantization.quant_api import IntxWeightOnlyConfig, quantize_
+        from torchao.quantization.quant_primitives import MappingType
+
+        class M(torch.nn.Module):
+            def __init__(self):
+                super().__init__()
+                self.emb = torch.nn.Embedding(32, 16)
+
+            def forward(self, i):
+                return self.emb(i)
+
+        torch.manual_seed(0)
+        m = M().to(dtype).eval()
+        quantize_(m, IntxWeightOnlyConfig(weight_dtype=torch.int8, granularity=PerAxis(0),
+                                          mapping_type=MappingType.ASYMMETRIC),
+                  lambda mod, fqn: isinstance(mod, torch.nn.Embedding))
+        idx = torch.randint(0, 32, (3, 5))
+        return to_edge(torch.export.export(m, (idx,))), idx
+
+    def test_torchao_dequantize_affine(self):
+        for dtype in (torch.float32, torch.float16):
+            edge, idx = self.torchao_edge(dtype)
+            fused, report = fuse(edge)
+            self.assertEqual(report.counts(), {"embedding_byte_affine": 1}, report.declined)
+            self.assertEqual(op_names(fused.exported_program().graph_module),
+                             ["quantized_decomposed.embedding_byte.default"])
+            unfused_out, fused_out = run_both(edge, fused, (idx,))
+            self.assertEqual(fused_out[0].dtype, dtype)
+            torch.testing.assert_close(fused_out[0], unfused_out[0], rtol=0, atol=0)
+
+    def test_torchao_graph(self):
+        edge, _ = self.torchao_edge(torch.float32)
+        fused, _ = fuse(edge)
+        self.assertExpectedInline(graph_text(fused.exported_program().graph_module), """\
+quantized_decomposed_embedding_byte_default = qd.embedding_byte.default(p_emb_parametrizations_weight_original0, p_emb_parametrizations_weight_original1, p_emb_parametrizations_weight_original2, -128, 127, i)
+return [quantized_decomposed_embedding_byte_default]""")
+
+    def per_channel(self, dt, zero_points):
+        class M(torch.nn.Module):
+            def __init__(self):
+                super().__init__()
+                lo, hi = RANGES[dt]
+                self.register_buffer("w", torch.randint(lo, hi, (20, 8), dtype=dt))
+                self.register_buffer("s", torch.rand(20) * 0.1 + 0.01)
+                self.register_buffer("z", torch.randint(-4, 4, (20,)) + (128 if dt == U8 else 0))
+
+            def forward(self, i):
+                z = self.z if zero_points else None
+                w = qd.dequantize_per_channel.default(self.w, self.s, z, 0, *RANGES[dt], dt)
+                return torch.nn.functional.embedding(i, w)
+
+        idx = torch.tensor([[0, 19, 5], [7, 7, 1]])
+        return to_edge(torch.export.export(M(), (idx,))), idx
+
+    def test_dequantize_per_channel_with_and_without_zero_points(self):
+        for dt in (I8, U8):
+            for zp, rule in ((True, "embedding_byte"), (False, "embedding_byte_no_zp")):
+                edge, idx = self.per_channel(dt, zp)
+                fused, report = fuse(edge)
+                self.assertEqual(report.counts(), {rule: 1})
+                unfused_out, fused_out = run_both(edge, fused, (idx,))
+                torch.testing.assert_close(fused_out[0], unfused_out[0], rtol=0, atol=0)
+
+    def test_retrace_with_decompositions(self):
+        edge, idx = self.per_channel(I8, True)
+        fused, _ = fuse(edge)
+        retraced = fused.exported_program().run_decompositions(decompositions())
+        ops = op_names(retraced.graph_module)
+        self.assertNotIn("quantized_decomposed.embedding_byte.default", ops)
+        self.assertIn("aten.embedding.default", ops)
+        torch.testing.assert_close(retraced.module()(idx), edge.exported_program().module()(idx), rtol=0, atol=0)
+
+
+class OpsTest(TestCase):
+    def test_opcheck(self):
+        utils = ("test_schema", "test_autograd_registration", "test_faketensor")
+        a = torch.randint(-128, 127, (3, 4), dtype=I8)
+        b = torch.randint(-128, 127, (4,), dtype=I8)
+        binary = (a, 0.1, 3, -128, 127, b, 0.2, -4, -128, 127, 0.3, 1, -128, 127)
+        scalar = (a, 0.1, 3, -128, 127, I8, 0.5, 0.3, 1, -128, 127, I8)
+        w, s = torch.randint(0, 255, (10, 6), dtype=U8), torch.rand(10)
+        emb = (w, s, torch.randint(0, 9, (10,)).float(), 0, 255, torch.tensor([1, 9]))
+        for op, args, out in [(QUANTIZED_ADD, binary, torch.empty(3, 4, dtype=I8)),
+                              (QUANTIZED_ADD_RELU, binary, torch.empty(3, 4, dtype=I8)),
+                              (QUANTIZED_ADD_SCALAR, scalar, torch.empty(3, 4, dtype=I8)),
+                              (EMBEDDING_BYTE, emb, torch.empty(2, 6))]:
+            torch.library.opcheck(op.aten, args)
+            torch.library.opcheck(op.aten_out, args, {"out": out}, test_utils=utils)
+        torch.library.opcheck(QUANTIZE_PER_TENSOR.aten_out, (torch.randn(5), 0.1, 2, -128, 127, I8),
+                              {"out": torch.empty(5, dtype=I8)}, test_utils=utils)
+        torch.library.opcheck(DEQUANTIZE_PER_TENSOR.aten_out, (a, 0.1, 2, -128, 127, I8),
+                              {"out": torch.empty(3, 4)}, test_utils=utils)
+
+    def test_out_schemas(self):
+        self.assertEqual(str(QUANTIZED_ADD_SCALAR.aten_out._schema), (
+            "quantized_decomposed::add.scalar_out(Tensor qa, float a_scale, int a_zero_point, int a_quant_min, "
+            "int a_quant_max, ScalarType a_dtype, Scalar b, float out_scale, int out_zero_point, int out_quant_min, "
+            "int out_quant_max, ScalarType out_dtype, *, Tensor(a!) out) -> Tensor(a!)"))
+        self.assertTrue(str(QUANTIZED_ADD_RELU.aten_out._schema).endswith(
+            "int out_quant_max, *, Tensor(a!) out) -> Tensor(a!)"))
+
+    def test_stock_quantized_import_is_guarded(self):
+        # Importing executorch's stock quantized kernels now would register add.out a second
+        # time and abort the process; etfuse.kernels.load() left a guard module in its place.
+        import importlib
+
+        mod = importlib.import_module(etfuse.kernels.STOCK_QUANTIZED_MODULE)
+        self.assertTrue(getattr(mod, "__etfuse_guard__", False))
+        self.assertIsNone(etfuse.kernels.info().quantized_problem)
