@@ -14,9 +14,10 @@ quantize is `clamp(rint(x * float(1.0 / scale)) + float(zp), qmin, qmax)` in flo
 
 embedding_byte: executorch's schema has `Tensor? weight_zero_points` where the seed lists a plain
 `Tensor`; the two cannot coexist (one schema per overload), so etfuse reuses executorch's, which
-accepts everything the seed's does. Its functional op keeps executorch's CompositeExplicitAutograd
-kernel (torch allows no CompositeImplicitAutograd kernel next to it), so a retrace keeps the op;
-`decompositions()` gives the pattern for `run_decompositions(decompositions())`.
+accepts everything the seed's does. Its functional op has a CompositeExplicitAutograd kernel
+(executorch's, replaced below by etfuse's pattern; torch allows no CompositeImplicitAutograd
+kernel next to it), so a plain retrace keeps the op; `decompositions()` gives the pattern for
+`run_decompositions(decompositions())`.
 """
 
 from __future__ import annotations
@@ -132,6 +133,17 @@ DEQUANTIZE_PER_TENSOR = register(QuantizedBackendOp(
     _dequantize_per_tensor, doc="torch.ao's op; etfuse adds the .out variant and kernels"))
 
 QDQ_OPS = [QUANTIZE_PER_TENSOR, DEQUANTIZE_PER_TENSOR]
+
+# executorch's CompositeExplicitAutograd kernel for embedding_byte insists that zero points have
+# the scales' dtype; torchao's dequantize_affine graphs carry int8 zero points (and
+# dequantize_per_channel ones int64), which the edge verifier then rejects when it runs the op on
+# fake tensors. etfuse's pattern computes the same values for every dtype executorch accepts
+# (float32; for float16 scales it rounds once, where executorch's rounds after the subtraction
+# too: they differ only for fractional float16 zero points) and also takes integer zero points.
+if not getattr(torch.ops.quantized_decomposed.embedding_byte.default, "_etfuse_kernel", False):
+    _library("quantized_decomposed").impl("embedding_byte", _embedding_byte, "CompositeExplicitAutograd",
+                                          allow_override=True)
+    torch.ops.quantized_decomposed.embedding_byte.default._etfuse_kernel = True
 
 # executorch's fake kernel for embedding_byte.out returns a fresh tensor instead of `out`, so the
 # fake and real kernels disagree on aliasing (opcheck fails). The out variant's contract is

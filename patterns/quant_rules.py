@@ -8,8 +8,7 @@
 | add_scalar_lifted         | q(add.Tensor(dq(qa), b))                     b a lifted 0-dim constant | quantized_decomposed::add.scalar        |
 | add_scalar_lifted_int     | q(add.Tensor(dq(qa), _to_dim_order_copy(b))) b a lifted int constant   | quantized_decomposed::add.scalar        |
 | embedding_byte_affine     | embedding(torchao.dequantize_affine(w, [1, D], scale, zp, int8), idx)  | quantized_decomposed::embedding_byte    |
-| embedding_byte            | embedding(dequantize_per_channel(w, scales, zps, 0), idx)              | quantized_decomposed::embedding_byte    |
-| embedding_byte_no_zp      | embedding(dequantize_per_channel(w, scales, None, 0), idx)             | quantized_decomposed::embedding_byte    |
+| embedding_byte            | embedding(dequantize_per_channel(w, scales, zps or None, 0), idx)      | quantized_decomposed::embedding_byte    |
 
 The dq/q dtypes are pattern bindings too (`QuantRule.dtypes`), so one rule covers int8 and uint8
 and a dtype mismatch is a *declined* match with its reason in the report, not a silent miss.
@@ -140,19 +139,16 @@ def _scalar_examples(b):
 
 
 def _embedding_affine_pattern(indices, weight, group_size, scale, zero_point, quant_min, quant_max,
-                              weight_dtype=I8):
+                              weight_dtype=I8, output_dtype=torch.float16):
+    # output_dtype is written out, so the pattern matches graphs that pass it and graphs that
+    # leave the default (float32): the engine compares schema arguments with defaults filled in.
     w = torch.ops.torchao.dequantize_affine.default(weight, [1, group_size], scale, zero_point, weight_dtype,
-                                                    quant_min, quant_max)
+                                                    quant_min, quant_max, output_dtype)
     return aten.embedding.default(w, indices)
 
 
 def _embedding_per_channel_pattern(indices, weight, scales, zero_points, quant_min, quant_max, weight_dtype=I8):
     w = qd.dequantize_per_channel.default(weight, scales, zero_points, 0, quant_min, quant_max, weight_dtype)
-    return aten.embedding.default(w, indices)
-
-
-def _embedding_per_channel_no_zp_pattern(indices, weight, scales, quant_min, quant_max, weight_dtype=I8):
-    w = qd.dequantize_per_channel.default(weight, scales, None, 0, quant_min, quant_max, weight_dtype)
     return aten.embedding.default(w, indices)
 
 
@@ -318,17 +314,13 @@ QUANT_RULES = [
     _scalar_rule("add_scalar_lifted", _add_lifted_pattern, torch.tensor(0.37)),
     _scalar_rule("add_scalar_lifted_int", _add_lifted_int_pattern, torch.tensor(2)),
     QuantRule("embedding_byte_affine", _embedding_affine_pattern, EMBEDDING_BYTE,
-              lambda: (torch.tensor([1, 2]), torch.zeros(10, 7, dtype=I8), 7, torch.ones(10, 1),
+              lambda: (torch.tensor([1, 2]), torch.zeros(10, 7, dtype=I8), 7, torch.ones(10, 1, dtype=torch.float16),
                        torch.zeros(10, 1, dtype=I8), -127, 126),
               all_of(_weight_dtype, _per_row, _embedding("scale", "zero_point")),
-              _embedding_arguments("scale", "zero_point"), dtypes={"weight_dtype": I8}),
+              _embedding_arguments("scale", "zero_point"), dtypes={"weight_dtype": I8, "output_dtype": torch.float16}),
     QuantRule("embedding_byte", _embedding_per_channel_pattern, EMBEDDING_BYTE,
               lambda: (torch.tensor([1, 2]), torch.zeros(10, 7, dtype=I8), torch.ones(10), torch.zeros(10),
                        -127, 126),
               all_of(_weight_dtype, _embedding("scales", "zero_points")),
               _embedding_arguments("scales", "zero_points"), dtypes={"weight_dtype": I8}),
-    QuantRule("embedding_byte_no_zp", _embedding_per_channel_no_zp_pattern, EMBEDDING_BYTE,
-              lambda: (torch.tensor([1, 2]), torch.zeros(10, 7, dtype=I8), torch.ones(10), -127, 126),
-              all_of(_weight_dtype, _embedding("scales", None)),
-              _embedding_arguments("scales", None), dtypes={"weight_dtype": I8}),
 ]
