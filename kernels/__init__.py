@@ -47,7 +47,7 @@ class KernelInfo:
     runtime_library: Optional[Path]  # None when the runtime ops were already registered elsewhere
     cache_dir: Path
     built: bool  # compiled by this process (False: found in the cache)
-    isa: str  # instruction set the dispatched loops picked at load: "avx2" or "baseline"
+    isa: str  # what the dispatched loops picked at load: "avx512" (AVX-512 GEMM), "avx2" or "baseline"
     runtime_threads: int
     # None when the quantized_decomposed runtime kernels could not be registered; then
     # `quantized_problem` says why (executorch's stock quantized kernels were loaded first).
@@ -182,14 +182,15 @@ def info() -> Optional[KernelInfo]:
 
 
 def set_isa(name: str = "auto") -> None:
-    """Force the dispatched loops of both libraries onto "baseline" (SSE2) or "avx2", or back to
-    "auto" (cpuid; the environment variable ETFUSE_KERNELS_ISA=baseline also forces it).
+    """Force the dispatched loops of every library onto "baseline" (SSE2), "avx2" (no AVX-512) or
+    "avx512" (AVX2 loops, AVX-512F GEMM), or back to "auto" (cpuid; the environment variable
+    ETFUSE_KERNELS_ISA=baseline|avx2 also narrows it).
     For tests and benchmarks: do not call while kernels run on other threads."""
     info = load()
     for lib, fn in ((info.eager, "etfuse_eager_set_isa"), (info.runtime, "etfuse_runtime_set_isa"),
                     (info.quantized_runtime, "etfuse_quantized_runtime_set_isa")):
         if lib is not None and not getattr(lib, fn)(name.encode()):
-            raise ValueError(f"unknown ISA {name!r} or not supported by this CPU (use 'baseline', 'avx2' or 'auto')")
+            raise ValueError(f"unknown ISA {name!r} or not supported by this CPU (use 'baseline', 'avx2', 'avx512' or 'auto')")
 
 
 def current_isa() -> dict:
