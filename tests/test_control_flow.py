@@ -13,6 +13,7 @@ from torch._higher_order_ops.scan import scan
 from torch._higher_order_ops.while_loop import while_loop
 from torch.export import Dim, export
 
+from etfuse.passes.cond_outputs import CondOutputCopyPass
 from etfuse.passes.float_fusion import FloatFusionPass
 from etfuse.passes.loop_lowering import (
     LoopLoweringError, LoopLoweringPass, SpecialisedShapeError, to_edge_control_flow,
@@ -269,6 +270,27 @@ def test_fusion_in_both_if_branches_runs_for_each_predicate(kernels):
         _assert_same(run(p, x, y), FusedIf()(p, x, y))
 
 
+class TwoIfsAndAScan(torch.nn.Module):
+    def forward(self, p, a, xs):
+        first = torch.cond(p.sum() > 0, lambda a, b: a + b, lambda a, b: a - b, (a, xs[0]))
+        second = torch.cond(p.sum() > 0, lambda a, b: a * b, lambda a, b: a / b, (a, xs[1]))
+        return first + second, first, *scan(lambda h, x: (h * x, (h * x).clone()), a, xs)
+
+
+def test_an_if_result_survives_later_control_flow():
+    """executorch runs every body in one shared arena and a cond's result points into it: the
+    next cond or scan overwrites it (stock lowering returns wrong values here)."""
+    ep = export(TwoIfsAndAScan(), (torch.ones(1), torch.randn(8), torch.randn(3, 8)))
+    stock, copies = _Loaded(to_edge(ep)), CondOutputCopyPass()
+    fixed = _Loaded(to_edge(ep).transform([copies]))
+    assert copies.copied == [("", "getitem")]  # `second` dies before the scan: no copy
+    for p in (torch.ones(1), -torch.ones(1)):
+        a, xs = torch.randn(8), torch.randn(3, 8)
+        want = TwoIfsAndAScan()(p, a, xs)
+        assert not torch.allclose(stock(p, a, xs)[1], want[1])  # the stock bug, measured
+        _assert_same(fixed(p, a, xs), want)
+
+
 # --- OpenVINO TensorIterator (seed 001) -----------------------------------------------------
 
 B, T, IN, H = 1, 6, 5, 4
@@ -394,3 +416,42 @@ def test_a_specialised_program_is_refused_not_lowered():
     to_edge(ep)  # stock lowering specialises n in the program's own shape environment
     with pytest.raises(SpecialisedShapeError, match=r"specialised the dynamic dimension\(s\) \['s\d+'\]"):
         to_edge_control_flow(ep)
+
+
+# --- quantized fusion inside bodies ---------------------------------------------------------
+
+def _qadd_relu(a, b):
+    qd = torch.ops.quantized_decomposed
+    fa = qd.dequantize_per_tensor.default(a, 0.05, 3, -128, 127, torch.int8)
+    fb = qd.dequantize_per_tensor.default(b, 0.05, 3, -128, 127, torch.int8)
+    return qd.quantize_per_tensor.default(torch.relu(fa + fb), 0.05, 3, -128, 127, torch.int8)
+
+
+class QuantizedIfAndScan(torch.nn.Module):
+    def forward(self, p, a, xs):
+        picked = torch.cond(p.sum() > 0, _qadd_relu, lambda a, b: a.clone(), (a, xs[0]))
+
+        def body(h, x):
+            h = _qadd_relu(h, x)
+            return h, h.clone()
+
+        return picked, *scan(body, a, xs)
+
+
+def test_quantized_fusion_in_if_branch_and_scan_body(kernels):
+    quant_fusion = pytest.importorskip("etfuse.passes.quant_fusion")
+    from torch.ao.quantization.fx._decomposed import quantized_decomposed_lib  # noqa: F401
+
+    def q8(*shape):
+        return torch.randint(-128, 128, shape, dtype=torch.int8)
+
+    fusion = quant_fusion.QuantFusionPass()
+    edge = to_edge(export(QuantizedIfAndScan(), (torch.ones(1), q8(8), q8(3, 8)))).transform(
+        [fusion, CondOutputCopyPass()])  # the If's result must survive the scan
+    assert sorted((f.rule, f.graph) for f in fusion.report.fused) == [
+        ("add_relu", "submodule_0"), ("add_relu", "submodule_2")]  # the If branch, the scan body
+    run = _Loaded(edge)
+    for p in (torch.ones(1), -torch.ones(1)):
+        a, xs = q8(8), q8(3, 8)
+        got, want = run(p, a, xs), QuantizedIfAndScan()(p, a, xs)
+        assert all(torch.equal(g, w) for g, w in zip(got, want)), [(g - w).abs().max().item() if g.shape == w.shape else (g.shape, w.shape) for g, w in zip(got, want)]
