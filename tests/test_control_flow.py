@@ -293,7 +293,7 @@ def test_an_if_result_survives_later_control_flow():
 
 # --- OpenVINO TensorIterator (seed 001) -----------------------------------------------------
 
-B, T, IN, H = 1, 6, 5, 4
+B, T, IN, H = 1, 25, 512, 256  # the seed's example 2: X [1, 25, 512], h/c [1, 256], W [1024, 768]
 
 
 def lstm_cell(x, h, c, w, b):
@@ -332,7 +332,7 @@ class LstmIterator(torch.nn.Module):
     def __init__(self, reverse: bool):
         super().__init__()
         g = torch.Generator().manual_seed(0)
-        self.w = torch.nn.Parameter(torch.randn(4 * H, IN + H, generator=g) * 0.3)
+        self.w = torch.nn.Parameter(torch.randn(4 * H, IN + H, generator=g) * (IN + H) ** -0.5)
         self.b = torch.nn.Parameter(torch.randn(4 * H, generator=g) * 0.1)
         self.reverse = reverse
 
