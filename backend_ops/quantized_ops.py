@@ -26,6 +26,7 @@ import dataclasses
 
 import torch
 
+from . import registry
 from .registry import BackendOp, BackendOpError, _library, _out_fake_kernel, register
 
 aten = torch.ops.aten
@@ -84,17 +85,32 @@ def _embedding_byte(weight, weight_scales, weight_zero_points, weight_quant_min,
     return aten.embedding.default(aten._to_copy.default(w, dtype=weight_scales.dtype), indices)
 
 
+def _register_with_pattern_kernel(op: QuantizedBackendOp) -> QuantizedBackendOp:
+    """register(), making sure the CompositeImplicitAutograd kernel is etfuse's dtype-generic pattern.
+
+    executorch binds its uint8-only patterns to add / add.scalar / add_relu the first time its
+    QuantFusionPass runs; if that happened before this module was imported, `register` keeps
+    executorch's kernel (bind_pattern_to_op never replaces one), and retracing an int8 program
+    would fail. Replace it then; in the other order executorch's binding leaves ours in place.
+    """
+    had_kernel = registry._has_kernel(op.qualname, "CompositeImplicitAutograd")
+    register(op)
+    if had_kernel:
+        _library(op.namespace).impl(op.name, op.pattern, "CompositeImplicitAutograd", allow_override=True)
+    return op
+
+
 _BINARY_ARGS = ("Tensor a, float a_scale, int a_zero_point, int a_quant_min, int a_quant_max, "
                 "Tensor b, float b_scale, int b_zero_point, int b_quant_min, int b_quant_max, "
                 "float out_scale, int out_zero_point, int out_quant_min, int out_quant_max")
 
-QUANTIZED_ADD = register(QuantizedBackendOp(
+QUANTIZED_ADD = _register_with_pattern_kernel(QuantizedBackendOp(
     "quantized_decomposed", f"add({_BINARY_ARGS}) -> Tensor qc", _add,
     doc="q(dq(a) + dq(b)), per-tensor qparams, int8 or uint8 (a, b and the result share the dtype), broadcasting"))
-QUANTIZED_ADD_RELU = register(QuantizedBackendOp(
+QUANTIZED_ADD_RELU = _register_with_pattern_kernel(QuantizedBackendOp(
     "quantized_decomposed", f"add_relu({_BINARY_ARGS}) -> Tensor qc", _add_relu,
     doc="q(relu(dq(a) + dq(b))), like add"))
-QUANTIZED_ADD_SCALAR = register(QuantizedBackendOp(
+QUANTIZED_ADD_SCALAR = _register_with_pattern_kernel(QuantizedBackendOp(
     "quantized_decomposed",
     "add.scalar(Tensor qa, float a_scale, int a_zero_point, int a_quant_min, int a_quant_max, ScalarType a_dtype, "
     "Scalar b, float out_scale, int out_zero_point, int out_quant_min, int out_quant_max, ScalarType out_dtype) -> Tensor",

@@ -24,9 +24,22 @@ _DQ = (exir_ops.edge.quantized_decomposed.dequantize_per_tensor.default,)
 
 
 def _shared_dequantize(gm: fx.GraphModule) -> bool:
-    return any(sum(_uses(u, n) for u in n.users) > 1
-               for _, m in graph_modules(gm) for t in _DQ
-               for n in m.graph.find_nodes(op="call_function", target=t, sort=False))
+    """Does some dequantize node feed more than one use (two users, or one user twice)?"""
+    for _, m in graph_modules(gm):
+        counts: dict = {}  # user -> {arg node: occurrences}, built once per user
+        for t in _DQ:
+            for n in m.graph.find_nodes(op="call_function", target=t, sort=False):
+                if len(n.users) > 1:
+                    return True
+                for u in n.users:
+                    if u not in counts:
+                        c: dict = {}
+                        for a in _flat(u):
+                            c[a] = c.get(a, 0) + 1
+                        counts[u] = c
+                    if counts[u].get(n, 0) > 1:
+                        return True
+    return False
 
 
 def _flat(u: fx.Node) -> list:
@@ -45,6 +58,8 @@ def split_dequantize(gm: fx.GraphModule) -> None:
         graph = m.graph
         for t in _DQ:
             for n in list(graph.find_nodes(op="call_function", target=t)):
+                if len(n.users) == 1 and next(iter(n.users)).op == "output":
+                    continue  # a program output: nothing to fuse, and the output node may be huge
                 uses = [(u, k) for u in list(n.users) for k in range(_uses(u, n))]
                 for u, _ in uses[1:]:
                     with graph.inserting_after(n):
