@@ -167,8 +167,8 @@ class ShapeArithmeticLoop(torch.nn.Module):
 
 
 def test_full_pipeline_in_a_loop_body_float_and_symint(kernels):
-    """LoopLoweringPass, then fusion, then SymIntToPrimsPass last (an ExportPass that retraces
-    the graph after it would replay the prims)."""
+    """The passes in default-pipeline order; SymIntToPrimsPass emits no bool-returning prim, so a
+    pass that retraces after it (LoopLoweringPass, executorch's SpecPropPass) cannot specialise."""
     from etfuse.passes.symint_to_prims import SymIntToPrimsPass
 
     ep = export(ShapeArithmeticLoop(), (torch.randn(5, 4),), dynamic_shapes=({0: Dim("n", min=1, max=9)},))
