@@ -348,6 +348,21 @@ class SpecialisedShapeError(RuntimeError):
     """`to_edge` turned a dynamic dimension into a constant."""
 
 
+def refuse_specialised(program) -> None:
+    """Raise `SpecialisedShapeError` if an edge program carries the mark of a `Dim` that lowering
+    turned into a constant: a range constraint keyed by a number (e.g. `{4: VR[4, 4]}` after
+    executorch's `to_edge` unstacked a dynamic `map`). Such a program bakes the example size into
+    values computed from it, so it would return wrong values at other sizes."""
+    import sympy
+
+    fixed = [f"{k}: {v}" for k, v in program.range_constraints.items() if isinstance(k, sympy.Number)]
+    if fixed:
+        raise SpecialisedShapeError(
+            f"this program was specialised during lowering ({', '.join(fixed)}): a dynamic dimension became "
+            "its example size. Lower it with etfuse.passes.loop_lowering.to_edge_control_flow, which keeps "
+            "`map` dynamic.")
+
+
 def to_edge_control_flow(program, compile_config=None, **kwargs):
     """`executorch.exir.to_edge` that keeps control flow dynamic and exact.
 

@@ -16,7 +16,7 @@ from torch.export import Dim, export
 from etfuse.passes.cond_outputs import CondOutputCopyPass
 from etfuse.passes.float_fusion import FloatFusionPass
 from etfuse.passes.loop_lowering import (
-    LoopLoweringError, LoopLoweringPass, SpecialisedShapeError, to_edge_control_flow,
+    LoopLoweringError, LoopLoweringPass, SpecialisedShapeError, refuse_specialised, to_edge_control_flow,
 )
 
 
@@ -395,15 +395,18 @@ def _map_program():
     return export(MapRelu(), (torch.randn(4, 3), torch.randn(3)), dynamic_shapes=({0: Dim("n", min=2, max=16)}, None))
 
 
-def test_stock_to_edge_specialises_a_dynamic_map():
+def test_stock_to_edge_specialises_a_dynamic_map_and_etfuse_refuses_the_result():
     edge = to_edge(_map_program())
     assert [str(k) for k in edge.exported_program().range_constraints] == ["4"]  # n is now 4
+    with pytest.raises(SpecialisedShapeError, match=r"specialised during lowering \(4: VR\[4, 4\]\)"):
+        refuse_specialised(edge.exported_program())
 
 
 def test_map_stays_dynamic_fuses_and_runs_at_every_size(kernels):
     fusion = FloatFusionPass()
     edge = to_edge_control_flow(_map_program()).transform([fusion])
     assert [str(r) for r in edge.exported_program().range_constraints.values()] == ["VR[2, 16]"]
+    refuse_specialised(edge.exported_program())  # nothing to refuse
     assert [f.rule for f in fusion.report.fused] == ["add_relu"]
     run = _Loaded(edge)
     for n in (2, 4, 7, 16):
