@@ -478,6 +478,26 @@ class OpsTest(TestCase):
         self.assertTrue(str(QUANTIZED_ADD_RELU.aten_out._schema).endswith(
             "int out_quant_max, *, Tensor(a!) out) -> Tensor(a!)"))
 
+    def test_executorch_patterns_bound_first(self):
+        # executorch's QuantFusionPass binds uint8-only patterns as the ops' kernels; if that
+        # happens before etfuse is imported, etfuse's int8-capable pattern must still win.
+        import subprocess
+        import sys
+
+        code = (
+            "import torch\n"
+            "from executorch.exir.passes._quant_patterns_and_replacements import get_quant_patterns_and_replacements\n"
+            "get_quant_patterns_and_replacements({})\n"
+            "import etfuse.backend_ops.quantized_ops as q\n"
+            "a = torch.randint(-128, 127, (4,), dtype=torch.int8)\n"
+            "args = (a, 0.1, 3, -128, 127, a, 0.2, -4, -128, 127, 0.3, 1, -128, 127)\n"
+            "for op in (q.QUANTIZED_ADD, q.QUANTIZED_ADD_RELU):\n"
+            "    assert torch.equal(op.aten(*args), op.pattern(*args))\n"
+            "print('ok')\n"
+        )
+        out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+        self.assertEqual(out.stdout.strip().splitlines()[-1:], ["ok"], out.stderr[-2000:])
+
     def test_stock_quantized_import_is_guarded(self):
         # Importing executorch's stock quantized kernels now would register add.out a second
         # time and abort the process; etfuse.kernels.load() left a guard module in its place.
