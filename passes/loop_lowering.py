@@ -24,6 +24,11 @@ The bound B comes from, in order:
 A loop with no bound is a `LoopLoweringError` naming the loop and why.
 
 The pass retraces the program (an `ExportPass`), so the caller's graph module is not modified.
+
+Also here, for `map` over a dynamic dimension (which executorch's `to_edge` specialises to the
+example size): `MapToScanPass` (map -> scan, run before `to_edge`), `to_edge_control_flow`
+(to_edge that applies it, lowers SymInt builtins to prims, and refuses a specialised result) and
+`refuse_specialised` (the check alone, for an edge program lowered elsewhere).
 """
 
 from __future__ import annotations
