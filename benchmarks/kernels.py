@@ -27,7 +27,8 @@ Variants are timed round-robin (batches of calls, interleaved) and the median ba
 reported, which keeps the comparison fair on a shared, noisy machine. The ExecuTorch variants
 (and the probe, which runs on the same threadpool) form one group, torch eager another:
 interleaving OpenMP and threadpool calls on 2 cores makes each wait for the other's spinning
-threads.
+threads. The "call" columns form a third group (their input copies, output clones and
+allocations slow down whatever runs next).
 """
 
 from __future__ import annotations
@@ -176,11 +177,16 @@ def bench_add_relu(sizes, rounds, workdir, probe):
                 "fused": runtime_exec(fused, (a, b)),
                 "unfused": runtime_exec(unfused, (a, b)),
                 "probe": lambda: probe(a.data_ptr(), b.data_ptr(), c.data_ptr(), n, 1),
-                "fused call": lambda: fused.execute([a, b]),
-                "unfused call": lambda: unfused.execute([a, b]),
             },
             rounds,
             target,
+        )
+        t.update(
+            interleaved(
+                {"fused call": lambda: fused.execute([a, b]), "unfused call": lambda: unfused.execute([a, b])},
+                rounds,
+                target,
+            )
         )
         t.update(interleaved({"eager": lambda: torch.relu(a + b)}, rounds, target))
         gbs = {k: 12 * n / v / 1e9 for k, v in t.items()}
