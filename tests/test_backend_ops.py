@@ -40,8 +40,13 @@ def _double_relu(x):
     return torch.relu(x) * 2
 
 
+# Module-level: a Library that is garbage-collected takes its ops with it, and executorch keeps
+# listing the namespace as a backend-op namespace, which breaks later lowering in this process.
+_OTHER_LIB = torch.library.Library("etfuse_catalog_test", "DEF")
+
+
 def test_identical_schema_is_reused_and_conflicting_one_is_named():
-    lib = torch.library.Library("etfuse_catalog_test", "DEF")
+    lib = _OTHER_LIB
     lib.define("double_relu(Tensor x) -> Tensor")  # someone else defined it first, identically
     op = register(BackendOp("etfuse_catalog_test", "double_relu(Tensor x) -> Tensor", _double_relu))
     torch.testing.assert_close(op.aten(torch.tensor([-1.0, 2.0])), torch.tensor([0.0, 4.0]))

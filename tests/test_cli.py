@@ -70,11 +70,14 @@ def test_zip_that_is_not_an_exported_program(tmp_path, capsys):
     assert err.startswith("etfuse: error: ") and "ExportedProgram" in err and err.count("\n") == 1
 
 
+# Kept alive for the whole session: ops of a collected Library vanish from the dispatcher.
+_LIB = torch.library.Library("etfuse_cli_test", "DEF")
+_LIB.define("no_out_variant(Tensor x) -> Tensor")
+_LIB.impl("no_out_variant", lambda x: x.clone(), "CompositeExplicitAutograd")
+torch.library.register_fake("etfuse_cli_test::no_out_variant", lambda x: torch.empty_like(x), lib=_LIB)
+
+
 def test_unsupported_op_is_one_line(tmp_path, capsys):
-    lib = torch.library.Library("etfuse_cli_test", "DEF")
-    lib.define("no_out_variant(Tensor x) -> Tensor")
-    lib.impl("no_out_variant", lambda x: x.clone(), "CompositeExplicitAutograd")
-    torch.library.register_fake("etfuse_cli_test::no_out_variant", lambda x: torch.empty_like(x), lib=lib)
 
     class M(torch.nn.Module):
         def forward(self, x):
