@@ -146,8 +146,10 @@ def _load_quantized_runtime(res: BuildResult) -> tuple[Optional[ctypes.CDLL], Op
     registered = {n for n in _all_runtime_ops() if n.startswith("quantized_decomposed::")}
     ours = set(QUANTIZED_RUNTIME_OPS)
     if "quantized_decomposed::add_relu.out" in registered and ours <= registered:
+        # Loaded by this process before (importlib.reload). Not dlopen'ed again: after a source
+        # change the cache holds a different file, whose registrations would abort the process.
         _guard_stock_quantized()
-        return ctypes.CDLL(str(res.quantized_runtime), mode=os.RTLD_GLOBAL), None  # loaded before (reload)
+        return None, None
     clash = sorted(ours & registered)
     if clash:
         problem = (
