@@ -36,6 +36,9 @@ RUNTIME_LIB = "libetfuse_runtime.so"
 # etfuse.kernels loads this one only when those names are free (see __init__.py).
 QUANTIZED_RUNTIME_LIB = "libetfuse_quantized_runtime.so"
 _CACHE_LAYOUT_VERSION = "2"
+# Translation units per library: the eager library, and extra units linked into a runtime one.
+EAGER_SOURCES = ("eager_ops.cpp", "quantized_eager.cpp", "conv_eager.cpp")
+RUNTIME_EXTRA_SOURCES = {"runtime_ops.cpp": ("conv_runtime.cpp",)}
 
 
 class KernelBuildError(RuntimeError):
@@ -93,7 +96,7 @@ def eager_command(output: Path) -> list[str]:
     abi = int(torch._C._GLIBCXX_USE_CXX11_ABI)
     cmd = [compiler(), "-std=c++20", *_COMMON, "-fopenmp", f"-D_GLIBCXX_USE_CXX11_ABI={abi}"]
     cmd += [f"-I{p}" for p in cpp_extension.include_paths()]
-    cmd += [f"-I{CSRC}", str(CSRC / "eager_ops.cpp"), str(CSRC / "quantized_eager.cpp"), "-o", str(output)]
+    cmd += [f"-I{CSRC}", *(str(CSRC / src) for src in EAGER_SOURCES), "-o", str(output)]
     for lib_dir in cpp_extension.library_paths():
         cmd += [f"-L{lib_dir}", f"-Wl,-rpath,{lib_dir}"]
     cmd += ["-ltorch", "-ltorch_cpu", "-lc10"]
@@ -105,7 +108,7 @@ def runtime_command(output: Path, source: str = "runtime_ops.cpp") -> list[str]:
     lib = et / "lib"
     cmd = [compiler(), "-std=c++17", *_COMMON, "-DC10_USING_CUSTOM_GENERATED_MACROS", "-DET_USE_THREADPOOL"]
     cmd += [f"-I{et / 'include'}", f"-I{et / 'include' / 'executorch' / 'runtime' / 'core' / 'portable_type' / 'c10'}"]
-    cmd += [f"-I{CSRC}", str(CSRC / source), "-o", str(output)]
+    cmd += [f"-I{CSRC}", *(str(CSRC / src) for src in (source, *RUNTIME_EXTRA_SOURCES.get(source, ()))), "-o", str(output)]
     cmd += [str(lib / "libexecutorch.so"), str(lib / "libexecutorch_threadpool.so"), f"-Wl,-rpath,{lib}"]
     return cmd
 

@@ -1,12 +1,14 @@
 // GEMM core shared by linear_relu and addmm_relu:
 //
-//   C[i, j] = act(bias[i, j] + sum_k A[i, k] * B[k, j])      act = relu or identity
+//   C[i, j] = act(bias[i, j] + sum_k A[i, k] * B[k, j])      act = clamp [act_min, act_max] (relu) or identity
 //
 // every operand given by a pointer and two strides (bias strides may be 0 to broadcast; a null
 // bias is zero). B is packed per panel of NR columns into a contiguous [KC][NR] buffer (this
 // also absorbs a transposed B, e.g. linear's weight read as stored [N, K]); an MR x NR register
-// tile is accumulated over KC-long slices with plain vector arithmetic; bias and relu run in
-// the epilogue of the last K slice. Work is split over (column panel, row block) tiles.
+// tile is accumulated over KC-long slices with plain vector arithmetic; bias and the clamp run
+// in the epilogue of the last K slice. A caller-supplied packer (`Args::pack`) replaces the
+// strided B read: conv2d packs its input windows straight into the panel (implicit GEMM).
+// Work is split over (column panel, row block) tiles.
 //
 // The micro-kernel is written once (GCC vector extensions) and instantiated for the SSE2
 // baseline (MR=4, NR=8, 4-wide), AVX2+FMA (MR=6, NR=16, 8-wide) and AVX-512F (MR=12, NR=32,
@@ -30,8 +32,18 @@ struct Args {
   int64_t c_rs = 0, c_cs = 0;
   const float* bias = nullptr;  // may be null
   int64_t bias_rs = 0, bias_cs = 0;
-  bool relu = true;
+  bool relu = true;  // the epilogue clamps to [act_min, act_max] (relu by default)
+  float act_min = 0.0f, act_max = __builtin_inff();
+  // Optional B packer (implicit GEMM, e.g. conv2d reading its input window by window): fills
+  // pack[k][0:NR] with B(k0 + k, j0 : j0 + nr) for k < kc, zero past nr. Null: B via strides.
+  void (*pack)(const void* ctx, int64_t k0, int64_t kc, int64_t j0, int64_t nr, int64_t NR, float* pack) = nullptr;
+  const void* pack_ctx = nullptr;
 };
+
+// clamp that keeps NaN (like torch.clamp / relu / hardtanh).
+ETFUSE_ALWAYS_INLINE float clamp_act(float v, float lo, float hi) {
+  return v < lo ? lo : (v > hi ? hi : v);
+}
 
 namespace detail {
 
@@ -88,6 +100,7 @@ ETFUSE_ALWAYS_INLINE void store_tile(
     const Args& g, int64_t i0, int64_t j0, int64_t mr, int64_t nr, const float (&tile)[MR][NR], bool first,
     bool last) {
   const bool act = last && g.relu;
+  const float lo = g.act_min, hi = g.act_max;
   for (int64_t i = 0; i < mr; ++i) {
     float* c = g.C + (i0 + i) * g.c_rs + j0 * g.c_cs;
     const float* t = tile[i];
@@ -97,23 +110,23 @@ ETFUSE_ALWAYS_INLINE void store_tile(
         const int64_t bcs = g.bias_cs;
         if (g.c_cs == 1 && bcs == 1) {
           if (act) {
-            for (int64_t j = 0; j < nr; ++j) c[j] = relu(t[j] + bias[j]);
+            for (int64_t j = 0; j < nr; ++j) c[j] = clamp_act(t[j] + bias[j], lo, hi);
           } else {
             for (int64_t j = 0; j < nr; ++j) c[j] = t[j] + bias[j];
           }
         } else {
           for (int64_t j = 0; j < nr; ++j) {
             const float v = t[j] + bias[j * bcs];
-            c[j * g.c_cs] = act ? relu(v) : v;
+            c[j * g.c_cs] = act ? clamp_act(v, lo, hi) : v;
           }
         }
       } else {
-        for (int64_t j = 0; j < nr; ++j) c[j * g.c_cs] = act ? relu(t[j]) : t[j];
+        for (int64_t j = 0; j < nr; ++j) c[j * g.c_cs] = act ? clamp_act(t[j], lo, hi) : t[j];
       }
     } else {
       for (int64_t j = 0; j < nr; ++j) {
         const float v = c[j * g.c_cs] + t[j];
-        c[j * g.c_cs] = act ? relu(v) : v;
+        c[j * g.c_cs] = act ? clamp_act(v, lo, hi) : v;
       }
     }
   }
@@ -132,7 +145,11 @@ ETFUSE_ALWAYS_INLINE void tiles_impl(const Args& g, int64_t t0, int64_t t1, int6
     for (int64_t k0 = 0;; k0 += kKC) {
       const int64_t kc = (g.K - k0) < kKC ? (g.K - k0) : kKC;
       const bool first = k0 == 0, last = k0 + kc >= g.K;
-      pack_b<NR>(g, k0, kc, j0, nr, pack);
+      if (g.pack) {
+        g.pack(g.pack_ctx, k0, kc, j0, nr, NR, pack);
+      } else {
+        pack_b<NR>(g, k0, kc, j0, nr, pack);
+      }
       for (int64_t i0 = ib; i0 < ie; i0 += MR) {
         const int64_t mr = (ie - i0) < MR ? (ie - i0) : MR;
         const float* arow[MR];

@@ -1,0 +1,201 @@
+"""GEMM and convolution fusions: a linear or conv2d absorbs the bias, the activation and the
+weight transpose, so the stock runtime's slow convolution / permute_copy + addmm never run.
+
+| rule                  | edge pattern                                                  | backend op         |
+|-----------------------|---------------------------------------------------------------|--------------------|
+| conv2d_relu           | relu(convolution(x, w, b, stride, padding, dilation, groups)) | etfuse::conv2d_act |
+| conv2d_hardtanh       | hardtanh(convolution(...), lo, hi)         (relu6 = 0, 6)     | etfuse::conv2d_act |
+| conv2d_clamp          | clamp(convolution(...), lo, hi)                               | etfuse::conv2d_act |
+| conv2d                | convolution(...)                                              | etfuse::conv2d_act |
+| linear_relu           | relu(addmm(b, x, permute_copy(w)))                            | etfuse::linear_relu|
+| linear_relu_no_bias   | relu(mm(x, permute_copy(w)))                                  | etfuse::linear_relu|
+| linear_hardtanh(_no_bias) | hardtanh(addmm(b, x, permute_copy(w)) / mm(...), lo, hi)  | etfuse::linear_act |
+| linear_clamp(_no_bias)    | clamp(addmm(...) / mm(...), lo, hi)                       | etfuse::linear_act |
+| linear(_no_bias)      | addmm(b, x, permute_copy(w)) / mm(x, permute_copy(w))         | etfuse::linear_act |
+
+`convolution` here is the 2-D, non-transposed one (`transposed=False`, `output_padding=[0, 0]`
+are literals of the pattern; conv1d/conv3d have other list lengths and never match). Batch
+norm is folded into the convolution / linear before these rules run (`BatchNormFoldPass`); a
+residual `relu(add(conv(x), skip))` becomes `conv2d_act` + the foundation's `add_relu`.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+
+from etfuse.backend_ops.float_ops import LINEAR_RELU
+from etfuse.backend_ops.gemm_conv_ops import CONV2D_ACT, LINEAR_ACT
+
+from .constraints import all_of, output_dtype, ranks, tensors
+from .rule import Match, Rule
+
+aten = torch.ops.aten
+F32 = (torch.float32,)
+
+# Example scalars: each scalar parameter of a pattern needs a value no other one has.
+_CONV_SCALARS = dict(s0=2, s1=3, p0=4, p1=5, d0=6, d1=7, groups=8)
+_LO, _HI = -2.5, 3.5
+
+
+def _conv_inputs(*act_scalars):
+    return lambda: (torch.randn(1, 8, 40, 40), torch.randn(16, 1, 3, 3), torch.randn(16),
+                    *_CONV_SCALARS.values(), *act_scalars)
+
+
+def _conv(input, weight, bias, s0, s1, p0, p1, d0, d1, groups):
+    return aten.convolution.default(input, weight, bias, [s0, s1], [p0, p1], [d0, d1], False, [0, 0], groups)
+
+
+def _conv2d(input, weight, bias, s0, s1, p0, p1, d0, d1, groups):
+    return _conv(input, weight, bias, s0, s1, p0, p1, d0, d1, groups)
+
+
+def _conv2d_relu(input, weight, bias, s0, s1, p0, p1, d0, d1, groups):
+    return aten.relu.default(_conv(input, weight, bias, s0, s1, p0, p1, d0, d1, groups))
+
+
+def _conv2d_hardtanh(input, weight, bias, s0, s1, p0, p1, d0, d1, groups, lo, hi):
+    return aten.hardtanh.default(_conv(input, weight, bias, s0, s1, p0, p1, d0, d1, groups), lo, hi)
+
+
+def _conv2d_clamp(input, weight, bias, s0, s1, p0, p1, d0, d1, groups, lo, hi):
+    return aten.clamp.default(_conv(input, weight, bias, s0, s1, p0, p1, d0, d1, groups), lo, hi)
+
+
+def _linear(input, weight, bias):
+    return aten.linear.default(input, weight, bias)
+
+
+def _linear_no_bias(input, weight):
+    return aten.linear.default(input, weight)
+
+
+def _linear_relu(input, weight, bias):
+    return aten.relu.default(aten.linear.default(input, weight, bias))
+
+
+def _linear_relu_no_bias(input, weight):
+    return aten.relu.default(aten.linear.default(input, weight))
+
+
+def _linear_hardtanh(input, weight, bias, lo, hi):
+    return aten.hardtanh.default(aten.linear.default(input, weight, bias), lo, hi)
+
+
+def _linear_hardtanh_no_bias(input, weight, lo, hi):
+    return aten.hardtanh.default(aten.linear.default(input, weight), lo, hi)
+
+
+def _linear_clamp(input, weight, bias, lo, hi):
+    return aten.clamp.default(aten.linear.default(input, weight, bias), lo, hi)
+
+
+def _linear_clamp_no_bias(input, weight, lo, hi):
+    return aten.clamp.default(aten.linear.default(input, weight), lo, hi)
+
+
+# ---- what each activation means as a clamp range [min, max] (None: open) -------------------
+
+def _bound(v):
+    return None if v is None else float(v)
+
+
+def _act_range(m: Match, act: str):
+    if act == "none":
+        return None, None
+    if act == "relu":
+        return 0.0, None
+    return _bound(m.bindings["lo"]), _bound(m.bindings["hi"])
+
+
+# ---- constraints ---------------------------------------------------------------------------
+
+def _scalar_bounds(m: Match):
+    for name in ("lo", "hi"):
+        v = m.bindings.get(name)
+        if v is not None and (isinstance(v, torch.fx.Node) or isinstance(v, bool) or not isinstance(v, (int, float))):
+            return f"{name} is {v!r}, not a constant number"
+        if v is not None and math.isnan(float(v)):
+            return f"{name} is NaN"
+    lo, hi = m.bindings.get("lo"), m.bindings.get("hi")
+    if lo is not None and hi is not None and float(lo) > float(hi):
+        return f"min {lo} > max {hi}: hardtanh/clamp differ there; the kernel clamps to [min, max]"
+    return None
+
+
+def _conv_scalars(m: Match):
+    for name in _CONV_SCALARS:
+        v = m.bindings[name]
+        if isinstance(v, torch.fx.Node) or not isinstance(v, int):
+            return f"{name} is {v!r}, not a constant int (symbolic conv parameters are not fused)"
+    return None
+
+
+def _conv_bias(m: Match):
+    if m.bindings.get("bias") is not None:
+        b, w = m.value("bias"), m.value("weight")
+        if b.dim() != 1 or b.shape[0] != w.shape[0]:
+            return f"bias has shape {tuple(b.shape)}; the kernel takes [{w.shape[0]}]"
+    return None
+
+
+_CONV_CHECK = all_of(
+    tensors(["input", "weight", "bias"], F32, optional=["bias"]), ranks(input=4, weight=4),
+    _conv_scalars, _conv_bias, _scalar_bounds, output_dtype(torch.float32))
+_LINEAR_CHECK = all_of(
+    tensors(["input", "weight", "bias"], F32), ranks(input=2, weight=2, bias=1), _scalar_bounds,
+    output_dtype(torch.float32))
+
+
+# ---- replacement arguments -----------------------------------------------------------------
+
+def _conv_arguments(act: str):
+    def arguments(m: Match):
+        b = m.bindings
+        lo, hi = _act_range(m, act)
+        return (b["input"], b["weight"], b.get("bias"), [b["s0"], b["s1"]], [b["p0"], b["p1"]],
+                [b["d0"], b["d1"]], b["groups"], lo, hi), {}
+
+    return arguments
+
+
+def _linear_arguments(act: str):
+    def arguments(m: Match):
+        b = m.bindings
+        if act == "relu":
+            return (b["input"], b["weight"], b.get("bias")), {}
+        lo, hi = _act_range(m, act)
+        return (b["input"], b["weight"], b.get("bias"), lo, hi), {}
+
+    return arguments
+
+
+def _linear_inputs(bias: bool, *act_scalars):
+    return lambda: (torch.randn(4, 8), torch.randn(16, 8), *((torch.randn(16),) if bias else ()), *act_scalars)
+
+
+def _rules():
+    rules = []
+    for act, pattern, extra in (
+        ("relu", _conv2d_relu, ()), ("hardtanh", _conv2d_hardtanh, (_LO, _HI)),
+        ("clamp", _conv2d_clamp, (_LO, _HI)), ("none", _conv2d, ()),
+    ):
+        name = "conv2d" if act == "none" else f"conv2d_{act}"
+        rules.append(Rule(name, pattern, CONV2D_ACT, _conv_inputs(*extra), _CONV_CHECK, _conv_arguments(act)))
+    for act, with_bias, no_bias, extra in (
+        ("relu", _linear_relu, _linear_relu_no_bias, ()),
+        ("hardtanh", _linear_hardtanh, _linear_hardtanh_no_bias, (_LO, _HI)),
+        ("clamp", _linear_clamp, _linear_clamp_no_bias, (_LO, _HI)),
+        ("none", _linear, _linear_no_bias, ()),
+    ):
+        op = LINEAR_RELU if act == "relu" else LINEAR_ACT
+        name = "linear" if act == "none" else f"linear_{act}"
+        rules.append(Rule(name, with_bias, op, _linear_inputs(True, *extra), _LINEAR_CHECK, _linear_arguments(act)))
+        rules.append(Rule(f"{name}_no_bias", no_bias, op, _linear_inputs(False, *extra), _LINEAR_CHECK,
+                          _linear_arguments(act)))
+    return rules
+
+
+GEMM_CONV_RULES = _rules()
