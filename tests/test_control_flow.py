@@ -282,8 +282,13 @@ def test_an_if_result_survives_later_control_flow():
     next cond or scan overwrites it (stock lowering returns wrong values here)."""
     ep = export(TwoIfsAndAScan(), (torch.ones(1), torch.randn(8), torch.randn(3, 8)))
     stock, copies = _Loaded(to_edge(ep)), CondOutputCopyPass()
-    fixed = _Loaded(to_edge(ep).transform([copies]))
+    edge = to_edge(ep)
+    before = edge.exported_program().graph_module.code
+    fixed_edge = edge.transform([copies])
     assert copies.copied == [("", "getitem")]  # `second` dies before the scan: no copy
+    assert edge.exported_program().graph_module.code == before  # the caller's program is untouched
+    assert not CondOutputCopyPass()(fixed_edge.exported_program().graph_module).modified
+    fixed = _Loaded(fixed_edge)
     for p in (torch.ones(1), -torch.ones(1)):
         a, xs = torch.randn(8), torch.randn(3, 8)
         want = TwoIfsAndAScan()(p, a, xs)
