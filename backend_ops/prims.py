@@ -18,6 +18,8 @@ these by the pass (e.g. `a % b` is `a - (a // b) * b`: the runtime's `mod.Scalar
 
 from __future__ import annotations
 
+__all__ = ["PrimOp", "PRIMS", "BOOL_RESULT_EDGE_FORM", "RUNTIME_EXACT", "ensure_registered"]
+
 import dataclasses
 import math
 import operator

@@ -15,6 +15,8 @@ module it is given is never modified.
 
 from __future__ import annotations
 
+__all__ = ["CondOutputCopyPass"]
+
 import copy
 import operator
 from typing import Optional

@@ -33,6 +33,8 @@ example size): `MapToScanPass` (map -> scan, run before `to_edge`), `to_edge_con
 
 from __future__ import annotations
 
+__all__ = ["LoopLoweringPass", "LoopLoweringError", "LoweredLoop", "MapToScanPass", "SpecialisedShapeError", "refuse_specialised", "to_edge_control_flow"]
+
 import dataclasses
 import math
 import operator

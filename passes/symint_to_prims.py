@@ -35,6 +35,8 @@ its graph and why. The pass never modifies the graph module it is given.
 
 from __future__ import annotations
 
+__all__ = ["SymIntToPrimsPass", "SymIntLoweringError", "LOWERINGS", "to_edge_with_prims"]
+
 import builtins
 import copy
 import math
