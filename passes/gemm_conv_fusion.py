@@ -15,3 +15,13 @@ class GemmConvFusionPass(FusionPass):
 
     def __init__(self):
         super().__init__(GEMM_CONV_RULES)
+
+
+def gemm_conv_passes() -> list:
+    """The foundation's float fusions plus GEMM/conv, in the order they must run: batch norm is
+    folded first (its ExportedProgram pass turns conv/linear -> bn into conv/linear), then the
+    GEMM/conv rules, then the elementwise ones (residual relu(add) -> add_relu)."""
+    from .batch_norm_folding import BatchNormFoldPass
+    from .float_fusion import FloatFusionPass
+
+    return [BatchNormFoldPass(), GemmConvFusionPass(), FloatFusionPass()]

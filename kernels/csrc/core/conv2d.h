@@ -150,61 +150,90 @@ inline void pack_windows(const void* vctx, int64_t k0, int64_t kc, int64_t j0, i
 }
 
 // Output planes [t0, t1) of a depthwise conv (plane t = image t / Cout, channel t % Cout).
-template <int kDummy>
+// Each input plane is first copied into a zero-padded buffer, so every tap of every output
+// column is a plain load; with unit stride a W-wide strip of an output row is accumulated in a
+// register over all KH * KW taps.
+template <int W>
 ETFUSE_ALWAYS_INLINE void depthwise_planes(const Problem& pb, int64_t t0, int64_t t1) {
+  typedef typename gemm::detail::Vec<W>::type vf;
   const Params& p = pb.p;
   const int64_t Cout = pb.lo.sizes[1], OH = pb.lo.sizes[2], OW = pb.lo.sizes[3];
-  const int64_t H = pb.li.sizes[2], W = pb.li.sizes[3], KH = pb.lw.sizes[2], KW = pb.lw.sizes[3];
+  const int64_t H = pb.li.sizes[2], Wd = pb.li.sizes[3], KH = pb.lw.sizes[2], KW = pb.lw.sizes[3];
   const int64_t mult = Cout / p.groups;
   const int64_t sh = p.stride[0], sw = p.stride[1], ph = p.padding[0], pw = p.padding[1];
   const int64_t dh = p.dilation[0], dw = p.dilation[1];
   const int64_t ihs = pb.li.strides[2], iws = pb.li.strides[3];
   const float lo_v = p.has_min ? p.min : -__builtin_inff(), hi_v = p.has_max ? p.max : __builtin_inff();
-  std::vector<float> acc_buf(static_cast<size_t>(OW));
-  float* acc = acc_buf.data();
+  // Only the padded rows/columns some output reads are needed (stride may skip the end).
+  const int64_t PH = (OH - 1) * sh + (KH - 1) * dh + 1, PW = (OW - 1) * sw + (KW - 1) * dw + 1;
+  std::vector<float> buf(static_cast<size_t>(PH * PW + OW + KH * KW), 0.0f);
+  float* __restrict padded = buf.data();
+  float* __restrict acc = padded + PH * PW;
+  float* __restrict wl = acc + OW;
+  // Padded rows [r0, r1) and columns [c0, c1) hold input; the rest stays zero.
+  const int64_t r0 = ph < PH ? ph : PH, r1 = (ph + H) < PH ? (ph + H) : PH;
+  const int64_t c0 = pw < PW ? pw : PW, c1 = (pw + Wd) < PW ? (pw + Wd) : PW;
   for (int64_t t = t0; t < t1; ++t) {
     const int64_t n = t / Cout, co = t % Cout, ci = co / mult;
     const float* plane = pb.in + n * pb.li.strides[0] + ci * pb.li.strides[1];
+    if (t == t0 || (t - 1) / mult != t / mult || mult == 1) {  // a new input plane
+      for (int64_t r = r0; r < r1; ++r) {
+        const float* src = plane + (r - ph) * ihs;
+        float* dst = padded + r * PW;
+        if (iws == 1) {
+          std::memcpy(dst + c0, src + (c0 - pw), sizeof(float) * (c1 - c0));
+        } else {
+          for (int64_t c = c0; c < c1; ++c) dst[c] = src[(c - pw) * iws];
+        }
+      }
+    }
     const float* wk = pb.w + co * pb.lw.strides[0];
+    for (int64_t kh = 0; kh < KH; ++kh)
+      for (int64_t kw = 0; kw < KW; ++kw) wl[kh * KW + kw] = wk[kh * pb.lw.strides[2] + kw * pb.lw.strides[3]];
     const float b = pb.bias ? pb.bias[co * pb.bias_s] : 0.0f;
     float* oplane = pb.out + n * pb.lo.strides[0] + co * pb.lo.strides[1];
     for (int64_t oh = 0; oh < OH; ++oh) {
-      for (int64_t x = 0; x < OW; ++x) acc[x] = 0.0f;
-      for (int64_t kh = 0; kh < KH; ++kh) {
-        const int64_t ih = oh * sh - ph + kh * dh;
-        if (ih < 0 || ih >= H) continue;
-        const float* row = plane + ih * ihs;
-        for (int64_t kw = 0; kw < KW; ++kw) {
-          const float wv = wk[kh * pb.lw.strides[2] + kw * pb.lw.strides[3]];
-          const int64_t iw0 = kw * dw - pw;
-          int64_t lo, hi;
-          valid_range(iw0, sw, W, OW, lo, hi);
-          if (sw == 1 && iws == 1) {
-            const float* src = row + iw0;
-            for (int64_t x = lo; x < hi; ++x) acc[x] += wv * src[x];
-          } else {
-            const float* src = row + iw0 * iws;
-            const int64_t step = sw * iws;
-            for (int64_t x = lo; x < hi; ++x) acc[x] += wv * src[x * step];
+      const float* top = padded + oh * sh * PW;
+      int64_t x = 0;
+      if (sw == 1) {
+        for (; x + W <= OW; x += W) {
+          vf a = vf{} + b;
+          for (int64_t kh = 0; kh < KH; ++kh) {
+            const float* r = top + kh * dh * PW + x;
+            const float* wr = wl + kh * KW;
+            for (int64_t kw = 0; kw < KW; ++kw) {
+              vf v;
+              std::memcpy(&v, r + kw * dw, sizeof(vf));
+              a += wr[kw] * v;
+            }
           }
+          std::memcpy(acc + x, &a, sizeof(vf));
         }
+      }
+      for (; x < OW; ++x) {
+        float a = b;
+        for (int64_t kh = 0; kh < KH; ++kh) {
+          const float* r = top + kh * dh * PW + x * sw;
+          for (int64_t kw = 0; kw < KW; ++kw) a += wl[kh * KW + kw] * r[kw * dw];
+        }
+        acc[x] = a;
       }
       float* orow = oplane + oh * pb.lo.strides[2];
       const int64_t os = pb.lo.strides[3];
       if (os == 1) {
-        for (int64_t x = 0; x < OW; ++x) orow[x] = gemm::clamp_act(acc[x] + b, lo_v, hi_v);
+        for (int64_t i = 0; i < OW; ++i) orow[i] = gemm::clamp_act(acc[i], lo_v, hi_v);
       } else {
-        for (int64_t x = 0; x < OW; ++x) orow[x * os] = gemm::clamp_act(acc[x] + b, lo_v, hi_v);
+        for (int64_t i = 0; i < OW; ++i) orow[i * os] = gemm::clamp_act(acc[i], lo_v, hi_v);
       }
     }
   }
 }
 
 inline void depthwise_baseline(const Problem& pb, int64_t t0, int64_t t1) {
-  depthwise_planes<0>(pb, t0, t1);
+  depthwise_planes<4>(pb, t0, t1);
 }
 ETFUSE_TARGET_AVX2 inline void depthwise_avx2(const Problem& pb, int64_t t0, int64_t t1) {
-  depthwise_planes<1>(pb, t0, t1);
+  depthwise_planes<8>(pb, t0, t1);
 }
 
 }  // namespace detail

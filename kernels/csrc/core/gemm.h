@@ -137,13 +137,16 @@ template <int MR, int NR, int W>
 ETFUSE_ALWAYS_INLINE void tiles_impl(const Args& g, int64_t t0, int64_t t1, int64_t mblocks) {
   alignas(64) float pack[kKC * NR];
   alignas(64) float tile[MR][NR];
+  // K in equal slices of at most kKC (K = 288 is 2 x 144, not 256 + a 32-long tail pass over C).
+  const int64_t nslices = (g.K + kKC - 1) / kKC;
+  const int64_t kstep = nslices > 1 ? (g.K + nslices - 1) / nslices : kKC;
   for (int64_t t = t0; t < t1; ++t) {
     const int64_t j0 = (t / mblocks) * NR;
     const int64_t nr = (g.N - j0) < NR ? (g.N - j0) : NR;
     const int64_t ib = (t % mblocks) * kMC;
     const int64_t ie = (ib + kMC) < g.M ? (ib + kMC) : g.M;
-    for (int64_t k0 = 0;; k0 += kKC) {
-      const int64_t kc = (g.K - k0) < kKC ? (g.K - k0) : kKC;
+    for (int64_t k0 = 0;; k0 += kstep) {
+      const int64_t kc = (g.K - k0) < kstep ? (g.K - k0) : kstep;
       const bool first = k0 == 0, last = k0 + kc >= g.K;
       if (g.pack) {
         g.pack(g.pack_ctx, k0, kc, j0, nr, NR, pack);
