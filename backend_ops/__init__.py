@@ -2,8 +2,9 @@
 
 from .registry import BackendOp, BackendOpError, register, registered_ops
 from .float_ops import ADD_RELU, ADDMM_RELU, FLOAT_OPS, LINEAR_RELU
+from .prims import PRIMS, PrimOp
 
 __all__ = [
     "BackendOp", "BackendOpError", "register", "registered_ops",
-    "ADD_RELU", "LINEAR_RELU", "ADDMM_RELU", "FLOAT_OPS",
+    "ADD_RELU", "LINEAR_RELU", "ADDMM_RELU", "FLOAT_OPS", "PRIMS", "PrimOp",
 ]

@@ -1,11 +1,21 @@
-"""ExportPass subclasses that fuse edge-dialect graphs, and the default pipeline."""
+"""ExportPass subclasses that fuse and lower edge-dialect graphs, and the default pipeline."""
 
 from .engine import Declined, Fused, FusionError, FusionReport, RuleIndex, apply_matches, find_matches
 from .fusion_pass import FusionPass, graph_modules
 from .float_fusion import FloatFusionPass
+from .quant_fusion import QuantFusionPass
+from .symint_to_prims import SymIntLoweringError, SymIntToPrimsPass, to_edge_with_prims
+from .loop_lowering import (
+    LoopLoweringError, LoopLoweringPass, MapToScanPass, SpecialisedShapeError, refuse_specialised,
+    to_edge_control_flow,
+)
+from .cond_outputs import CondOutputCopyPass
 from .pipeline import default_passes, fuse
 
 __all__ = [
     "Declined", "Fused", "FusionError", "FusionReport", "RuleIndex", "apply_matches", "find_matches",
-    "FusionPass", "graph_modules", "FloatFusionPass", "default_passes", "fuse",
+    "FusionPass", "graph_modules", "FloatFusionPass", "QuantFusionPass",
+    "SymIntLoweringError", "SymIntToPrimsPass", "to_edge_with_prims",
+    "LoopLoweringError", "LoopLoweringPass", "MapToScanPass", "SpecialisedShapeError", "refuse_specialised",
+    "to_edge_control_flow", "CondOutputCopyPass", "default_passes", "fuse",
 ]

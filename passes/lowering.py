@@ -13,10 +13,11 @@ import time
 from typing import Optional, Sequence
 
 import torch
-from executorch.exir import EdgeCompileConfig, to_edge
+from executorch.exir import EdgeCompileConfig
 
 from .fusion_pass import FusionPass, graph_modules
 from .engine import Fused
+from .loop_lowering import to_edge_control_flow
 from .pipeline import default_passes, fuse
 
 
@@ -84,7 +85,7 @@ def lower_and_compare(exported: torch.export.ExportedProgram, inputs: Sequence[t
     expected = list(expected) if isinstance(expected, (tuple, list)) else [expected]
     passes = default_passes() if passes is None else passes
 
-    edge = to_edge(exported, compile_config=EdgeCompileConfig(_check_ir_validity=False))
+    edge = to_edge_control_flow(exported, compile_config=EdgeCompileConfig(_check_ir_validity=False))
     fused = fuse(edge, passes)
     before = op_histogram(edge.exported_program().graph_module)
     after = op_histogram(fused.exported_program().graph_module)

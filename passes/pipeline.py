@@ -8,14 +8,23 @@ from typing import Optional, Sequence, Union
 from executorch.exir import EdgeProgramManager
 from torch.export import ExportedProgram
 
+from .cond_outputs import CondOutputCopyPass
 from .float_fusion import FloatFusionPass
+from .loop_lowering import LoopLoweringPass
+from .quant_fusion import QuantFusionPass
+from .symint_to_prims import SymIntToPrimsPass
 from .engine import FusionError
 from .fusion_pass import FusionPass
 
 
 def default_passes() -> list:
-    """etfuse's passes in the order they should run (more specific patterns first)."""
-    return [FloatFusionPass()]
+    """etfuse's passes in the order they should run.
+
+    Loops are lowered first so fusion reaches their bodies; quantized patterns before float ones
+    (relu(add(dq, dq)) is a quantized add_relu, not a float one); the cond-output copy and the
+    SymInt lowering last, on the final graph.
+    """
+    return [LoopLoweringPass(), QuantFusionPass(), FloatFusionPass(), CondOutputCopyPass(), SymIntToPrimsPass()]
 
 
 Program = Union[EdgeProgramManager, ExportedProgram]

@@ -62,6 +62,19 @@ graph():
         (out,) = run(fused.to_executorch(), args)
         torch.testing.assert_close(out, expected, rtol=0, atol=0)
 
+    def test_runtime_method_outlives_the_program_bytes(self):
+        # load_program(bytes) reads the .pte in place: load_method must keep the bytes alive.
+        import gc
+
+        from etfuse.runtime import load_method
+
+        args = (torch.tensor([-2.0, 1.0, 3.0]), torch.tensor([1.0, 1.0, -5.0]))
+        _, fused = fused_graph(AddRelu(), args)
+        method = load_method(fused.to_executorch())
+        gc.collect()
+        for _ in range(3):
+            torch.testing.assert_close(method.execute(args)[0], torch.tensor([0.0, 2.0, 0.0]))
+
     def test_new_node_meta_and_provenance(self):
         args = (torch.randn(3, 4), torch.randn(3, 4))
         _, fused = fused_graph(AddRelu(), args)

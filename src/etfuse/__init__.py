@@ -1,6 +1,6 @@
 """etfuse: fuse chains of ExecuTorch edge-dialect ops into backend ops.
 
-    edge = executorch.exir.to_edge(torch.export.export(model, args))
+    edge = etfuse.to_edge(torch.export.export(model, args))   # executorch's to_edge, control-flow safe
     fused = etfuse.fuse(edge)                 # or edge.transform(etfuse.passes.default_passes())
     etfuse.kernels.load()                     # C++ kernels for torch eager and the runtime
     pte = fused.to_executorch().buffer
@@ -14,3 +14,11 @@ def fuse(program, passes=None):
     from etfuse.passes import fuse as _fuse
 
     return _fuse(program, passes)
+
+
+def to_edge(program, compile_config=None, **kwargs):
+    """`executorch.exir.to_edge` that keeps `map` dynamic, lowers SymInt builtins exactly and
+    refuses to silently specialise a dynamic dimension. See `etfuse.passes.to_edge_control_flow`."""
+    from etfuse.passes import to_edge_control_flow
+
+    return to_edge_control_flow(program, compile_config=compile_config, **kwargs)

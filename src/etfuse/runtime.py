@@ -20,7 +20,12 @@ def load_method(program, method: str = "forward"):
         program = program.buffer
     if not isinstance(program, (bytes, bytearray)):
         program = os.fspath(program)
-    return Runtime.get().load_program(program).load_method(method)
+    loaded = Runtime.get().load_program(program)
+    runtime_method = loaded.load_method(method)
+    # The runtime reads the .pte in place (load_program(bytes) does not copy): the bytes and the
+    # Program must live as long as the Method.
+    runtime_method._etfuse_keepalive = (program, loaded)
+    return runtime_method
 
 
 def run(program, inputs: Sequence[torch.Tensor], method: str = "forward") -> list:
