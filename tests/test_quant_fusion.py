@@ -61,8 +61,9 @@ def fuse(edge):
 
 
 def run_both(edge, fused, inputs):
-    """Outputs of the unfused and the fused program on the ExecuTorch runtime."""
-    return run(edge.to_executorch(), inputs), run(fused.to_executorch(), inputs)
+    """Outputs of the unfused and the fused program on the ExecuTorch runtime. (executorch's
+    to_executorch rewrites the program it lowers in place: lower copies, the tests reuse them.)"""
+    return run(copy.deepcopy(edge).to_executorch(), inputs), run(copy.deepcopy(fused).to_executorch(), inputs)
 
 
 _STOCK_RUNNER = r"""
@@ -188,6 +189,31 @@ return [quantized_decomposed_dequantize_per_tensor_default_5, quantized_decompos
             unfused, fused = run_both(self.edge, self.fused, inputs)
             for u, f in zip(unfused, fused):
                 torch.testing.assert_close(f, u, rtol=0, atol=0)
+
+    def test_with_float_fusion_after_it(self):
+        # QuantFusionPass must run before FloatFusionPass, which would otherwise turn
+        # relu(add(dq, dq)) into a float etfuse::add_relu and leave the quantize behind.
+        import etfuse
+        from etfuse.passes import FloatFusionPass
+
+        fused = etfuse.fuse(self.edge, passes=[QuantFusionPass(), FloatFusionPass()])
+        ops = op_names(fused.exported_program().graph_module)
+        self.assertEqual(ops.count("quantized_decomposed.add_relu.default"), 1)
+        self.assertNotIn("etfuse.add_relu.default", ops)
+        wrong_order = etfuse.fuse(self.edge, passes=[FloatFusionPass(), QuantFusionPass()])
+        self.assertIn("etfuse.add_relu.default", op_names(wrong_order.exported_program().graph_module))
+
+    def test_in_executorch_backend_config(self):
+        from executorch.exir import ExecutorchBackendConfig
+
+        # (to_executorch with config passes rewrites the program it is given: use a copy)
+        et = copy.deepcopy(self.edge).to_executorch(ExecutorchBackendConfig(passes=[QuantFusionPass()]))
+        ops = op_names(et.exported_program().graph_module)
+        self.assertIn("quantized_decomposed.add_relu.out", ops)
+        self.assertEqual(ops.count("quantized_decomposed.add.out"), 2)
+        inputs = self.cal[2]
+        for u, f in zip(run(copy.deepcopy(self.edge).to_executorch(), inputs), run(et, inputs)):
+            torch.testing.assert_close(f, u, rtol=0, atol=0)
 
     def test_new_nodes_have_meta_val(self):
         for n in self.fused.exported_program().graph.nodes:
