@@ -316,6 +316,22 @@ def quantized_registered_kernels():
     _equal(registration._functional(q.EMBEDDING_BYTE, launch.embedding_byte)(*e), q.EMBEDDING_BYTE.pattern(*e))
 
 
+@_case(INTERPRET_CASES)
+def gpu_benchmark_smoke_run():
+    """benchmarks/gpu.py --smoke: every variant of the GPU benchmark, tiny, on the interpreter."""
+    import contextlib
+    import importlib.util as iu
+    import io
+    path = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "benchmarks", "gpu.py")
+    spec = iu.spec_from_file_location("etfuse_gpu_benchmark", path)
+    mod = iu.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    buf = io.StringIO()
+    with contextlib.redirect_stdout(buf):
+        rc = mod.main(["--smoke"])
+    assert rc == 0 and "linear_relu float16" in buf.getvalue(), buf.getvalue()
+
+
 # ---- registration cases (child process, triton imported normally) ------------------------
 
 @_case(REGISTER_CASES)

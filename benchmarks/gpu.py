@@ -1,0 +1,227 @@
+"""Benchmark etfuse's Triton kernels on a CUDA GPU against torch's unfused ops and torch.compile.
+
+    python benchmarks/gpu.py [--quick] [--sizes 1M,16M,256M] [--peak-gbs 3350] [--json out.json]
+
+Needs a CUDA device and triton (`pip install "etfuse[triton]"`); exits with a message otherwise.
+Every variant is first checked against torch (bit-exact for the quantized ops, float tolerance
+otherwise), then timed with `triton.testing.do_bench` (CUDA events, L2 flushed between runs,
+median of the repetitions).
+
+Element-wise ops, in GB/s (bytes the op must move / time) and % of the HBM peak, at 1M, 16M
+and 256M elements:
+
+* add_relu float32 / float16       relu(a + b): 2 reads + 1 write per element
+* quantized add_relu int8          q(relu(dq(a) + dq(b))): 1-byte elements, 2 reads + 1 write
+* embedding_byte int8 -> float16   D = 256, one random row per index: weight row read +
+                                   output row written (+ indices, scales)
+
+columns: `triton` (the launcher), `op` (the registered `torch.ops` functional op on CUDA
+tensors: dispatcher + Triton kernel), `torch` (torch's unfused ops: the op's pattern),
+`compile` (torch.compile of the pattern, default mode), and `copy` (torch's device-to-device
+copy of as many bytes: a practical bandwidth ceiling).
+
+linear_relu float16 at 4096 x 4096 x 4096, in TFLOP/s (2*M*N*K / time): the Triton kernel, the
+registered op, torch's `relu(linear(x, w, b))` (cuBLAS + a relu kernel) and torch.compile of it.
+
+--peak-gbs sets the HBM peak the percentages use; by default it is looked up from the device
+name (H100 SXM 3350, H100 PCIe/NVL 2000/3900, H200 4800, A100 80GB 2039), else the copy
+bandwidth is used.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+
+KNOWN_PEAKS_GBS = [  # (substring of torch.cuda.get_device_name(), HBM peak in GB/s), first match wins
+    ("H200", 4800.0), ("H100 NVL", 3900.0), ("H100 PCIe", 2000.0), ("H100", 3350.0),
+    ("A100-SXM4-80GB", 2039.0), ("A100 80GB PCIe", 1935.0), ("A100", 1555.0),
+]
+
+
+def parse_size(s: str) -> int:
+    s = s.strip().upper()
+    mult = {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30}.get(s[-1], 1)
+    return int(s[:-1] if s[-1] in "KMG" else s) * mult
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--sizes", default="1M,16M,256M")
+    ap.add_argument("--quick", action="store_true", help="1M and 16M only, no torch.compile")
+    ap.add_argument("--peak-gbs", type=float, default=None)
+    ap.add_argument("--mm", type=int, default=4096, help="M = N = K of the linear_relu benchmark")
+    ap.add_argument("--json", default=None, help="also write the results here")
+    ap.add_argument("--smoke", action="store_true",
+                    help="no GPU: run every variant once at tiny sizes through Triton's interpreter on CPU "
+                         "tensors (checks the script, not the speed; needs TRITON_INTERPRET=1)")
+    args = ap.parse_args(argv)
+
+    import os
+    import time
+
+    import torch
+
+    smoke = args.smoke
+    if smoke:
+        if os.environ.get("TRITON_INTERPRET") != "1":
+            print("--smoke needs TRITON_INTERPRET=1 in the environment", file=sys.stderr)
+            return 2
+        args.sizes, args.mm, args.quick = "4K", 64, True
+    elif not torch.cuda.is_available():
+        print("benchmarks/gpu.py needs a CUDA device; none is visible to torch. Not run.", file=sys.stderr)
+        return 2
+    import etfuse.backend_ops  # noqa: F401
+    import etfuse.backend_ops.quantized_ops as q
+    import etfuse.kernels.triton as kt
+
+    try:
+        kt.register()
+    except kt.TritonUnavailableError as e:
+        print(e, file=sys.stderr)
+        return 2
+    import triton
+    from triton.testing import do_bench
+    from etfuse.kernels.triton import launch
+
+    dev = "cpu" if smoke else "cuda"
+
+    sizes = [parse_size(s) for s in args.sizes.split(",")]
+    if args.quick:
+        sizes = [s for s in sizes if s <= 16 << 20]
+    name = "cpu (Triton interpreter smoke run)" if smoke else torch.cuda.get_device_name()
+    peak = args.peak_gbs or next((p for k, p in KNOWN_PEAKS_GBS if k in name), None)
+    print(f"device: {name}; torch {torch.__version__}; triton {triton.__version__}")
+    results = {"device": name, "peak_gbs": peak, "elementwise": [], "matmul": []}
+
+    def bench(fn) -> float:
+        if smoke:
+            t = time.perf_counter()
+            fn()
+            return (time.perf_counter() - t) * 1e3
+        return do_bench(fn, warmup=25, rep=100, return_mode="median")  # ms
+
+    def compiled(fn):
+        if args.quick:
+            return None
+        try:
+            return torch.compile(fn)
+        except Exception as e:  # noqa: BLE001
+            print(f"  torch.compile unavailable: {e}", file=sys.stderr)
+            return None
+
+    qp = (0.05, 3, -128, 127)
+    qb = (0.03, -2, -128, 127)
+    qo = (0.07, -5, -128, 127)
+
+    def q_pattern(a, b):
+        return q.QUANTIZED_ADD_RELU.pattern(a, *qp, b, *qb, *qo)
+
+    compiled_fns = {
+        "add_relu": compiled(lambda a, b: torch.relu(a + b)),
+        "qadd_relu": compiled(q_pattern),
+        "embedding": compiled(q.EMBEDDING_BYTE.pattern),
+    }
+
+    cases = []
+    for n in sizes:
+        for dt in (torch.float32, torch.float16):
+            def make(n=n, dt=dt):
+                a = torch.randn(n, device=dev, dtype=dt)
+                b = torch.randn(n, device=dev, dtype=dt)
+                return dict(
+                    bytes=3 * n * a.element_size(), check="close",
+                    triton=lambda: launch.add_relu(a, b), op=lambda: torch.ops.etfuse.add_relu(a, b),
+                    torch=lambda: torch.relu(a + b),
+                    compile=(lambda: compiled_fns["add_relu"](a, b)) if compiled_fns["add_relu"] else None)
+            cases.append((f"add_relu {str(dt).replace('torch.', '')}", n, make))
+
+        def make_q(n=n):
+            a = torch.randint(-128, 128, (n,), device=dev, dtype=torch.int8)
+            b = torch.randint(-128, 128, (n,), device=dev, dtype=torch.int8)
+            return dict(
+                bytes=3 * n, check="equal",
+                triton=lambda: launch.quantized_add(a, *qp, b, *qb, *qo, relu=True),
+                op=lambda: torch.ops.quantized_decomposed.add_relu(a, *qp, b, *qb, *qo),
+                torch=lambda: q_pattern(a, b),
+                compile=(lambda: compiled_fns["qadd_relu"](a, b)) if compiled_fns["qadd_relu"] else None)
+        cases.append(("quantized add_relu int8", n, make_q))
+
+        def make_e(n=n, D=256):
+            rows = max(n // D, 1)
+            w = torch.randint(-128, 128, (rows, D), device=dev, dtype=torch.int8)
+            s = torch.rand(rows, device=dev, dtype=torch.float16) * 0.01
+            zp = torch.randint(-10, 10, (rows,), device=dev, dtype=torch.int64)
+            idx = torch.randperm(rows, device=dev)
+            eargs = (w, s, zp, -128, 127, idx)
+            return dict(
+                bytes=rows * D * (1 + 2) + rows * (8 + 2 + 8), check="equal",
+                triton=lambda: launch.embedding_byte(*eargs), op=lambda: torch.ops.quantized_decomposed.embedding_byte(*eargs),
+                torch=lambda: q.EMBEDDING_BYTE.pattern(*eargs),
+                compile=(lambda: compiled_fns["embedding"](*eargs)) if compiled_fns["embedding"] else None)
+        cases.append(("embedding_byte int8->float16", n, make_e))
+
+    copy_gbs = {}
+    for n in sizes:
+        src = torch.empty(n * 4, device=dev, dtype=torch.uint8)
+        dst = torch.empty_like(src)
+        copy_gbs[n] = 2 * src.numel() / bench(lambda: dst.copy_(src)) / 1e6
+        del src, dst
+    peak = peak or max(copy_gbs.values())
+
+    cols = ("triton", "op", "torch", "compile")  # on --smoke, "op" is the CPU path (pattern / C++)
+    print(f"\nelement-wise, GB/s (% of {peak:.0f} GB/s HBM peak); copy = device copy of 2 x 4n bytes")
+    print(f"{'kernel':30s} {'elements':>9s} " + " ".join(f"{c:>15s}" for c in cols) + f" {'copy':>8s}")
+    for label, n, make in cases:
+        v = make()
+        ref = v["torch"]()
+        row = {"kernel": label, "elements": n}
+        cells = []
+        for c in cols:
+            fn = v[c]
+            if fn is None:
+                cells.append(f"{'-':>15s}")
+                continue
+            got = fn()
+            if v["check"] == "equal":
+                assert torch.equal(got, ref), f"{label} {c}: not bit-exact with torch"
+            else:
+                torch.testing.assert_close(got, ref)
+            gbs = v["bytes"] / bench(fn) / 1e6
+            row[c] = gbs
+            cells.append(f"{gbs:8.0f} ({100 * gbs / peak:3.0f}%)")
+        print(f"{label:30s} {n:>9d} " + " ".join(cells) + f" {copy_gbs[n]:8.0f}")
+        results["elementwise"].append(row)
+        del v, ref
+        torch.cuda.empty_cache()
+
+    M = N = K = args.mm
+    x = torch.randn(M, K, device=dev, dtype=torch.float16)
+    w = torch.randn(N, K, device=dev, dtype=torch.float16) / K ** 0.5
+    bias = torch.randn(N, device=dev, dtype=torch.float16)
+    flop = 2 * M * N * K
+    lin = lambda: torch.relu(torch.nn.functional.linear(x, w, bias))  # noqa: E731
+    clin = compiled(lambda x, w, b: torch.relu(torch.nn.functional.linear(x, w, b)))
+    variants = {"triton": lambda: launch.linear_relu(x, w, bias),
+                "op": lambda: torch.ops.etfuse.linear_relu(x, w, bias), "torch": lin,
+                "compile": (lambda: clin(x, w, bias)) if clin else None}
+    ref = lin()
+    print(f"\nlinear_relu float16 {M}x{K} @ {K}x{N}^T + bias, TFLOP/s")
+    row = {"kernel": "linear_relu float16", "M": M, "N": N, "K": K}
+    for c, fn in variants.items():
+        if fn is None:
+            continue
+        torch.testing.assert_close(fn(), ref, rtol=2e-2, atol=2e-2)
+        tflops = flop / bench(fn) / 1e9
+        row[c] = tflops
+        print(f"  {c:8s} {tflops:7.1f}")
+    results["matmul"].append(row)
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump(results, f, indent=1)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
