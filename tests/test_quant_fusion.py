@@ -524,6 +524,25 @@ class OpsTest(TestCase):
         out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
         self.assertEqual(out.stdout.strip().splitlines()[-1:], ["ok"], out.stderr[-2000:])
 
+    def test_stock_kernels_loaded_first_is_reported_not_fatal(self):
+        import subprocess
+        import sys
+
+        code = (
+            "import warnings\n"
+            "import executorch.kernels.quantized\n"
+            "import etfuse.kernels\n"
+            "with warnings.catch_warnings(record=True) as w:\n"
+            "    warnings.simplefilter('always')\n"
+            "    info = etfuse.kernels.load()\n"
+            "assert info.quantized_runtime_library is None and info.runtime_library is not None\n"
+            "assert 'executorch.kernels.quantized' in info.quantized_problem\n"
+            "assert any('stock quantized kernels' in str(x.message) for x in w)\n"
+            "print('ok')\n"
+        )
+        out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+        self.assertEqual(out.stdout.strip().splitlines()[-1:], ["ok"], out.stderr[-2000:])
+
     def test_stock_quantized_import_is_guarded(self):
         # Importing executorch's stock quantized kernels now would register add.out a second
         # time and abort the process; etfuse.kernels.load() left a guard module in its place.
