@@ -1,0 +1,367 @@
+"""GEMM / conv2d fusions: batch norm folding, conv2d_act / linear_act graphs, kernels vs eager,
+the ExecuTorch runtime, retrace, and composition with the XNNPACK partitioner."""
+
+import copy
+import math
+
+import pytest
+import torch
+import torch.nn.functional as F
+from expecttest import TestCase
+
+import etfuse.backend_ops.gemm_conv_ops  # noqa: F401  (schemas before the kernels load)
+import etfuse.kernels as kernels
+from etfuse.passes import FloatFusionPass, fuse
+from etfuse.passes.batch_norm_folding import BatchNormFoldPass
+from etfuse.passes.gemm_conv_fusion import GemmConvFusionPass, gemm_conv_passes
+from etfuse.runtime import load_method, run
+from fusion_helpers import edge_program, op_names
+
+ops = torch.ops.etfuse
+TOL = dict(rtol=1e-4, atol=1e-4)
+
+
+@pytest.fixture(scope="module", autouse=True)
+def loaded():
+    return kernels.load()
+
+
+def _randomise_bn(model):
+    """Non-trivial running statistics, so folding is visible in the numbers."""
+    g = torch.Generator().manual_seed(0)
+    for m in model.modules():
+        if isinstance(m, torch.nn.modules.batchnorm._BatchNorm):
+            m.running_mean.copy_(torch.randn(m.num_features, generator=g))
+            m.running_var.copy_(torch.rand(m.num_features, generator=g) + 0.5)
+            if m.affine:
+                m.weight.data.copy_(torch.randn(m.num_features, generator=g))
+                m.bias.data.copy_(torch.randn(m.num_features, generator=g))
+    return model.eval()
+
+
+def fused(model, args, passes=None):
+    edge = edge_program(model, args)
+    passes = gemm_conv_passes() if passes is None else passes
+    return edge, fuse(edge, passes), passes
+
+
+# --------------------------------------------------------------------------------------------
+# kernels (torch eager registrations of the shared cores)
+
+CONV_CASES = [
+    # N, C, H, W, Cout, KH, KW, stride, padding, dilation, groups
+    (1, 3, 17, 17, 5, 3, 3, (1, 1), (1, 1), (1, 1), 1),
+    (2, 16, 32, 32, 17, 3, 3, (1, 1), (1, 1), (1, 1), 1),
+    (3, 6, 11, 7, 12, 3, 2, (2, 1), (1, 0), (1, 2), 3),
+    (1, 17, 5, 5, 257, 1, 1, (1, 1), (0, 0), (1, 1), 1),
+    (1, 1, 1, 1, 1, 1, 1, (1, 1), (0, 0), (1, 1), 1),
+    (2, 8, 9, 13, 8, 3, 3, (2, 2), (1, 1), (1, 1), 8),    # depthwise, stride 2
+    (1, 5, 7, 7, 10, 5, 5, (1, 1), (2, 2), (2, 2), 5),    # depthwise x2 multiplier, dilated
+    (2, 6, 17, 3, 6, 3, 1, (1, 2), (1, 0), (2, 1), 6),
+    (1, 32, 16, 16, 32, 3, 3, (1, 1), (1, 1), (1, 1), 32),
+]
+
+
+@pytest.mark.parametrize("case", CONV_CASES, ids=lambda c: "x".join(map(str, c[:5])) + f"_g{c[-1]}")
+def test_conv2d_act_kernel_matches_eager(case):
+    n, c, h, w, cout, kh, kw, stride, padding, dilation, groups = case
+    g = torch.Generator().manual_seed(sum(case[:7]))
+    x = torch.randn(n, c, h, w, generator=g)
+    weight = torch.randn(cout, c // groups, kh, kw, generator=g)
+    bias = torch.randn(cout, generator=g)
+    for b in (bias, None):
+        for lo, hi in ((None, None), (0.0, None), (0.0, 6.0), (-0.5, 0.5)):
+            want = F.conv2d(x, weight, b, stride, padding, dilation, groups)
+            if lo is not None or hi is not None:
+                want = want.clamp(lo, hi)
+            for inp in (x, x.to(memory_format=torch.channels_last)):
+                out = torch.empty(0)
+                ops.conv2d_act.out(inp, weight, b, list(stride), list(padding), list(dilation), groups, lo, hi, out=out)
+                torch.testing.assert_close(out, want, **TOL)
+            # the functional op (its pattern) computes the same
+            torch.testing.assert_close(
+                ops.conv2d_act(x, weight, b, list(stride), list(padding), list(dilation), groups, lo, hi), want, **TOL)
+
+
+@pytest.mark.parametrize("m,k,n", [(1, 1, 1), (3, 17, 257), (64, 256, 256), (5, 1024, 3), (257, 3, 17)])
+def test_linear_act_kernel_matches_eager(m, k, n):
+    x, w, b = torch.randn(m, k), torch.randn(n, k), torch.randn(n)
+    for lo, hi in ((None, None), (0.0, 6.0), (-1.0, None), (None, 0.25)):
+        for bias in (b, None):
+            want = F.linear(x, w, bias)
+            if lo is not None or hi is not None:
+                want = want.clamp(lo, hi)
+            out = torch.empty(0)
+            ops.linear_act.out(x, w, bias, lo, hi, out=out)
+            torch.testing.assert_close(out, want, **TOL)
+
+
+def test_bad_shapes_raise_not_abort():
+    x, w = torch.randn(1, 4, 8, 8), torch.randn(6, 4, 3, 3)
+    out = torch.empty(0)
+    with pytest.raises(RuntimeError, match="groups"):
+        ops.conv2d_act.out(x, torch.randn(6, 3, 3, 3), None, [1, 1], [0, 0], [1, 1], 1, None, None, out=out)
+    with pytest.raises(RuntimeError, match="bias must have shape"):
+        ops.conv2d_act.out(x, w, torch.randn(5), [1, 1], [0, 0], [1, 1], 1, None, None, out=out)
+    with pytest.raises(RuntimeError, match="larger than the padded input"):
+        ops.conv2d_act.out(torch.randn(1, 4, 2, 2), w, None, [1, 1], [0, 0], [1, 1], 1, None, None, out=out)
+    with pytest.raises(RuntimeError, match="stride"):
+        ops.conv2d_act.out(x, w, None, [0, 1], [0, 0], [1, 1], 1, None, None, out=out)
+    with pytest.raises(RuntimeError, match="greater than max"):
+        ops.linear_act.out(torch.randn(2, 3), torch.randn(4, 3), None, 1.0, 0.0, out=out)
+    with pytest.raises(RuntimeError, match="float32"):
+        ops.conv2d_act.out(x.double(), w.double(), None, [1, 1], [0, 0], [1, 1], 1, None, None, out=out.double())
+
+
+# --------------------------------------------------------------------------------------------
+# models
+
+
+class ConvBnRelu(torch.nn.Module):
+    def __init__(self, act="relu", bias=False):
+        super().__init__()
+        self.conv = torch.nn.Conv2d(3, 8, 3, padding=1, bias=bias)
+        self.bn = torch.nn.BatchNorm2d(8)
+        self.act = act
+
+    def forward(self, x):
+        y = self.bn(self.conv(x))
+        if self.act == "relu":
+            return torch.relu(y)
+        if self.act == "relu6":
+            return F.relu6(y)
+        if self.act == "clamp":
+            return torch.clamp(y, min=-0.5)
+        return y
+
+
+class ResBlock(torch.nn.Module):
+    """ResNet-style: conv-bn-relu, conv-bn, relu(add(., skip)), depthwise, pooled linear head."""
+
+    def __init__(self):
+        super().__init__()
+        self.c1 = torch.nn.Conv2d(3, 16, 3, padding=1, bias=False)
+        self.b1 = torch.nn.BatchNorm2d(16)
+        self.c2 = torch.nn.Conv2d(16, 16, 3, padding=1, bias=False)
+        self.b2 = torch.nn.BatchNorm2d(16)
+        self.dw = torch.nn.Conv2d(16, 16, 3, stride=2, padding=1, groups=16)
+        self.head = torch.nn.Linear(16, 10)
+
+    def forward(self, x):
+        y = torch.relu(self.b1(self.c1(x)))
+        y = torch.relu(self.b2(self.c2(y)) + y)
+        y = F.relu6(self.dw(y))
+        return self.head(y.mean((2, 3)))
+
+
+class Mlp(torch.nn.Module):
+    """Autoencoder layer: linear -> batch norm -> relu, then a hardtanh and a plain linear."""
+
+    def __init__(self):
+        super().__init__()
+        self.l1 = torch.nn.Linear(17, 32)
+        self.bn = torch.nn.BatchNorm1d(32)
+        self.l2 = torch.nn.Linear(32, 32, bias=False)
+        self.l3 = torch.nn.Linear(32, 17)
+
+    def forward(self, x):
+        y = torch.relu(self.bn(self.l1(x)))
+        y = F.hardtanh(self.l2(y), -1.0, 2.0)
+        return self.l3(y)
+
+
+class GraphTest(TestCase):
+    def test_conv_bn_relu_graph(self):
+        model = _randomise_bn(ConvBnRelu())
+        x = torch.randn(2, 3, 8, 8)
+        edge, out, passes = fused(model, (x,))
+        self.assertEqual(op_names(edge.exported_program().graph_module), [
+            "aten.convolution.default", "aten._native_batch_norm_legit_no_training.default", "getitem",
+            "aten.relu.default"])
+        ep = out.exported_program()
+        self.assertExpectedInline(str(ep.graph).strip(), """\
+graph():
+    %b_bn_num_batches_tracked : [num_users=0] = placeholder[target=b_bn_num_batches_tracked]
+    %_etfuse_folded_aten_convolution_default_weight : [num_users=1] = placeholder[target=_etfuse_folded_aten_convolution_default_weight]
+    %_etfuse_folded_aten_convolution_default_bias : [num_users=1] = placeholder[target=_etfuse_folded_aten_convolution_default_bias]
+    %x : [num_users=1] = placeholder[target=x]
+    %etfuse_conv2d_act_default : [num_users=1] = call_function[target=executorch.exir.dialects.backend._ops.etfuse.conv2d_act.default](args = (%x, %_etfuse_folded_aten_convolution_default_weight, %_etfuse_folded_aten_convolution_default_bias, [1, 1], [1, 1], [1, 1], 1, 0.0, None), kwargs = {})
+    return (etfuse_conv2d_act_default,)""")
+        # the folded tensors are constants of the program; the folded-away parameters are gone
+        self.assertEqual(sorted(ep.constants), [
+            "_etfuse_folded_aten_convolution_default_bias", "_etfuse_folded_aten_convolution_default_weight"])
+        self.assertEqual(sorted(ep.state_dict), ["bn.num_batches_tracked"])
+        self.assertEqual([(f.rule, f.replaced) for p in passes if hasattr(p, "report") for f in p.report.fused], [
+            ("batch_norm_fold", ["aten__native_batch_norm_legit_no_training_default", "getitem"]),
+            ("conv2d_relu", ["aten_convolution_default", "aten_relu_default"])])
+        # the caller's program is untouched
+        self.assertIn("aten._native_batch_norm_legit_no_training.default", op_names(edge.exported_program().graph_module))
+        self.assertIn("conv.weight", edge.exported_program().state_dict)
+        want = model(x)
+        torch.testing.assert_close(ep.module()(x), want, **TOL)
+        torch.testing.assert_close(run(out.to_executorch(), (x,))[0], want, **TOL)
+
+    def test_activations_become_clamp_ranges(self):
+        x = torch.randn(1, 3, 8, 8)
+        for act, rng in (("relu6", (0.0, 6.0)), ("clamp", (-0.5, None)), ("none", (None, None))):
+            model = _randomise_bn(ConvBnRelu(act, bias=True))
+            _, out, _ = fused(model, (x,))
+            (node,) = [n for n in out.exported_program().graph.nodes if n.op == "call_function"]
+            self.assertEqual(op_names(out.exported_program().graph_module), ["etfuse.conv2d_act.default"])
+            self.assertEqual(tuple(node.args[-2:]), rng, act)
+            torch.testing.assert_close(run(out.to_executorch(), (x,))[0], model(x), **TOL)
+
+    def test_resnet_block_runtime_and_retrace(self):
+        model = _randomise_bn(ResBlock())
+        x = torch.randn(2, 3, 16, 16)
+        _, out, passes = fused(model, (x,))
+        gm = out.exported_program().graph_module
+        self.assertEqual(op_names(gm), [
+            "etfuse.conv2d_act.default", "etfuse.conv2d_act.default", "etfuse.add_relu.default",
+            "etfuse.conv2d_act.default", "aten.mean.dim", "etfuse.linear_act.default"])
+        want = model(x)
+        # retrace first: to_executorch rewrites the program's graph in place
+        retraced = out.exported_program().run_decompositions()
+        names = op_names(retraced.graph_module)
+        self.assertNotIn("etfuse.conv2d_act.default", names)
+        self.assertIn("aten.convolution.default", names)
+        torch.testing.assert_close(retraced.module()(x), want, **TOL)
+        torch.testing.assert_close(run(out.to_executorch(), (x,))[0], want, **TOL)
+
+    def test_mlp_linear_bn_relu(self):
+        model = _randomise_bn(Mlp())
+        x = torch.randn(5, 17)
+        _, out, _ = fused(model, (x,))
+        self.assertEqual(op_names(out.exported_program().graph_module), [
+            "etfuse.linear_relu.default", "etfuse.linear_act.default", "etfuse.linear_act.default"])
+        torch.testing.assert_close(run(out.to_executorch(), (x,))[0], model(x), **TOL)
+
+    def test_pass_order_does_not_matter_for_linear_relu(self):
+        model = torch.nn.Sequential(torch.nn.Linear(8, 5), torch.nn.ReLU())
+        x = torch.randn(3, 8)
+        for passes in ([GemmConvFusionPass(), FloatFusionPass()], [FloatFusionPass(), GemmConvFusionPass()]):
+            _, out, _ = fused(model, (x,), passes)
+            self.assertEqual(op_names(out.exported_program().graph_module), ["etfuse.linear_relu.default"])
+
+
+class DeclineTest(TestCase):
+    def test_bn_with_input_statistics_is_not_folded(self):
+        class M(torch.nn.Module):
+            def __init__(self):
+                super().__init__()
+                self.conv = torch.nn.Conv2d(3, 4, 3)
+
+            def forward(self, x, mean, var):
+                return torch.relu(F.batch_norm(self.conv(x), mean, var, training=False))
+
+        args = (torch.randn(1, 3, 6, 6), torch.randn(4), torch.rand(4) + 1)
+        model = M()
+        fold = BatchNormFoldPass()
+        _, out, _ = fused(model, args, [fold, GemmConvFusionPass()])
+        (d,) = fold.report.declined
+        self.assertEqual(d.rule, "batch_norm_fold")
+        self.assertIn("running_mean (mean) is a user_input input, not a constant of the program", d.reason)
+        # the conv still fuses on its own; the batch norm stays
+        names = op_names(out.exported_program().graph_module)
+        self.assertEqual(names[0], "etfuse.conv2d_act.default")
+        self.assertIn("aten._native_batch_norm_legit_no_training.default", names)
+        torch.testing.assert_close(run(out.to_executorch(), args)[0], model(*args), **TOL)
+
+    def test_conv_output_with_other_users_is_not_folded(self):
+        class M(torch.nn.Module):
+            def __init__(self):
+                super().__init__()
+                self.conv = torch.nn.Conv2d(3, 4, 3)
+                self.bn = torch.nn.BatchNorm2d(4)
+
+            def forward(self, x):
+                y = self.conv(x)
+                return self.bn(y) + y
+
+        fold = BatchNormFoldPass()
+        fused(_randomise_bn(M()), (torch.randn(1, 3, 6, 6),), [fold])
+        self.assertEqual([d.reason for d in fold.report.declined],
+                         ["the batch norm input has other users (folding would change them)"])
+
+    def test_dtype_the_kernel_lacks_is_declined(self):
+        model = torch.nn.Sequential(torch.nn.Conv2d(3, 4, 3), torch.nn.ReLU()).double()
+        p = GemmConvFusionPass()
+        _, out, _ = fused(model, (torch.randn(1, 3, 6, 6, dtype=torch.float64),), [p])
+        self.assertEqual(op_names(out.exported_program().graph_module), ["aten.convolution.default", "aten.relu.default"])
+        self.assertEqual({d.rule for d in p.report.declined}, {"conv2d_relu", "conv2d"})
+        self.assertIn("torch.float64", p.report.declined[0].reason)
+
+    def test_conv1d_and_transposed_conv_stay(self):
+        model = torch.nn.Sequential(torch.nn.Conv1d(3, 4, 3), torch.nn.ReLU())
+        _, out, _ = fused(model, (torch.randn(1, 3, 9),))
+        self.assertNotIn("etfuse.conv2d_act.default", op_names(out.exported_program().graph_module))
+        model = torch.nn.Sequential(torch.nn.ConvTranspose2d(3, 4, 3), torch.nn.ReLU())
+        _, out, _ = fused(model, (torch.randn(1, 3, 5, 5),))
+        self.assertNotIn("etfuse.conv2d_act.default", op_names(out.exported_program().graph_module))
+
+
+def test_runtime_bad_shape_is_an_error_not_an_abort():
+    """A dynamic H admits inputs the kernel cannot convolve: Method.execute fails, the process lives."""
+    model = torch.nn.Sequential(torch.nn.Conv2d(3, 4, 3), torch.nn.ReLU())
+    h = torch.export.Dim("h", min=4, max=16)
+    from executorch.exir import to_edge
+
+    edge = to_edge(torch.export.export(model, (torch.randn(1, 3, 8, 8),), dynamic_shapes=({2: h},)))
+    out = fuse(edge, gemm_conv_passes())
+    method = load_method(out.to_executorch())
+    x = torch.randn(1, 3, 5, 8)
+    torch.testing.assert_close(method.execute((x,))[0], model(x), **TOL)
+    with pytest.raises(Exception):
+        method.execute((torch.randn(1, 3, 2, 8),))
+    torch.testing.assert_close(method.execute((x,))[0], model(x), **TOL)  # still usable
+
+
+# --------------------------------------------------------------------------------------------
+# composition with the XNNPACK delegate
+
+
+def _delegates(gm):
+    return [n for n in gm.graph.nodes if n.op == "call_function" and "executorch_call_delegate" in str(n.target)]
+
+
+class XnnpackTest(TestCase):
+    def _lower(self, model, x, partitioner):
+        from executorch.exir import to_edge_transform_and_lower
+
+        return to_edge_transform_and_lower(torch.export.export(model, (x,)), partitioner=[partitioner])
+
+    def test_etfuse_fuses_what_the_partitioner_leaves(self):
+        from executorch.backends.xnnpack.partition.config.gemm_configs import ConvolutionConfig
+        from executorch.backends.xnnpack.partition.xnnpack_partitioner import XnnpackPartitioner
+
+        model = _randomise_bn(ResBlock())
+        x = torch.randn(1, 3, 16, 16)
+        lowered = self._lower(model, x, XnnpackPartitioner(configs=[ConvolutionConfig]))
+        before = lowered.exported_program().graph_module
+        passes = gemm_conv_passes()
+        out = fuse(lowered, passes)
+        gm = out.exported_program().graph_module
+        # the three convolutions stay in their delegates, same lowered modules
+        self.assertEqual(len(_delegates(gm)), len(_delegates(before)))
+        self.assertEqual(len(_delegates(gm)), 3)
+        self.assertEqual([n.args[0].target for n in _delegates(gm)], [n.args[0].target for n in _delegates(before)])
+        names = op_names(gm)
+        self.assertNotIn("etfuse.conv2d_act.default", names)
+        self.assertIn("etfuse.linear_act.default", names)  # the head: permute_copy + addmm
+        # batch norm after a delegate cannot fold (its input is the delegate's output): reported
+        fold = passes[0]
+        self.assertTrue(fold.report.declined)
+        self.assertTrue(all("not a convolution or linear" in d.reason for d in fold.report.declined))
+        torch.testing.assert_close(run(out.to_executorch(), (x,))[0], model(x), **TOL)
+
+    def test_fully_delegated_program_is_left_alone(self):
+        from executorch.backends.xnnpack.partition.xnnpack_partitioner import XnnpackPartitioner
+
+        model = _randomise_bn(ResBlock())
+        x = torch.randn(1, 3, 16, 16)
+        lowered = self._lower(model, x, XnnpackPartitioner())
+        out = fuse(lowered, gemm_conv_passes())
+        gm = out.exported_program().graph_module
+        self.assertEqual(len(_delegates(gm)), len(_delegates(lowered.exported_program().graph_module)))
+        self.assertFalse(any(name.startswith("etfuse.") for name in op_names(gm)))
+        torch.testing.assert_close(run(out.to_executorch(), (x,))[0], model(x), **TOL)
