@@ -15,9 +15,9 @@ dims left after collapsing broadcast dims) raises `Unsupported`; the CUDA regist
 from __future__ import annotations
 
 import math
+import struct
 from typing import Optional, Sequence
 
-import numpy as np
 import torch
 
 import triton
@@ -143,6 +143,14 @@ def add_relu(a: torch.Tensor, b: torch.Tensor, out: Optional[torch.Tensor] = Non
 _QRANGE = {torch.int8: (-128, 127), torch.uint8: (0, 255)}
 
 
+def _f32(v: float) -> float:
+    """float(v) rounded to float32 (nearest even), as static_cast<float> does in the C++ kernels."""
+    try:
+        return struct.unpack("f", struct.pack("f", v))[0]
+    except OverflowError:
+        return math.copysign(math.inf, v)
+
+
 def _qparams(op: str, what: str, scale: float, zp: int, qmin: int, qmax: int, dtype: torch.dtype):
     """The C++ kernels' make_qparams: the same checks and messages, and the float32 values the
     arithmetic uses (inv_scale = float(1.0 / scale) computed in double)."""
@@ -154,8 +162,7 @@ def _qparams(op: str, what: str, scale: float, zp: int, qmin: int, qmax: int, dt
         raise RuntimeError(f"{op}: {what} quant range [{qmin}, {qmax}] is not inside {name}'s [{lo}, {hi}]")
     if zp < qmin or zp > qmax:
         raise RuntimeError(f"{op}: {what}_zero_point {zp} is outside the quant range [{qmin}, {qmax}]")
-    f32 = lambda v: float(np.float32(v))  # noqa: E731
-    return f32(scale), f32(1.0 / scale), f32(zp), f32(qmin), f32(qmax)
+    return _f32(scale), _f32(1.0 / scale), _f32(zp), _f32(qmin), _f32(qmax)
 
 
 def quantized_add(a, a_scale, a_zero_point, a_quant_min, a_quant_max,
