@@ -494,7 +494,8 @@ def cpp_kernels_reference_outputs():
 PTX_CASES = [
     "add_relu[float32,contig]", "add_relu[float16,bcast]", "add_relu[bfloat16,contig]",
     "quantized_add[int8,contig]", "quantized_add_relu[uint8,bcast]",
-    "addmm_relu[float16,tf32,128x256x64,bias,evenK]", "addmm_relu[float32,ieee,128x128x32,nobias,maskK]",
+    "addmm_relu[float16,tf32,128x256x64,linear,bias,evenK]", "addmm_relu[bfloat16,tf32,128x128x64,addmm,bias,maskK]",
+    "addmm_relu[float32,ieee,128x128x32,linear,nobias,maskK]",
     "embedding_byte[int8->float32,int64,zp]", "embedding_byte[uint8->float16,int32,nozp]",
 ]
 
@@ -506,8 +507,8 @@ def _run_ptx(names):
     for name in names:
         t = time.time()
         try:
-            _, k, sig, cx, opts = specs[name]
-            c = ptx.compile_one(k, sig, cx, opts, arch=90)
+            _, k, sig, cx, opts, attrs = specs[name]
+            c = ptx.compile_one(k, sig, cx, opts, attrs, arch=90)
             text = c.asm["ptx"]
             assert ".target sm_90" in text, "not an sm_90 target"
             assert len(c.asm.get("cubin", b"")) > 0, "no cubin"
@@ -515,8 +516,11 @@ def _run_ptx(names):
                 assert "fma" not in text, "FMA contraction in a quantized kernel"
                 assert text.upper().count("4B400000") >= 1 and text.upper().count("CB400000") >= 1, \
                     "round-half-to-even adds were folded away"
+            if "contig" in name or name.startswith("embedding"):  # memory-bound: 16-byte accesses
+                assert "ld.global.v4" in text or "st.global.v4" in text, "no 128-bit global accesses"
             if name.startswith("addmm_relu[float16"):
                 assert "wgmma" in text, "no sm_90 wgmma in the float16 matmul"
+                assert "cp.async" in text, "the float16 matmul does not stage tiles with async copies"
             results[name] = {"ok": True, "info": f"{time.time() - t:.1f}s, ptx {len(text)} chars"}
         except Exception:  # noqa: BLE001
             results[name] = {"ok": False, "info": traceback.format_exc()[-3000:]}

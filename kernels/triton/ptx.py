@@ -1,8 +1,12 @@
 """Ahead-of-time compilation of every Triton kernel for a GPU target, without a GPU.
 
 `compile_all(arch=90)` compiles each specialisation the launchers use (per dtype and
-constexpr choice) with `triton.compile(ASTSource(...), target=GPUTarget("cuda", arch, 32))`
-and returns {name: compiled kernel} (`.asm["ptx"]`, `.asm["cubin"]`). CI runs it so that a
+constexpr choice, mirroring launch.py) with
+`triton.compile(ASTSource(...), target=GPUTarget("cuda", arch, 32))` and returns
+{name: compiled kernel} (`.asm["ptx"]`, `.asm["cubin"]`). Like the runtime launcher for
+the usual tensors, every pointer (and the sizes/strides named per kernel) is declared 16-byte
+/ 16-element divisible (`tt.divisibility`), so the PTX shows the vectorised loads a real
+launch gets. CI runs it so that a
 kernel that would not build for sm_90 fails there; `python -m etfuse.kernels.triton.ptx`
 prints a summary.
 """
@@ -32,14 +36,25 @@ def _ints(names, ty="i64"):
 _EW_INTS = ("n", "s1", "s2", "s3", "sa0", "sa1", "sa2", "sa3", "sb0", "sb1", "sb2", "sb3")
 
 
-def specs() -> Iterator[tuple[str, object, dict, dict, dict]]:
-    """(name, kernel, signature, constexprs, options) for every specialisation."""
+def _div16(kernel, signature: dict, ints=()) -> dict:
+    """tt.divisibility=16 for every pointer argument and the named integer ones."""
+    names = [n for n, t in signature.items() if t.startswith("*")] + list(ints)
+    return {(kernel.arg_names.index(n),): [["tt.divisibility", 16]] for n in names}
+
+
+def specs() -> Iterator[tuple[str, object, dict, dict, dict, dict]]:
+    """(name, kernel, signature, constexprs, options, attrs) for every specialisation."""
+    for name, kernel, sig, cx, opts, ints in _specs():
+        yield name, kernel, sig, cx, opts, _div16(kernel, sig, ints)
+
+
+def _specs():
     for dt in ("float32", "float16", "bfloat16"):
         for contig in (True, False):
             sig = {"a_ptr": _PTR[dt], "b_ptr": _PTR[dt], "o_ptr": _PTR[dt], **_ints(_EW_INTS),
                    "CONTIG": "constexpr", "BLOCK": "constexpr"}
             yield (f"add_relu[{dt},{'contig' if contig else 'bcast'}]", _jit.add_relu_kernel, sig,
-                   {"CONTIG": contig, "BLOCK": 1024}, {"num_warps": 4})
+                   {"CONTIG": contig, "BLOCK": 1024 if dt == "float32" else 2048}, {"num_warps": 4}, ("n",))
     for dt in ("int8", "uint8"):
         for relu in (False, True):
             for contig in (True, False):
@@ -48,39 +63,52 @@ def specs() -> Iterator[tuple[str, object, dict, dict, dict]]:
                                               "qmin", "qmax")},
                        "RELU": "constexpr", "CONTIG": "constexpr", "BLOCK": "constexpr"}
                 yield (f"quantized_{'add_relu' if relu else 'add'}[{dt},{'contig' if contig else 'bcast'}]",
-                       _jit.quantized_add_kernel, sig, {"RELU": relu, "CONTIG": contig, "BLOCK": 1024},
-                       dict(_QUANT_OPTIONS))
+                       _jit.quantized_add_kernel, sig, {"RELU": relu, "CONTIG": contig, "BLOCK": 4096},
+                       dict(_QUANT_OPTIONS), ("n",))
+    # Operand layouts as launched: linear_relu reads weight [N, K] as b with s_bk = 1;
+    # addmm_relu a contiguous mat2 [K, N] with s_bn = 1; the output and the bias row have unit
+    # column stride (an int argument equal to 1 is specialised to a constant at launch).
+    layouts = {"linear": {"s_ak": 1, "s_bk": 1, "s_biasn": 1, "s_cn": 1},
+               "addmm": {"s_ak": 1, "s_bn": 1, "s_biasn": 1, "s_cn": 1}}
     for dt, prec, tile in (("float16", "tf32", (128, 256, 64, 8, 3)), ("bfloat16", "tf32", (128, 128, 64, 8, 3)),
                            ("float32", "ieee", (128, 128, 32, 8, 3)), ("float32", "tf32", (64, 64, 32, 4, 3))):
-        for has_bias, even_k in ((True, True), (False, False)):
+        for layout, has_bias, even_k in (("linear", True, True), ("addmm", True, False), ("linear", False, False)):
             bm, bn, bk, warps, stages = tile
+            unit = layouts[layout]
+            ints = [n for n in ("M", "N", "K", "s_am", "s_ak", "s_bk", "s_bn", "s_biasm", "s_biasn", "s_cm", "s_cn")
+                    if n not in unit]
             sig = {"a_ptr": _PTR[dt], "b_ptr": _PTR[dt], "bias_ptr": _PTR[dt], "c_ptr": _PTR[dt],
-                   **_ints(("M", "N", "K", "s_am", "s_ak", "s_bk", "s_bn", "s_biasm", "s_biasn", "s_cm", "s_cn")),
+                   **{n: ("constexpr" if n in unit else "i64")
+                      for n in ("M", "N", "K", "s_am", "s_ak", "s_bk", "s_bn", "s_biasm", "s_biasn", "s_cm", "s_cn")},
                    **{k: "constexpr" for k in ("HAS_BIAS", "EVEN_K", "INPUT_PRECISION", "BLOCK_M", "BLOCK_N",
                                                "BLOCK_K", "GROUP_M")}}
-            yield (f"addmm_relu[{dt},{prec},{bm}x{bn}x{bk},{'bias' if has_bias else 'nobias'},"
+            yield (f"addmm_relu[{dt},{prec},{bm}x{bn}x{bk},{layout},{'bias' if has_bias else 'nobias'},"
                    f"{'evenK' if even_k else 'maskK'}]", _jit.addmm_relu_kernel, sig,
-                   {"HAS_BIAS": has_bias, "EVEN_K": even_k, "INPUT_PRECISION": prec, "BLOCK_M": bm, "BLOCK_N": bn,
-                    "BLOCK_K": bk, "GROUP_M": 8}, {"num_warps": warps, "num_stages": stages})
+                   {**unit, "HAS_BIAS": has_bias, "EVEN_K": even_k, "INPUT_PRECISION": prec, "BLOCK_M": bm,
+                    "BLOCK_N": bn, "BLOCK_K": bk, "GROUP_M": 8}, {"num_warps": warps, "num_stages": stages},
+                   [n for n in ints if n != "s_biasm"] if even_k else [n for n in ("s_am", "s_bn", "s_bk", "s_cm")
+                                                                     if n in ints])
     for wt in ("int8", "uint8"):
         for ot in ("float32", "float16"):
             for idt in ("int64", "int32"):
                 for has_zp in (True, False):
                     sig = {"w_ptr": _PTR[wt], "scale_ptr": "*fp32", "zp_ptr": "*fp32", "idx_ptr": _PTR[idt],
-                           "o_ptr": _PTR[ot], **_ints(("n_idx", "rows", "D", "s_w0", "s_w1")),
+                           "o_ptr": _PTR[ot], **_ints(("n_idx", "rows", "D", "s_w0")),
+                           # a contiguous weight: the launcher specialises an int argument of 1
+                           "s_w1": "constexpr",
                            "HAS_ZP": "constexpr", "BLOCK_R": "constexpr", "BLOCK_D": "constexpr"}
                     yield (f"embedding_byte[{wt}->{ot},{idt},{'zp' if has_zp else 'nozp'}]",
-                           _jit.embedding_byte_kernel, sig, {"HAS_ZP": has_zp, "BLOCK_R": 32, "BLOCK_D": 128},
-                           dict(_QUANT_OPTIONS))
+                           _jit.embedding_byte_kernel, sig, {"s_w1": 1, "HAS_ZP": has_zp, "BLOCK_R": 16, "BLOCK_D": 256},
+                           dict(_QUANT_OPTIONS), ("D", "s_w0"))
 
 
-def compile_one(kernel, signature: dict, constexprs: dict, options: dict, arch: int = 90):
-    src = ASTSource(fn=kernel, signature=signature, constexprs=constexprs)
+def compile_one(kernel, signature: dict, constexprs: dict, options: dict, attrs: dict = None, arch: int = 90):
+    src = ASTSource(fn=kernel, signature=signature, constexprs=constexprs, attrs=attrs)
     return triton.compile(src, target=GPUTarget("cuda", arch, 32), options=options)
 
 
 def compile_all(arch: int = 90, only: str = "") -> dict:
-    return {name: compile_one(k, sig, cx, opts, arch) for name, k, sig, cx, opts in specs() if only in name}
+    return {name: compile_one(k, sig, cx, opts, attrs, arch) for name, k, sig, cx, opts, attrs in specs() if only in name}
 
 
 def main(argv=None) -> int:
@@ -89,7 +117,7 @@ def main(argv=None) -> int:
     for name, c in compile_all(arch).items():
         ptx = c.asm["ptx"]
         print(f"{name}: ptx {len(ptx)} chars, cubin {len(c.asm.get('cubin', b''))} bytes, "
-              f"fma {ptx.count('fma.rn')}")
+              f"fma {ptx.count('fma.rn')}, 128-bit loads {ptx.count('ld.global.v4')}")
     return 0
 
 
