@@ -180,6 +180,59 @@ ETFUSE_TARGET_AVX512 inline void tiles_avx512(const Args& g, int64_t t0, int64_t
   tiles_impl<12, 32, 16>(g, t0, t1, mblocks);
 }
 
+// Few rows with a transposed B whose columns are contiguous (linear's [N, K] weight): packing
+// B would copy the whole weight to use each element M times, so these run as dot products
+// instead, 4 columns at a time, reading the weight once.
+constexpr int64_t kDotMaxRows = 4;
+
+inline bool use_dot(const Args& g) {
+  return g.M <= kDotMaxRows && g.pack == nullptr && g.b_rs == 1 && g.a_cs == 1 && g.K > 0;
+}
+
+template <int W>
+ETFUSE_ALWAYS_INLINE void dot_cols_impl(const Args& g, int64_t j0, int64_t j1) {
+  typedef typename Vec<W>::type vf;
+  const bool act = g.relu;
+  const float lo = g.act_min, hi = g.act_max;
+  for (int64_t i = 0; i < g.M; ++i) {
+    const float* a = g.A + i * g.a_rs;
+    for (int64_t j = j0; j < j1; j += 4) {
+      const int64_t nj = (j1 - j) < 4 ? (j1 - j) : 4;
+      const float* b[4];
+      for (int c = 0; c < 4; ++c) b[c] = g.B + (j + (c < nj ? c : 0)) * g.b_cs;
+      vf acc[4] = {vf{}, vf{}, vf{}, vf{}};
+      int64_t k = 0;
+      for (; k + W <= g.K; k += W) {
+        vf av;
+        std::memcpy(&av, a + k, sizeof(vf));
+        for (int c = 0; c < 4; ++c) {
+          vf bv;
+          std::memcpy(&bv, b[c] + k, sizeof(vf));
+          acc[c] += av * bv;
+        }
+      }
+      for (int c = 0; c < nj; ++c) {
+        float sum = 0.0f;
+        for (int w = 0; w < W; ++w) sum += acc[c][w];
+        for (int64_t kk = k; kk < g.K; ++kk) sum += a[kk] * b[c][kk];
+        const int64_t jj = j + c;
+        if (g.bias) sum += g.bias[i * g.bias_rs + jj * g.bias_cs];
+        g.C[i * g.c_rs + jj * g.c_cs] = act ? clamp_act(sum, lo, hi) : sum;
+      }
+    }
+  }
+}
+
+inline void dot_cols_baseline(const Args& g, int64_t j0, int64_t j1) {
+  dot_cols_impl<4>(g, j0, j1);
+}
+ETFUSE_TARGET_AVX2 inline void dot_cols_avx2(const Args& g, int64_t j0, int64_t j1) {
+  dot_cols_impl<8>(g, j0, j1);
+}
+ETFUSE_TARGET_AVX512 inline void dot_cols_avx512(const Args& g, int64_t j0, int64_t j1) {
+  dot_cols_impl<16>(g, j0, j1);
+}
+
 inline Kernel select_kernel() {
   if (use_avx512()) return Kernel{12, 32, &tiles_avx512};
   if (selected_isa() == Isa::kAvx2) return Kernel{6, 16, &tiles_avx2};
@@ -192,6 +245,19 @@ inline Kernel select_kernel() {
 template <class Par>
 inline void run(const Args& g, Par&& par) {
   if (g.M <= 0 || g.N <= 0) return;
+  if (detail::use_dot(g)) {
+    auto dot = use_avx512() ? &detail::dot_cols_avx512
+        : selected_isa() == Isa::kAvx2 ? &detail::dot_cols_avx2 : &detail::dot_cols_baseline;
+    // column blocks of ~256 KFLOP, a multiple of 4 columns
+    int64_t grain = ((int64_t(1) << 18) / (2 * g.M * g.K) + 3) / 4 * 4;
+    if (grain < 4) grain = 4;
+    if (g.N <= grain) {
+      dot(g, 0, g.N);
+    } else {
+      par(0, g.N, grain, [&](int64_t begin, int64_t end) { dot(g, begin, end); });
+    }
+    return;
+  }
   const detail::Kernel kern = detail::select_kernel();
   const int64_t panels = (g.N + kern.nr - 1) / kern.nr;
   const int64_t mblocks = (g.M + detail::kMC - 1) / detail::kMC;
