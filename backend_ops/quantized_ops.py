@@ -23,6 +23,8 @@ kernel next to it), so a plain retrace keeps the op; `decompositions()` gives th
 from __future__ import annotations
 
 import dataclasses
+import sys
+import types
 
 import torch
 
@@ -175,3 +177,33 @@ def decompositions() -> dict:
     backend op its pattern back, including embedding_byte (whose CompositeExplicitAutograd kernel
     is executorch's, so a plain retrace keeps it)."""
     return {op.aten: op.pattern for op in QUANTIZED_OPS}
+
+
+# executorch's stock quantized library (`import executorch.kernels.quantized`) *defines* add.out,
+# quantize_per_tensor.out, ... in a C++ static initializer. Imported after the schemas above exist,
+# that definition throws inside dlopen and the process aborts. Imported before, its schemas are
+# identical to etfuse's and are reused. So once etfuse's schemas exist, the module name gets a
+# stand-in: a later `import executorch.kernels.quantized` does nothing instead of aborting.
+# (Import it before etfuse to use the stock kernels; etfuse.kernels then leaves its own quantized
+# runtime kernels out and says why.)
+STOCK_QUANTIZED_MODULE = "executorch.kernels.quantized"
+
+
+class StockQuantizedStandIn(types.ModuleType):
+    """Stands in for `executorch.kernels.quantized`, imported after etfuse defined the same
+    quantized_decomposed schemas: loading the real library now would abort the process
+    (duplicate schema definitions, then duplicate runtime kernels). etfuse's kernels cover
+    add/add_relu/add.scalar/embedding_byte and the per-tensor quantize/dequantize.
+    To use executorch's stock quantized kernels instead, import them before etfuse."""
+
+    __etfuse_guard__ = True
+
+
+if STOCK_QUANTIZED_MODULE not in sys.modules:
+    sys.modules[STOCK_QUANTIZED_MODULE] = StockQuantizedStandIn(STOCK_QUANTIZED_MODULE, StockQuantizedStandIn.__doc__)
+
+
+def stock_quantized_loaded() -> bool:
+    """True when executorch's real stock quantized library was imported (before etfuse)."""
+    mod = sys.modules.get(STOCK_QUANTIZED_MODULE)
+    return mod is not None and not getattr(mod, "__etfuse_guard__", False)

@@ -128,19 +128,6 @@ def load(verbose: bool = False) -> KernelInfo:
         return _INFO
 
 
-class _StockQuantizedGuard(types.ModuleType):
-    """Stands in for `executorch.kernels.quantized` once etfuse's quantized runtime kernels are
-    registered: importing the real module would register add.out, embedding_byte.out, ... a
-    second time, which aborts the process. etfuse's kernels cover the same ops."""
-
-
-def _guard_stock_quantized() -> None:
-    if STOCK_QUANTIZED_MODULE not in sys.modules:
-        guard = _StockQuantizedGuard(STOCK_QUANTIZED_MODULE, _StockQuantizedGuard.__doc__)
-        guard.__etfuse_guard__ = True
-        sys.modules[STOCK_QUANTIZED_MODULE] = guard
-
-
 def _load_quantized_runtime(res: BuildResult) -> tuple[Optional[ctypes.CDLL], Optional[str]]:
     """Register the quantized_decomposed runtime kernels unless someone else's are there."""
     registered = {n for n in _all_runtime_ops() if n.startswith("quantized_decomposed::")}
@@ -148,7 +135,6 @@ def _load_quantized_runtime(res: BuildResult) -> tuple[Optional[ctypes.CDLL], Op
     if "quantized_decomposed::add_relu.out" in registered and ours <= registered:
         # Loaded by this process before (importlib.reload). Not dlopen'ed again: after a source
         # change the cache holds a different file, whose registrations would abort the process.
-        _guard_stock_quantized()
         return None, None
     clash = sorted(ours & registered)
     if clash:
@@ -165,7 +151,6 @@ def _load_quantized_runtime(res: BuildResult) -> tuple[Optional[ctypes.CDLL], Op
     missing = ours - set(_all_runtime_ops())
     if missing:
         raise RuntimeError(f"{res.quantized_runtime} loaded but did not register {sorted(missing)}")
-    _guard_stock_quantized()
     return lib, None
 
 

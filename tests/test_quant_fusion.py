@@ -7,6 +7,7 @@ dequantize -> op -> quantize models for the scalar forms and the refusals.
 """
 
 import copy
+import functools
 
 import torch
 import torch.fx as fx
@@ -66,32 +67,59 @@ def run_both(edge, fused, inputs):
     return run(copy.deepcopy(edge).to_executorch(), inputs), run(copy.deepcopy(fused).to_executorch(), inputs)
 
 
-_STOCK_RUNNER = r"""
-import os, sys, torch
-import executorch.kernels.quantized  # executorch's stock quantized kernels (dequantize_per_channel.out, ...)
-from executorch.runtime import Runtime
+# Everything that needs executorch's stock quantized kernels runs in one subprocess (they cannot
+# be loaded once etfuse is imported: duplicate definitions abort), once per test session:
+# 1. the stock kernels are loaded before etfuse (etfuse must reuse their schemas and report that
+#    its runtime kernels stay out, not abort);
+# 2. executorch's QuantFusionPass binds its uint8-only patterns before etfuse is imported;
+# 3. the unfused embedding programs run on the stock runtime (only it has dequantize_per_channel.out).
+_STOCK_PROCESS = r"""
+import os, sys, warnings, torch
+result = {}
+import executorch.kernels.quantized  # the real stock library: only possible before etfuse is imported
+from executorch.exir.passes._quant_patterns_and_replacements import get_quant_patterns_and_replacements
+get_quant_patterns_and_replacements({})  # binds executorch's uint8-only patterns as the ops' kernels
+import etfuse.backend_ops.quantized_ops as q
+a = torch.randint(-128, 127, (64,), dtype=torch.int8)
+args = (a, 0.1, 3, -128, 127, a.flip(0), 0.2, -4, -128, 127, 0.3, 1, -128, 127)
+result["patterns_first"] = all(torch.equal(op.aten(*args), op.pattern(*args))
+                               for op in (q.QUANTIZED_ADD, q.QUANTIZED_ADD_RELU))
+import etfuse.kernels
+with warnings.catch_warnings(record=True) as caught:
+    warnings.simplefilter("always")
+    info = etfuse.kernels.load()
+result["stock_first"] = {
+    "quantized_library_loaded": info.quantized_runtime_library is not None,
+    "float_library_loaded": info.runtime_library is not None,
+    "problem": info.quantized_problem or "",
+    "warned": any("stock quantized kernels" in str(w.message) for w in caught),
+}
 sys.path.insert(0, os.path.dirname(sys.argv[1]))
 import test_quant_fusion as t
+from executorch.runtime import Runtime
 outs = []
-for case in eval(sys.argv[2]):
-    edge, inputs = getattr(t, case[0])(*case[1:])
+for dt, zp in t.STOCK_EMBEDDING_CASES:
+    edge, inputs = t.per_channel_edge(dt, zp)
     outs.append(list(Runtime.get().load_program(edge.to_executorch().buffer).load_method("forward").execute(inputs)))
-torch.save(outs, sys.argv[3])
+result["per_channel"] = outs
+torch.save(result, sys.argv[2])
 """
 
+STOCK_EMBEDDING_CASES = [("int8", True), ("int8", False), ("uint8", True), ("uint8", False)]
 
-def run_stock_unfused(cases):
-    """Run the unfused programs `builder(*args) -> (edge, inputs)` on the ExecuTorch runtime with
-    executorch's own quantized kernels, in a subprocess: those kernels cannot be loaded next to
-    etfuse's (duplicate registrations abort), and they (only) have dequantize_per_channel.out."""
+
+@functools.lru_cache(maxsize=None)
+def stock_process() -> dict:
     import subprocess
     import sys
     import tempfile
 
     with tempfile.TemporaryDirectory() as d:
         dst = f"{d}/out.pt"
-        subprocess.run([sys.executable, "-c", _STOCK_RUNNER, __file__, repr(cases), dst], check=True,
-                       capture_output=True, timeout=300)
+        proc = subprocess.run([sys.executable, "-c", _STOCK_PROCESS, __file__, dst], capture_output=True, text=True,
+                              timeout=300)
+        if proc.returncode != 0:
+            raise AssertionError(f"stock-kernel subprocess failed ({proc.returncode}):\n{proc.stderr[-3000:]}")
         return torch.load(dst)
 
 
@@ -455,15 +483,13 @@ quantized_decomposed_embedding_byte_default = qd.embedding_byte.default(p_emb_pa
 return [quantized_decomposed_embedding_byte_default]""")
 
     def test_dequantize_per_channel_with_and_without_zero_points(self):
-        cases, fused_outs = [], []
-        for dt in ("int8", "uint8"):
-            for zp, rule in ((True, "embedding_byte"), (False, "embedding_byte")):  # zero points: a tensor or None
-                edge, inputs = per_channel_edge(dt, zp)
-                fused, report = fuse(edge)
-                self.assertEqual(report.counts(), {rule: 1})
-                fused_outs.append(run(fused.to_executorch(), inputs)[0])
-                cases.append(("per_channel_edge", dt, zp))
-        for f, (u,) in zip(fused_outs, run_stock_unfused(cases)):
+        fused_outs = []
+        for dt, zp in STOCK_EMBEDDING_CASES:  # zero points: a tensor or None, one rule
+            edge, inputs = per_channel_edge(dt, zp)
+            fused, report = fuse(edge)
+            self.assertEqual(report.counts(), {"embedding_byte": 1})
+            fused_outs.append(run(fused.to_executorch(), inputs)[0])
+        for f, (u,) in zip(fused_outs, stock_process()["per_channel"]):
             torch.testing.assert_close(f, u, rtol=0, atol=0)
 
     def test_retrace_with_decompositions(self):
@@ -507,45 +533,16 @@ class OpsTest(TestCase):
     def test_executorch_patterns_bound_first(self):
         # executorch's QuantFusionPass binds uint8-only patterns as the ops' kernels; if that
         # happens before etfuse is imported, etfuse's int8-capable pattern must still win.
-        import subprocess
-        import sys
-
-        code = (
-            "import torch\n"
-            "from executorch.exir.passes._quant_patterns_and_replacements import get_quant_patterns_and_replacements\n"
-            "get_quant_patterns_and_replacements({})\n"
-            "import etfuse.backend_ops.quantized_ops as q\n"
-            "a = torch.randint(-128, 127, (4,), dtype=torch.int8)\n"
-            "args = (a, 0.1, 3, -128, 127, a, 0.2, -4, -128, 127, 0.3, 1, -128, 127)\n"
-            "for op in (q.QUANTIZED_ADD, q.QUANTIZED_ADD_RELU):\n"
-            "    assert torch.equal(op.aten(*args), op.pattern(*args))\n"
-            "print('ok')\n"
-        )
-        out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
-        self.assertEqual(out.stdout.strip().splitlines()[-1:], ["ok"], out.stderr[-2000:])
+        self.assertTrue(stock_process()["patterns_first"])
 
     def test_stock_kernels_loaded_first_is_reported_not_fatal(self):
-        import subprocess
-        import sys
-
-        code = (
-            "import warnings\n"
-            "import executorch.kernels.quantized\n"
-            "import etfuse.kernels\n"
-            "with warnings.catch_warnings(record=True) as w:\n"
-            "    warnings.simplefilter('always')\n"
-            "    info = etfuse.kernels.load()\n"
-            "assert info.quantized_runtime_library is None and info.runtime_library is not None\n"
-            "assert 'executorch.kernels.quantized' in info.quantized_problem\n"
-            "assert any('stock quantized kernels' in str(x.message) for x in w)\n"
-            "print('ok')\n"
-        )
-        out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
-        self.assertEqual(out.stdout.strip().splitlines()[-1:], ["ok"], out.stderr[-2000:])
+        r = stock_process()["stock_first"]
+        self.assertEqual((r["quantized_library_loaded"], r["float_library_loaded"], r["warned"]), (False, True, True))
+        self.assertIn("executorch.kernels.quantized", r["problem"])
 
     def test_stock_quantized_import_is_guarded(self):
-        # Importing executorch's stock quantized kernels now would register add.out a second
-        # time and abort the process; etfuse.kernels.load() left a guard module in its place.
+        # Importing executorch's stock quantized kernels now would define add.out a second time
+        # and abort the process; importing etfuse's quantized ops left a stand-in in its place.
         import importlib
 
         mod = importlib.import_module(etfuse.kernels.STOCK_QUANTIZED_MODULE)
