@@ -114,6 +114,13 @@ ETFUSE_ALWAYS_INLINE void store_tile(
           } else {
             for (int64_t j = 0; j < nr; ++j) c[j] = t[j] + bias[j];
           }
+        } else if (g.c_cs == 1 && bcs == 0) {  // one bias per row (conv2d: per output channel)
+          const float bv = bias[0];
+          if (act) {
+            for (int64_t j = 0; j < nr; ++j) c[j] = clamp_act(t[j] + bv, lo, hi);
+          } else {
+            for (int64_t j = 0; j < nr; ++j) c[j] = t[j] + bv;
+          }
         } else {
           for (int64_t j = 0; j < nr; ++j) {
             const float v = t[j] + bias[j * bcs];
@@ -157,8 +164,16 @@ ETFUSE_ALWAYS_INLINE void tiles_impl(const Args& g, int64_t t0, int64_t t1, int6
         const int64_t mr = (ie - i0) < MR ? (ie - i0) : MR;
         const float* arow[MR];
         for (int i = 0; i < MR; ++i) arow[i] = g.A + (i0 + (i < mr ? i : mr - 1)) * g.a_rs + k0 * g.a_cs;
-        micro<MR, NR, W>(kc, arow, g.a_cs, pack, tile);
-        store_tile<MR, NR>(g, i0, j0, mr, nr, tile, first, last);
+        if (MR % 2 == 0 && mr <= MR / 2) {
+          // A short last row block (e.g. 16 = 12 + 4 output channels) runs a half-height tile
+          // instead of computing MR rows for mr.
+          float(&half)[MR / 2][NR] = *reinterpret_cast<float(*)[MR / 2][NR]>(&tile[0][0]);
+          micro<MR / 2, NR, W>(kc, arow, g.a_cs, pack, half);
+          store_tile<MR / 2, NR>(g, i0, j0, mr, nr, half, first, last);
+        } else {
+          micro<MR, NR, W>(kc, arow, g.a_cs, pack, tile);
+          store_tile<MR, NR>(g, i0, j0, mr, nr, tile, first, last);
+        }
       }
       if (last) break;
     }
