@@ -15,10 +15,15 @@ and 256M elements:
 * embedding_byte int8 -> float16   D = 256, one random row per index: weight row read +
                                    output row written (+ indices, scales)
 
-columns: `triton` (the launcher), `op` (the registered `torch.ops` functional op on CUDA
-tensors: dispatcher + Triton kernel), `torch` (torch's unfused ops: the op's pattern),
-`compile` (torch.compile of the pattern, default mode), and `copy` (torch's device-to-device
-copy of as many bytes: a practical bandwidth ceiling).
+columns: `triton` (the launcher), `eager` (the same launcher called from Python each time:
+the Triton launch and the launcher's checks included), `op` (the registered `torch.ops`
+functional op on CUDA tensors: dispatcher + Triton kernel), `torch` (torch's unfused ops: the
+op's pattern), `compile` (torch.compile of the pattern, default mode), and `copy` (torch's
+device-to-device copy of 4 bytes per element: a practical bandwidth ceiling). Every column but
+`eager` is the GPU time of the call replayed from a CUDA graph, the L2 cache flushed before
+each call (no Python launch overhead, operands read from HBM); `--no-graphs` times them like
+`eager` (`do_bench`). A column that cannot be captured in a graph falls back to `do_bench` and
+is marked `*`.
 
 linear_relu float16 at 4096 x 4096 x 4096, in TFLOP/s (2*M*N*K / time): the Triton kernel, the
 registered op, torch's `relu(linear(x, w, b))` (cuBLAS + a relu kernel) and torch.compile of it.
@@ -131,6 +136,8 @@ def main(argv=None) -> int:
     ap.add_argument("--peak-gbs", type=float, default=None)
     ap.add_argument("--mm", type=int, default=4096, help="M = N = K of the linear_relu benchmark")
     ap.add_argument("--json", default=None, help="also write the results here")
+    ap.add_argument("--no-graphs", action="store_true",
+                    help="time every column with do_bench (launch overhead included) instead of CUDA graph replay")
     ap.add_argument("--smoke", action="store_true",
                     help="no GPU: run every variant once at tiny sizes through Triton's interpreter on CPU "
                          "tensors (checks the script, not the speed; needs TRITON_INTERPRET=1)")
@@ -184,12 +191,23 @@ def main(argv=None) -> int:
     print(f"device: {name}; torch {torch.__version__}; triton {triton.__version__}")
     results = {"device": name, "peak_gbs": peak, "elementwise": [], "matmul": []}
 
+    fallbacks: list = []
+
     def bench(fn) -> float:
         if smoke:
             t = time.perf_counter()
             fn()
             return (time.perf_counter() - t) * 1e3
-        return do_bench(fn, warmup=25, rep=100, return_mode="median")  # ms
+        if args.no_graphs:
+            return do_bench(fn, warmup=25, rep=100, return_mode="median")  # ms
+        # GPU time of the call replayed from a CUDA graph: the kernels' time without the Python
+        # launch overhead (which the `eager` column shows), L2 flushed before each call
+        try:
+            return bench_graph_cold(fn)
+        except Exception as e:  # noqa: BLE001 - e.g. a call that syncs: time it eagerly
+            fallbacks.append(f"{type(e).__name__}: {str(e).splitlines()[0][:120]}")
+            torch.cuda.synchronize()
+            return do_bench(fn, warmup=25, rep=100, return_mode="median")
 
     def compiled(fn):
         if args.quick:
@@ -206,6 +224,50 @@ def main(argv=None) -> int:
 
     def q_pattern(a, b):
         return ref_qadd(a, *qp, b, *qb, *qo, relu=True)
+
+    flush = None
+
+    def bench_graph_cold(fn, calls: int = 10, replays: int = 7) -> float:
+        """ms per call: one CUDA graph of `calls` x (L2 flush, fn) minus one of the flushes
+        alone, median over replays. The flush (zeroing 256 MiB, more than L2) makes every call
+        read its operands from HBM, as do_bench does between its calls."""
+        nonlocal flush
+        if flush is None:
+            flush = torch.empty(256 << 20, dtype=torch.int8, device="cuda")
+        fn()
+        torch.cuda.synchronize()
+        graphs = []
+        for with_fn in (True, False):
+            g = torch.cuda.CUDAGraph()
+            s = torch.cuda.Stream()
+            s.wait_stream(torch.cuda.current_stream())
+            with torch.cuda.stream(s), torch.cuda.graph(g):
+                for _ in range(calls):
+                    flush.zero_()
+                    if with_fn:
+                        fn()
+            torch.cuda.current_stream().wait_stream(s)
+            graphs.append(g)
+        times = []
+        for g in graphs:
+            g.replay()
+            torch.cuda.synchronize()
+            ts = []
+            for _ in range(replays):
+                start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+                start.record()
+                g.replay()
+                end.record()
+                end.synchronize()
+                ts.append(start.elapsed_time(end))
+            times.append(sorted(ts)[len(ts) // 2])
+        del graphs
+        return max(times[0] - times[1], 1e-6) / calls
+
+    def bench_eager(fn) -> float:
+        if smoke:
+            return bench(fn)
+        return do_bench(fn, warmup=25, rep=100, return_mode="median")
 
     compiled_fns = {
         "add_relu": compiled(lambda a, b: torch.relu(a + b)),
@@ -260,27 +322,31 @@ def main(argv=None) -> int:
         del src, dst
     peak = peak or max(copy_gbs.values())
 
-    cols = ("triton", "op", "torch", "compile")  # on --smoke, "op" is the CPU path (pattern / C++)
+    cols = ("triton", "eager", "op", "torch", "compile")  # on --smoke, "op" is the CPU path (pattern / C++)
     print(f"\nelement-wise, GB/s (% of {peak:.0f} GB/s HBM peak); copy = device copy of 2 x 4n bytes")
-    print(f"{'kernel':30s} {'elements':>9s} " + " ".join(f"{c:>15s}" for c in cols) + f" {'copy':>8s}")
+    print(f"{'kernel':30s} {'elements':>9s} " + " ".join(f"{c:>14s}" for c in cols) + f" {'copy':>8s}")
     for label, n, make in cases:
         v = make()
         ref = v["torch"]()
         row = {"kernel": label, "elements": n}
         cells = []
+        v["eager"] = v["triton"]
         for c in cols:
             fn = v[c]
             if fn is None:
-                cells.append(f"{'-':>15s}")
+                cells.append(f"{'-':>14s}")
                 continue
             got = fn()
             if v["check"] == "equal":
                 assert torch.equal(got, ref), f"{label} {c}: not bit-exact with torch"
             else:
                 torch.testing.assert_close(got, ref)
-            gbs = v["bytes"] / bench(fn) / 1e6
+            before = len(fallbacks)
+            ms = bench_eager(fn) if c == "eager" else bench(fn)
+            gbs = v["bytes"] / ms / 1e6
             row[c] = gbs
-            cells.append(f"{gbs:8.0f} ({100 * gbs / peak:3.0f}%)")
+            mark = "*" if len(fallbacks) > before else " "
+            cells.append(f"{gbs:7.0f}{mark}({100 * gbs / peak:3.0f}%)")
         print(f"{label:30s} {n:>9d} " + " ".join(cells) + f" {copy_gbs[n]:8.0f}")
         results["elementwise"].append(row)
         del v, ref
@@ -303,9 +369,13 @@ def main(argv=None) -> int:
         if fn is None:
             continue
         torch.testing.assert_close(fn(), ref, rtol=2e-2, atol=2e-2)
+        before = len(fallbacks)
         tflops = flop / bench(fn) / 1e9
         row[c] = tflops
-        print(f"  {c:8s} {tflops:7.1f}")
+        print(f"  {c:8s} {tflops:7.1f}{'*' if len(fallbacks) > before else ''}")
+    if fallbacks:
+        print("* timed without a CUDA graph: " + "; ".join(sorted(set(fallbacks))))
+        results["graph_fallbacks"] = sorted(set(fallbacks))
     results["matmul"].append(row)
     if args.json:
         with open(args.json, "w") as f:

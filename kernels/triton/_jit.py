@@ -156,21 +156,22 @@ def embedding_byte_kernel(
     n_idx, rows, D, s_w0, s_w1,
     HAS_ZP: tl.constexpr, BLOCK_R: tl.constexpr, BLOCK_D: tl.constexpr,
 ):
-    """o[i, :] = ((float(w[idx[i], :]) - zp[idx[i]]) * scale[idx[i]]) rounded once to o's dtype.
-    scale and zp are float32 per row (converted on the host: exact for float16 / integer zero
-    points). An index outside [0, rows) reads nothing (its row is written as 0); the launcher
-    checks indices on the host where that costs no device sync."""
+    """o[i, :] = ((float(w[idx[i], :]) - float(zp[idx[i]])) * float(scale[idx[i]])) rounded once to
+    o's dtype. scale (float32/float16) and zp (any int or float dtype) are read per row in their
+    own dtype and converted here, like the pattern's `_to_copy(..., float32)`. An index outside
+    [0, rows) reads nothing (its row is written as 0); the launcher checks indices on the host
+    where that costs no device sync."""
     r = tl.program_id(0).to(tl.int64) * BLOCK_R + tl.arange(0, BLOCK_R)
     d = tl.program_id(1).to(tl.int64) * BLOCK_D + tl.arange(0, BLOCK_D)
     rmask = r < n_idx
     idx = tl.load(idx_ptr + r, mask=rmask, other=0).to(tl.int64)
     valid = rmask & (idx >= 0) & (idx < rows)
     dmask = d < D
-    s = tl.load(scale_ptr + idx, mask=valid, other=0.0)
+    s = tl.load(scale_ptr + idx, mask=valid, other=0.0).to(tl.float32)
     q = tl.load(w_ptr + idx[:, None] * s_w0 + d[None, :] * s_w1, mask=valid[:, None] & dmask[None, :], other=0)
     v = q.to(tl.float32)
     if HAS_ZP:
-        z = tl.load(zp_ptr + idx, mask=valid, other=0.0)
+        z = tl.load(zp_ptr + idx, mask=valid, other=0).to(tl.float32)
         v = v - z[:, None]
     v = v * s[:, None]
     tl.store(o_ptr + r[:, None] * D + d[None, :], v.to(o_ptr.dtype.element_ty), mask=rmask[:, None] & dmask[None, :])

@@ -41,8 +41,12 @@ ELEMENTWISE_WARPS = 4
 
 
 def elementwise_block(dtype: torch.dtype) -> int:
-    itemsize = torch.empty((), dtype=dtype).element_size()
-    return ELEMENTWISE_BYTES // itemsize
+    return ELEMENTWISE_BYTES // dtype.itemsize
+
+
+def _broadcast_shape(a: torch.Tensor, b: torch.Tensor):
+    # torch.broadcast_shapes costs tens of microseconds per call; same shapes need none of it
+    return a.shape if a.shape == b.shape else torch.broadcast_shapes(a.shape, b.shape)
 MAX_DIMS = 4
 
 
@@ -130,7 +134,7 @@ def add_relu(a: torch.Tensor, b: torch.Tensor, out: Optional[torch.Tensor] = Non
         raise Unsupported(f"etfuse::add_relu kernel takes two {', '.join(map(str, FLOAT_DTYPES))} tensors of one "
                           f"dtype, got {a.dtype} and {b.dtype}")
     device = _same_device("etfuse::add_relu", a, b)
-    shape = torch.broadcast_shapes(a.shape, b.shape)
+    shape = _broadcast_shape(a, b)
     sizes, (sa, sb), contig = broadcast_plan(shape, (a, b))
     n = math.prod(shape)
     block = block or elementwise_block(a.dtype)
@@ -189,7 +193,7 @@ def quantized_add(a, a_scale, a_zero_point, a_quant_min, a_quant_max,
     _, inv, zo, lo, hi = _qparams(op, "out", out_scale, out_zero_point, out_quant_min, out_quant_max, a.dtype)
     device = _same_device(op, a, b)
     try:
-        shape = torch.broadcast_shapes(a.shape, b.shape)
+        shape = _broadcast_shape(a, b)
     except RuntimeError as e:
         raise RuntimeError(f"{op}: shapes {list(a.shape)} and {list(b.shape)} cannot be broadcast together") from e
     sizes, (sa, sb), contig = broadcast_plan(shape, (a, b))
@@ -334,8 +338,13 @@ def embedding_byte(weight, weight_scales, weight_zero_points, weight_quant_min, 
         bad = idx[(idx < 0) | (idx >= rows)]
         if bad.numel():
             raise RuntimeError(f"{op}: index {int(bad[0])} is out of range for {rows} rows")
-    s32 = scales.reshape(-1).to(torch.float32).contiguous()
-    z32 = zps.reshape(-1).to(torch.float32).contiguous() if zps is not None else None
+    # per-row vectors in their own dtype (converted in the kernel: no extra kernels here)
+    s1 = scales.reshape(-1).contiguous()
+    z1 = None
+    if zps is not None:
+        z1 = zps.reshape(-1).contiguous()
+        if z1.dtype == torch.bool or z1.is_complex():
+            z1 = z1.to(torch.float32)
     bd = block_d or min(triton.next_power_of_2(max(D, 1)), 256)
     br = block_rows or max(1, 4096 // bd)
 
@@ -344,8 +353,8 @@ def embedding_byte(weight, weight_scales, weight_zero_points, weight_quant_min, 
             return
         grid = (triton.cdiv(n_idx, br), triton.cdiv(D, bd))
         _jit.embedding_byte_kernel[grid](
-            weight, s32, z32 if z32 is not None else s32, idx, dst, n_idx, rows, D,
+            weight, s1, z1 if z1 is not None else s1, idx, dst, n_idx, rows, D,
             weight.stride(0), weight.stride(1),
-            HAS_ZP=z32 is not None, BLOCK_R=br, BLOCK_D=bd, num_warps=4, enable_fp_fusion=False)
+            HAS_ZP=z1 is not None, BLOCK_R=br, BLOCK_D=bd, num_warps=4, enable_fp_fusion=False)
 
     return _into(out, (*indices.shape, D), scales.dtype, device, (weight, scales, zps, indices), fill)

@@ -92,7 +92,8 @@ def _specs():
         for ot in ("float32", "float16"):
             for idt in ("int64", "int32"):
                 for has_zp in (True, False):
-                    sig = {"w_ptr": _PTR[wt], "scale_ptr": "*fp32", "zp_ptr": "*fp32", "idx_ptr": _PTR[idt],
+                    sig = {"w_ptr": _PTR[wt], "scale_ptr": _PTR[ot], "zp_ptr": "*i64" if has_zp else _PTR[ot],
+                           "idx_ptr": _PTR[idt],
                            "o_ptr": _PTR[ot], **_ints(("n_idx", "rows", "D", "s_w0")),
                            # a contiguous weight: the launcher specialises an int argument of 1
                            "s_w1": "constexpr",
