@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import os
 import sys
+import warnings
 import zipfile
 from typing import Optional, Sequence
 
@@ -133,11 +134,15 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     f.add_argument("--report", help="write a Markdown report here")
     f.add_argument("--shape", action="append", help="example input shape, e.g. 1,3,224,224 (one per input; float32)")
     args = parser.parse_args(argv)
-    try:
-        return demo(args) if args.command == "demo" else fuse_file(args)
-    except CliError as e:
-        print(f"etfuse: error: {e}", file=sys.stderr)
-        return 2
+    # The command speaks in one-line messages; torch/executorch deprecation chatter is not for its users.
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", FutureWarning)
+        warnings.simplefilter("ignore", DeprecationWarning)
+        try:
+            return demo(args) if args.command == "demo" else fuse_file(args)
+        except CliError as e:
+            print(f"etfuse: error: {e}", file=sys.stderr)
+            return 2
 
 
 if __name__ == "__main__":
