@@ -83,6 +83,28 @@ def test_conv2d_act_kernel_matches_eager(case):
                 ops.conv2d_act(x, weight, b, list(stride), list(padding), list(dilation), groups, lo, hi), want, **TOL)
 
 
+@pytest.mark.parametrize("isa", ["baseline", "avx2"])
+def test_narrower_isas_compute_the_same(isa):
+    """The SSE2 / AVX2 copies of the GEMM tiles, dot-product rows and depthwise strips."""
+    if isa == "avx2" and kernels.load().isa == "baseline":
+        pytest.skip("CPU without AVX2")
+    kernels.set_isa(isa)
+    try:
+        for case in (CONV_CASES[1], CONV_CASES[2], CONV_CASES[6], CONV_CASES[8]):
+            n, c, h, w, cout, kh, kw, stride, padding, dilation, groups = case
+            x, weight, bias = torch.randn(n, c, h, w), torch.randn(cout, c // groups, kh, kw), torch.randn(cout)
+            out = torch.empty(0)
+            ops.conv2d_act.out(x, weight, bias, list(stride), list(padding), list(dilation), groups, 0.0, None, out=out)
+            torch.testing.assert_close(out, F.conv2d(x, weight, bias, stride, padding, dilation, groups).relu(), **TOL)
+        for m in (1, 3, 70):
+            x, weight = torch.randn(m, 37), torch.randn(19, 37)
+            out = torch.empty(0)
+            ops.linear_act.out(x, weight, None, -0.5, 0.5, out=out)
+            torch.testing.assert_close(out, F.linear(x, weight).clamp(-0.5, 0.5), **TOL)
+    finally:
+        kernels.set_isa("auto")
+
+
 @pytest.mark.parametrize("m,k,n", [(1, 1, 1), (3, 17, 257), (64, 256, 256), (5, 1024, 3), (257, 3, 17)])
 def test_linear_act_kernel_matches_eager(m, k, n):
     x, w, b = torch.randn(m, k), torch.randn(n, k), torch.randn(n)
