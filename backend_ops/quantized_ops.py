@@ -22,31 +22,16 @@ kernel next to it), so a plain retrace keeps the op; `decompositions()` gives th
 
 from __future__ import annotations
 
-import dataclasses
 import sys
 import types
 
 import torch
 
 from . import registry
-from .registry import BackendOp, BackendOpError, _library, _out_fake_kernel, register
+from .registry import BackendOp, _library, _out_fake_kernel, register
 
 aten = torch.ops.aten
 qd = torch.ops.quantized_decomposed
-
-
-@dataclasses.dataclass(frozen=True)
-class QuantizedBackendOp(BackendOp):
-    """A BackendOp whose schema may name its return (`-> Tensor qc`, as executorch's add does)."""
-
-    @property
-    def out_schema(self) -> str:
-        args, _, ret = self.schema.split("(", 1)[1].rpartition(")")
-        parts = ret.replace("->", "").split()
-        if not parts or parts[0] != "Tensor" or len(parts) > 2:
-            raise BackendOpError(f"{self.qualname}: only single-Tensor returns get an out variant, got {ret.strip()!r}")
-        sep = ", " if "*" in args else ", *, "
-        return f"{self.out_name}({args}{sep}Tensor(a!) out) -> Tensor(a!)"
 
 
 def _dq(q, scale, zero_point, quant_min, quant_max):
@@ -87,7 +72,7 @@ def _embedding_byte(weight, weight_scales, weight_zero_points, weight_quant_min,
     return aten.embedding.default(aten._to_copy.default(w, dtype=weight_scales.dtype), indices)
 
 
-def _register_with_pattern_kernel(op: QuantizedBackendOp) -> QuantizedBackendOp:
+def _register_with_pattern_kernel(op: BackendOp) -> BackendOp:
     """register(), making sure the CompositeImplicitAutograd kernel is etfuse's dtype-generic pattern.
 
     executorch binds its uint8-only patterns to add / add.scalar / add_relu the first time its
@@ -106,18 +91,18 @@ _BINARY_ARGS = ("Tensor a, float a_scale, int a_zero_point, int a_quant_min, int
                 "Tensor b, float b_scale, int b_zero_point, int b_quant_min, int b_quant_max, "
                 "float out_scale, int out_zero_point, int out_quant_min, int out_quant_max")
 
-QUANTIZED_ADD = _register_with_pattern_kernel(QuantizedBackendOp(
+QUANTIZED_ADD = _register_with_pattern_kernel(BackendOp(
     "quantized_decomposed", f"add({_BINARY_ARGS}) -> Tensor qc", _add,
     doc="q(dq(a) + dq(b)), per-tensor qparams, int8 or uint8 (a, b and the result share the dtype), broadcasting"))
-QUANTIZED_ADD_RELU = _register_with_pattern_kernel(QuantizedBackendOp(
+QUANTIZED_ADD_RELU = _register_with_pattern_kernel(BackendOp(
     "quantized_decomposed", f"add_relu({_BINARY_ARGS}) -> Tensor qc", _add_relu,
     doc="q(relu(dq(a) + dq(b))), like add"))
-QUANTIZED_ADD_SCALAR = _register_with_pattern_kernel(QuantizedBackendOp(
+QUANTIZED_ADD_SCALAR = _register_with_pattern_kernel(BackendOp(
     "quantized_decomposed",
     "add.scalar(Tensor qa, float a_scale, int a_zero_point, int a_quant_min, int a_quant_max, ScalarType a_dtype, "
     "Scalar b, float out_scale, int out_zero_point, int out_quant_min, int out_quant_max, ScalarType out_dtype) -> Tensor",
     _add_scalar, doc="q(dq(qa) + b), b a Python scalar (float32 arithmetic)"))
-EMBEDDING_BYTE = register(QuantizedBackendOp(
+EMBEDDING_BYTE = register(BackendOp(
     "quantized_decomposed",
     "embedding_byte(Tensor weight, Tensor weight_scales, Tensor? weight_zero_points, int weight_quant_min, "
     "int weight_quant_max, Tensor indices) -> Tensor",
@@ -140,11 +125,11 @@ def _dequantize_per_tensor(input, scale, zero_point, quant_min, quant_max, dtype
     return qd.dequantize_per_tensor.default(input, scale, zero_point, quant_min, quant_max, dtype, out_dtype=out_dtype)
 
 
-QUANTIZE_PER_TENSOR = register(QuantizedBackendOp(
+QUANTIZE_PER_TENSOR = register(BackendOp(
     "quantized_decomposed",
     "quantize_per_tensor(Tensor input, float scale, int zero_point, int quant_min, int quant_max, ScalarType dtype) -> Tensor",
     _quantize_per_tensor, doc="torch.ao's op; etfuse adds the .out variant and kernels"))
-DEQUANTIZE_PER_TENSOR = register(QuantizedBackendOp(
+DEQUANTIZE_PER_TENSOR = register(BackendOp(
     "quantized_decomposed",
     "dequantize_per_tensor(Tensor input, float scale, int zero_point, int quant_min, int quant_max, ScalarType dtype, "
     "*, ScalarType? out_dtype=None) -> Tensor",

@@ -57,7 +57,8 @@ class BackendOp:
     def out_schema(self) -> str:
         """The functional schema with a trailing `Tensor(a!) out`, the ExecuTorch convention."""
         args, _, ret = self.schema.split("(", 1)[1].rpartition(")")
-        if ret.strip() != "-> Tensor":
+        returns = ret.replace("->", "").split()  # "Tensor", or a named one: "Tensor qc" (seed schemas)
+        if not returns or returns[0] != "Tensor" or len(returns) > 2:
             raise BackendOpError(f"{self.qualname}: only single-Tensor returns get an out variant, got {ret.strip()!r}")
         sep = ", " if "*" in args else ", *, "
         return f"{self.out_name}({args}{sep}Tensor(a!) out) -> Tensor(a!)"

@@ -17,9 +17,7 @@ from __future__ import annotations
 import ctypes
 import dataclasses
 import os
-import sys
 import threading
-import types
 import warnings
 from pathlib import Path
 from typing import Optional

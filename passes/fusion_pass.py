@@ -14,7 +14,7 @@ while copying.
 from __future__ import annotations
 
 import gc
-from typing import Iterable, Optional
+from typing import Iterable
 
 import torch.fx as fx
 from executorch.exir.pass_base import ExportPass, PassResult

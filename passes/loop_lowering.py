@@ -38,7 +38,7 @@ __all__ = ["LoopLoweringPass", "LoopLoweringError", "LoweredLoop", "MapToScanPas
 import dataclasses
 import math
 import operator
-from typing import Any, Optional
+from typing import Optional
 
 import torch
 import torch.fx as fx
