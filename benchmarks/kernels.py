@@ -56,40 +56,10 @@ import etfuse.kernels as kernels  # noqa: E402
 
 
 def fuse_pass():
-    """relu(add) -> add_relu, relu(addmm(b, x, permute(w))) -> linear_relu (a stand-in engine)."""
-    from executorch.exir.dialects._ops import ops as exir_ops
-    from executorch.exir.pass_base import ExportPass, PassResult
+    """etfuse's own float fusions (relu(add), relu(linear), relu(addmm))."""
+    from etfuse.passes import FloatFusionPass
 
-    edge, backend = exir_ops.edge.aten, exir_ops.backend.etfuse
-
-    class Fuse(ExportPass):
-        def call(self, gm):
-            g = gm.graph
-            for n in list(g.nodes):
-                if n.op != "call_function" or n.target != edge.relu.default:
-                    continue
-                src = n.args[0]
-                dead = [src]
-                if src.target == edge.add.Tensor:
-                    target, args = backend.add_relu.default, src.args
-                elif src.target == edge.addmm.default and src.args[2].target == edge.permute_copy.default:
-                    perm = src.args[2]
-                    target, args = backend.linear_relu.default, (src.args[1], perm.args[0], src.args[0])
-                    dead.append(perm)
-                else:
-                    continue
-                with g.inserting_before(n):
-                    new = g.call_function(target, tuple(args))
-                new.meta = dict(n.meta)
-                n.replace_all_uses_with(new)
-                g.erase_node(n)
-                for d in dead:
-                    if not d.users:
-                        g.erase_node(d)
-            gm.recompile()
-            return PassResult(gm, True)
-
-    return Fuse()
+    return FloatFusionPass()
 
 
 def make_method(model, args, fused: bool, workdir: Path, name: str):

@@ -332,56 +332,10 @@ def test_reload_does_not_register_twice(loaded):
 
 
 def _fuse_pass():
-    from executorch.exir.dialects._ops import ops as exir_ops
-    from executorch.exir.pass_base import ExportPass, PassResult
+    """etfuse's own float fusions (relu(add), relu(linear), relu(addmm))."""
+    from etfuse.passes import FloatFusionPass
 
-    edge, backend = exir_ops.edge.aten, exir_ops.backend.etfuse
-
-    def is_node(x):
-        return isinstance(x, torch.fx.Node)
-
-    def transposed_weight(node):
-        if is_node(node) and node.target == edge.permute_copy.default and list(node.args[1]) == [1, 0]:
-            return node.args[0]
-        return None
-
-    class FuseForTest(ExportPass):
-        """relu(add) -> add_relu, relu(addmm(b, x, permute(w))) -> linear_relu, relu(mm(x, permute(w)))
-        -> linear_relu without bias, other relu(addmm) -> addmm_relu. A stand-in for the real engine."""
-
-        def call(self, gm):
-            g = gm.graph
-            for n in list(g.nodes):
-                if n.op != "call_function" or n.target != edge.relu.default:
-                    continue
-                src = n.args[0]
-                if not is_node(src) or len(src.users) != 1 or src.kwargs:
-                    continue
-                dead = [src]
-                if src.target == edge.add.Tensor and all(is_node(a) for a in src.args):
-                    target, args = backend.add_relu.default, src.args
-                elif src.target == edge.addmm.default and transposed_weight(src.args[2]) is not None:
-                    target, args = backend.linear_relu.default, (src.args[1], transposed_weight(src.args[2]), src.args[0])
-                    dead.append(src.args[2])
-                elif src.target == edge.mm.default and transposed_weight(src.args[1]) is not None:
-                    target, args = backend.linear_relu.default, (src.args[0], transposed_weight(src.args[1]))
-                    dead.append(src.args[1])
-                elif src.target == edge.addmm.default:
-                    target, args = backend.addmm_relu.default, src.args
-                else:
-                    continue
-                with g.inserting_before(n):
-                    new = g.call_function(target, tuple(args))
-                new.meta = dict(n.meta)
-                n.replace_all_uses_with(new)
-                g.erase_node(n)
-                for d in dead:
-                    if not d.users:
-                        g.erase_node(d)
-            gm.recompile()
-            return PassResult(gm, True)
-
-    return FuseForTest()
+    return FloatFusionPass()
 
 
 def _program(model, args, tmp_path, name, dynamic_shapes=None):
