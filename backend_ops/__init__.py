@@ -3,10 +3,11 @@
 from .registry import BackendOp, BackendOpError, register, registered_ops
 from .float_ops import ADD_RELU, ADDMM_RELU, FLOAT_OPS, LINEAR_RELU
 from .prims import PRIMS, PrimOp
+from .gemm_conv_ops import CONV2D_ACT, GEMM_CONV_OPS, LINEAR_ACT
 from .quantized_ops import QDQ_OPS, QUANTIZED_OPS, decompositions
 
 __all__ = [
     "BackendOp", "BackendOpError", "register", "registered_ops",
-    "ADD_RELU", "LINEAR_RELU", "ADDMM_RELU", "FLOAT_OPS", "PRIMS", "PrimOp",
+    "ADD_RELU", "LINEAR_RELU", "ADDMM_RELU", "FLOAT_OPS", "PRIMS", "PrimOp", "CONV2D_ACT", "LINEAR_ACT", "GEMM_CONV_OPS",
     "QUANTIZED_OPS", "QDQ_OPS", "decompositions",
 ]

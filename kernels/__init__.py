@@ -27,7 +27,8 @@ from .build import BuildResult, KernelBuildError, cache_root
 
 __all__ = ["KernelInfo", "KernelBuildError", "load", "is_loaded", "info", "build", "cache_root", "set_isa", "current_isa", "RUNTIME_OPS"]
 
-RUNTIME_OPS = ("etfuse::add_relu.out", "etfuse::linear_relu.out", "etfuse::addmm_relu.out")
+RUNTIME_OPS = ("etfuse::add_relu.out", "etfuse::linear_relu.out", "etfuse::addmm_relu.out",
+               "etfuse::conv2d_act.out", "etfuse::linear_act.out")
 EAGER_OPS = tuple(RUNTIME_OPS)
 # In libetfuse_quantized_runtime.so. executorch's stock quantized kernels register the first four
 # names too; the last two are etfuse's alone (so their presence means "ours, already loaded").

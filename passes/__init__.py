@@ -4,6 +4,8 @@ from .engine import Declined, Fused, FusionError, FusionReport, RuleIndex, apply
 from .fusion_pass import FusionPass, graph_modules
 from .float_fusion import FloatFusionPass
 from .quant_fusion import QuantFusionPass
+from .gemm_conv_fusion import GemmConvFusionPass, gemm_conv_passes
+from .batch_norm_folding import BatchNormFoldPass
 from .symint_to_prims import SymIntLoweringError, SymIntToPrimsPass, to_edge_with_prims
 from .loop_lowering import (
     LoopLoweringError, LoopLoweringPass, MapToScanPass, SpecialisedShapeError, refuse_specialised,
@@ -14,7 +16,7 @@ from .pipeline import default_passes, fuse
 
 __all__ = [
     "Declined", "Fused", "FusionError", "FusionReport", "RuleIndex", "apply_matches", "find_matches",
-    "FusionPass", "graph_modules", "FloatFusionPass", "QuantFusionPass",
+    "FusionPass", "graph_modules", "FloatFusionPass", "QuantFusionPass", "GemmConvFusionPass", "gemm_conv_passes", "BatchNormFoldPass",
     "SymIntLoweringError", "SymIntToPrimsPass", "to_edge_with_prims",
     "LoopLoweringError", "LoopLoweringPass", "MapToScanPass", "SpecialisedShapeError", "refuse_specialised",
     "to_edge_control_flow", "CondOutputCopyPass", "default_passes", "fuse",

@@ -15,6 +15,7 @@ from typing import Optional, Sequence
 import torch
 from executorch.exir import EdgeCompileConfig
 
+from .batch_norm_folding import BatchNormFoldPass
 from .fusion_pass import FusionPass, graph_modules
 from .engine import Fused
 from .loop_lowering import to_edge_control_flow
@@ -89,7 +90,7 @@ def lower_and_compare(exported: torch.export.ExportedProgram, inputs: Sequence[t
     fused = fuse(edge, passes)
     before = op_histogram(edge.exported_program().graph_module)
     after = op_histogram(fused.exported_program().graph_module)
-    report = [p.report for p in passes if isinstance(p, FusionPass)]
+    report = [p.report for p in passes if isinstance(p, (FusionPass, BatchNormFoldPass))]
 
     # Lower the fused program first: to_executorch rewrites the caller's bodies in place.
     pte = fused.to_executorch().buffer

@@ -8,7 +8,9 @@ from typing import Optional, Sequence, Union
 from executorch.exir import EdgeProgramManager
 from torch.export import ExportedProgram
 
+from .batch_norm_folding import BatchNormFoldPass
 from .cond_outputs import CondOutputCopyPass
+from .gemm_conv_fusion import GemmConvFusionPass
 from .float_fusion import FloatFusionPass
 from .loop_lowering import LoopLoweringPass
 from .quant_fusion import QuantFusionPass
@@ -20,11 +22,20 @@ from .fusion_pass import FusionPass
 def default_passes() -> list:
     """etfuse's passes in the order they should run.
 
-    Loops are lowered first so fusion reaches their bodies; quantized patterns before float ones
-    (relu(add(dq, dq)) is a quantized add_relu, not a float one); the cond-output copy and the
-    SymInt lowering last, on the final graph.
+    Loops are lowered first so fusion reaches their bodies; batch norms are folded into their
+    conv/linear before those fuse; quantized patterns before float ones (relu(add(dq, dq)) is a
+    quantized add_relu, not a float one); conv/linear epilogues before the generic float rules;
+    the cond-output copy and the SymInt lowering last, on the final graph.
     """
-    return [LoopLoweringPass(), QuantFusionPass(), FloatFusionPass(), CondOutputCopyPass(), SymIntToPrimsPass()]
+    return [
+        LoopLoweringPass(), BatchNormFoldPass(), QuantFusionPass(), GemmConvFusionPass(), FloatFusionPass(),
+        CondOutputCopyPass(), SymIntToPrimsPass(),
+    ]
+
+
+# Passes that never modify the program they are given (each has a test saying so): `fuse` need
+# not copy the caller's program for them.
+_PRESERVE_INPUT = (FusionPass, BatchNormFoldPass, LoopLoweringPass, CondOutputCopyPass, SymIntToPrimsPass)
 
 
 Program = Union[EdgeProgramManager, ExportedProgram]
@@ -33,8 +44,8 @@ Program = Union[EdgeProgramManager, ExportedProgram]
 def fuse(program: Program, passes: Optional[Sequence] = None) -> Program:
     """Fuse an `EdgeProgramManager` or an edge-dialect `ExportedProgram`; returns the same type.
 
-    The caller's object is never modified: etfuse's passes return new graph modules, and any
-    other pass in `passes` runs on a copy.
+    The caller's object is never modified: etfuse's passes return new graph modules, and if
+    `passes` holds any other pass, they all run on a copy.
     """
     passes = list(default_passes() if passes is None else passes)
     if isinstance(program, EdgeProgramManager):
@@ -50,7 +61,7 @@ def fuse(program: Program, passes: Optional[Sequence] = None) -> Program:
         raise TypeError(
             f"etfuse.fuse takes an EdgeProgramManager or an edge ExportedProgram, got {type(program).__name__}"
         )
-    if not all(isinstance(p, FusionPass) for p in passes):
+    if not all(isinstance(p, _PRESERVE_INPUT) for p in passes):
         manager = copy.deepcopy(manager)
     try:
         fused = manager.transform(passes)
