@@ -15,6 +15,7 @@
 #include "core/add_relu.h"
 #include "core/addmm_relu.h"
 #include "core/linear_relu.h"
+#include "eager_common.h"
 
 namespace core = etfuse::core;
 
@@ -23,31 +24,7 @@ namespace {
 using core::Layout;
 using core::Status;
 
-struct AtenParallel {
-  template <class F>
-  void operator()(int64_t begin, int64_t end, int64_t grain, const F& fn) const {
-    at::parallel_for(begin, end, grain, fn);
-  }
-};
-
-Layout layout_of(const at::Tensor& t, const char* what) {
-  Layout l;
-  Status st;
-  TORCH_CHECK(core::make_layout(l, t.dim(), t.sizes().data(), t.strides().data(), what, st), st.msg);
-  return l;
-}
-
-void check_float(const char* op, const char* name, const at::Tensor& t) {
-  TORCH_CHECK(t.defined(), op, ": ", name, " is undefined");
-  TORCH_CHECK(
-      t.scalar_type() == at::kFloat, op, ": ", name, " must be float32, got ", t.scalar_type(),
-      " (etfuse kernels support float32 only)");
-  TORCH_CHECK(t.device().is_cpu(), op, ": ", name, " must be a CPU tensor, got ", t.device());
-}
-
-bool overlaps(const at::Tensor& a, const at::Tensor& b) {
-  return a.numel() > 0 && b.numel() > 0 && at::get_overlap_status(a, b) != at::MemOverlapStatus::No;
-}
+using namespace etfuse::eager;  // shared helpers (eager_common.h)
 
 at::Tensor& add_relu_out(const at::Tensor& self, const at::Tensor& other, at::Tensor& out) {
   constexpr const char* op = "etfuse::add_relu.out";

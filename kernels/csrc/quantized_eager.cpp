@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "core/quantized.h"
+#include "eager_common.h"
 
 namespace core = etfuse::core;
 namespace qc = etfuse::core::quantized;
@@ -22,19 +23,9 @@ namespace {
 using core::Layout;
 using core::Status;
 
-struct AtenParallel {
-  template <class F>
-  void operator()(int64_t begin, int64_t end, int64_t grain, const F& fn) const {
-    at::parallel_for(begin, end, grain, fn);
-  }
-};
-
-Layout layout_of(const at::Tensor& t, const char* what) {
-  Layout l;
-  Status st;
-  TORCH_CHECK(core::make_layout(l, t.dim(), t.sizes().data(), t.strides().data(), what, st), st.msg);
-  return l;
-}
+using etfuse::eager::AtenParallel;
+using etfuse::eager::layout_of;
+using etfuse::eager::overlaps;
 
 qc::QType qtype_of(const char* op, const char* name, at::ScalarType t) {
   if (t == at::kChar) return qc::QType::kInt8;
@@ -52,10 +43,6 @@ qc::QParams qparams(const char* op, const char* what, double scale, int64_t zp, 
   Status st;
   TORCH_CHECK(qc::make_qparams(op, what, scale, zp, qmin, qmax, t, q, st), st.msg);
   return q;
-}
-
-bool overlaps(const at::Tensor& a, const at::Tensor& b) {
-  return a.numel() > 0 && b.numel() > 0 && at::get_overlap_status(a, b) != at::MemOverlapStatus::No;
 }
 
 template <class F>

@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "core/quantized.h"
+#include "runtime_common.h"
 
 namespace core = etfuse::core;
 namespace qc = etfuse::core::quantized;
@@ -28,16 +29,8 @@ using executorch::aten::Tensor;
 using executorch::runtime::Error;
 using executorch::runtime::KernelRuntimeContext;
 
-struct EtParallel {
-  template <class F>
-  void operator()(int64_t begin, int64_t end, int64_t grain, const F& fn) const {
-    (void)executorch::extension::parallel_for(begin, end, grain, fn);
-  }
-};
-
-bool layout_of(const Tensor& t, const char* what, Layout& l, Status& st) {
-  return core::make_layout(l, t.dim(), t.sizes().data(), t.strides().data(), what, st);
-}
+using etfuse::runtime::EtParallel;
+using etfuse::runtime::layout_of;
 
 bool qtype_of(const char* op, const char* name, ScalarType t, qc::QType& q, Status& st) {
   if (t == ScalarType::Char) {

@@ -16,6 +16,7 @@
 #include "core/addmm_relu.h"
 #include "core/linear_relu.h"
 #include "core/probe.h"
+#include "runtime_common.h"
 
 namespace core = etfuse::core;
 
@@ -28,38 +29,7 @@ using executorch::aten::Tensor;
 using executorch::runtime::Error;
 using executorch::runtime::KernelRuntimeContext;
 
-struct EtParallel {
-  template <class F>
-  void operator()(int64_t begin, int64_t end, int64_t grain, const F& fn) const {
-    // Only fails for invalid ranges, which the cores never pass.
-    (void)executorch::extension::parallel_for(begin, end, grain, fn);
-  }
-};
-
-bool layout_of(const Tensor& t, const char* what, Layout& l, Status& st) {
-  return core::make_layout(l, t.dim(), t.sizes().data(), t.strides().data(), what, st);
-}
-
-bool check_float(const char* op, const char* name, const Tensor& t, Status& st) {
-  if (t.scalar_type() == ScalarType::Float) return true;
-  return st.fail(
-      "%s: %s must be float32, got %s (etfuse kernels support float32 only)", op, name,
-      executorch::runtime::toString(t.scalar_type()));
-}
-
-// Resizes `out` to sizes[0:ndim] and reads back its layout.
-bool resize_out(const char* op, Tensor& out, int ndim, const int64_t* sizes, Layout& lo, Status& st) {
-  const Error err = executorch::runtime::resize_tensor(out, executorch::aten::ArrayRef<int64_t>(sizes, ndim));
-  if (err != Error::Ok) {
-    Layout cur;
-    Status ignore;
-    layout_of(out, "out", cur, ignore);
-    return st.fail(
-        "%s: cannot resize out from %s to %s (static shape, rank change or above its upper bound)", op,
-        core::ShapeStr(cur).c_str(), core::ShapeStr(sizes, ndim).c_str());
-  }
-  return layout_of(out, "out", lo, st);
-}
+using namespace etfuse::runtime;  // shared helpers (runtime_common.h)
 
 Tensor& add_relu_out(KernelRuntimeContext& ctx, const Tensor& self, const Tensor& other, Tensor& out) {
   constexpr const char* op = "etfuse::add_relu.out";
