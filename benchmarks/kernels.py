@@ -248,7 +248,7 @@ def main(argv=None):
     except (OSError, StopIteration):
         pass
     load_before = os.getloadavg()[0]
-    print(f"# etfuse kernels benchmark\n")
+    print("# etfuse kernels benchmark\n")
     print(
         f"{cpu}, {os.cpu_count()} CPUs; torch {torch.__version__} ({torch.get_num_threads()} threads); "
         f"ExecuTorch threadpool {info.runtime_threads} threads; kernel ISA {info.isa}; {rounds} rounds, medians\n"
