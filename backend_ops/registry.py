@@ -26,9 +26,10 @@ import torch
 from torch.library import Library
 
 from executorch.exir.dialects._ops import bind_pattern_to_op, ops as exir_ops
+from etfuse.errors import EtfuseError
 
 
-class BackendOpError(RuntimeError):
+class BackendOpError(EtfuseError, RuntimeError):
     """A backend op cannot be declared or registered as asked."""
 
 

@@ -27,6 +27,7 @@ import sys
 import tempfile
 from pathlib import Path
 from typing import Optional
+from etfuse.errors import EtfuseError
 
 CSRC = Path(__file__).resolve().parent / "csrc"
 EAGER_LIB = "libetfuse_eager.so"
@@ -41,7 +42,7 @@ EAGER_SOURCES = ("eager_ops.cpp", "quantized_eager.cpp", "conv_eager.cpp")
 RUNTIME_EXTRA_SOURCES = {"runtime_ops.cpp": ("conv_runtime.cpp",)}
 
 
-class KernelBuildError(RuntimeError):
+class KernelBuildError(EtfuseError, RuntimeError):
     """Compiling the etfuse kernels failed; the message holds the command and compiler output."""
 
 

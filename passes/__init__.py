@@ -1,7 +1,8 @@
 """ExportPass subclasses that fuse and lower edge-dialect graphs, and the default pipeline."""
 
 from .engine import Declined, Fused, FusionError, FusionReport, RuleIndex, apply_matches, find_matches
-from .fusion_pass import FusionPass, graph_modules
+from .graph_copy import copy_graph_module, graph_modules
+from .fusion_pass import FusionPass
 from .float_fusion import FloatFusionPass
 from .quant_fusion import QuantFusionPass
 from .gemm_conv_fusion import GemmConvFusionPass, gemm_conv_passes
@@ -12,6 +13,9 @@ from .loop_lowering import (
     to_edge_control_flow,
 )
 from .cond_outputs import CondOutputCopyPass
+from .constant_folding import fold_constants
+from .fused_program import FusedEdgeProgramManager
+from .verify import verify_written_nodes
 from .pipeline import default_passes, fuse
 
 __all__ = [
@@ -20,4 +24,5 @@ __all__ = [
     "SymIntLoweringError", "SymIntToPrimsPass", "to_edge_with_prims",
     "LoopLoweringError", "LoopLoweringPass", "MapToScanPass", "SpecialisedShapeError", "refuse_specialised",
     "to_edge_control_flow", "CondOutputCopyPass", "default_passes", "fuse",
+    "copy_graph_module", "fold_constants", "FusedEdgeProgramManager", "verify_written_nodes",
 ]

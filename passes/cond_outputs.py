@@ -25,6 +25,7 @@ import torch
 import torch.fx as fx
 from executorch.exir.dialects._ops import ops as exir_ops
 from executorch.exir.pass_base import ExportPass, PassResult
+from .graph_copy import copy_graph_module
 
 _HOPS = (torch.ops.higher_order.cond, torch.ops.higher_order.scan, torch.ops.higher_order.map_impl,
          torch.ops.higher_order.while_loop)
@@ -59,19 +60,11 @@ class CondOutputCopyPass(ExportPass):
 
     def call(self, graph_module: fx.GraphModule) -> PassResult:
         self.copied = []
-        new = self._copy(graph_module, "")
-        return PassResult(graph_module, False) if new is None else PassResult(new, True)
+        # Always a new module (graph_copy): a module shared with the caller breaks when either is lowered.
+        return PassResult(copy_graph_module(graph_module, self._copied_graph), True)
 
-    def _copy(self, gm: fx.GraphModule, path: str) -> Optional[fx.GraphModule]:
-        bodies = {}
-        for name, child in gm.named_children():
-            if isinstance(child, fx.GraphModule):
-                new_child = self._copy(child, f"{path}.{name}" if path else name)
-                if new_child is not None:
-                    bodies[name] = new_child
+    def _copied_graph(self, gm: fx.GraphModule, path: str) -> fx.Graph:
         todo = set(_clobbered(gm.graph))
-        if not todo and not bodies:
-            return None
         graph = fx.Graph(tracer_cls=gm.graph._tracer_cls)
         graph._codegen = copy.deepcopy(gm.graph._codegen)
         env: dict[fx.Node, fx.Node] = {}
@@ -84,8 +77,4 @@ class CondOutputCopyPass(ExportPass):
                 kept.meta = {**n.meta, "etfuse": {"copied": n.name}}
                 env[n] = kept
                 self.copied.append((path, n.name))
-        new_gm = fx.GraphModule(gm, graph, class_name=type(gm).__name__)
-        new_gm.meta.update(gm.meta)
-        for name, body in bodies.items():
-            setattr(new_gm, name, body)
-        return new_gm
+        return graph

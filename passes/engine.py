@@ -23,13 +23,14 @@ import torch.fx as fx
 from executorch.exir.dialects.edge._ops import EdgeOpOverload
 
 from etfuse.patterns.rule import LoweredPattern, Match, Rule
+from etfuse.errors import EtfuseError
 
 # (self, other) of these may be swapped: x + y == y + x. Keyed by the ATen overload so edge and
 # ATen targets both resolve.
 _COMMUTATIVE = {torch.ops.aten.add.Tensor, torch.ops.aten.mul.Tensor}
 
 
-class FusionError(RuntimeError):
+class FusionError(EtfuseError, RuntimeError):
     """A rule failed while being applied; the message names the rule, the graph and the node."""
 
 

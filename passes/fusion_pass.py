@@ -5,15 +5,16 @@ It rewrites the top graph and every control-flow body (`torch.cond` branches, `w
 placeholders and HOP operands are never touched: a fusion replaces nodes strictly inside one
 graph.
 
-The pass never modifies the graph module it is given. Matches are found on the caller's graphs
-first (pure: a rule that fails while matching leaves everything as it was); a program with
-nothing to fuse is returned as it is, at no copy; otherwise the program is rebuilt once, fusing
-while copying.
+The pass never modifies the graph module it is given, and never hands it back: matches are found
+on the caller's graphs first (pure: a rule that fails while matching leaves everything as it
+was), then the program is rebuilt once, fusing while copying (`graph_copy`). Even with nothing to
+fuse the result is a copy and `modified` is True: executorch's pass manager keeps the caller's
+module when a pass says False, and a module shared by two programs is corrupted when either is
+lowered. `report` says what was rewritten.
 """
 
 from __future__ import annotations
 
-import gc
 from typing import Iterable
 
 import torch.fx as fx
@@ -22,13 +23,9 @@ from executorch.exir.pass_base import ExportPass, PassResult
 from etfuse.patterns.rule import Rule
 
 from .engine import FusionReport, RuleIndex, apply_matches, find_matches, rebuild_with_matches
+from .graph_copy import copy_graph_module, graph_modules
 
 _MAX_SWEEPS = 8
-
-
-def graph_modules(gm: fx.GraphModule) -> list[tuple[str, fx.GraphModule]]:
-    """The top graph module and every nested one (control-flow bodies), top first."""
-    return [(name, m) for name, m in gm.named_modules() if isinstance(m, fx.GraphModule)]
 
 
 class FusionPass(ExportPass):
@@ -42,43 +39,19 @@ class FusionPass(ExportPass):
 
     def call(self, graph_module: fx.GraphModule) -> PassResult:
         self.report = FusionReport()
-        # The pass allocates a few objects per node and frees none of them; on programs with
-        # thousands of nodes the cyclic GC's full scans of that growing heap cost more than the
-        # rewrite itself (measured: 0.5 s -> 1.2 s at 9,600 nodes). Collection waits until we are done.
-        gc_was_enabled = gc.isenabled()
-        gc.disable()
-        try:
-            found = {id(gm): find_matches(gm.graph, self.index, path, self.report)
-                     for path, gm in graph_modules(graph_module)}
-            if not any(found.values()):
-                return PassResult(graph_module, False)
-            return PassResult(self._rebuild(graph_module, "", found, {}), True)
-        finally:
-            if gc_was_enabled:
-                gc.enable()
+        found = {id(gm): find_matches(gm.graph, self.index, path, self.report)
+                 for path, gm in graph_modules(graph_module)}
+        return PassResult(copy_graph_module(graph_module, lambda gm, path: self._fused_graph(gm, path, found)), True)
 
-    def _rebuild(self, gm: fx.GraphModule, path: str, found: dict, done: dict) -> fx.GraphModule:
-        """A copy of `gm` and of every body inside it, with the matches found in each fused.
-
-        Everything is copied, not only the graphs that changed: executorch's `to_executorch`
-        rewrites control-flow bodies in place, so a body shared between the caller's program and
-        the fused one would be corrupted by lowering either of them.
-        """
-        if id(gm) in done:  # one body module used under two names stays one module
-            return done[id(gm)]
+    def _fused_graph(self, gm: fx.GraphModule, path: str, found: dict) -> fx.Graph:
+        """A new graph for `gm` with the matches found in it fused."""
         graph = rebuild_with_matches(gm.graph, found[id(gm)], path, self.report)
         for _ in range(_MAX_SWEEPS if self.index.chains and found[id(gm)] else 0):
             more = find_matches(graph, self.index, path, self.report)  # rules that consume fused ops
             if not more:
                 break
             apply_matches(graph, more, path, self.report)
-        new_gm = fx.GraphModule(gm, graph, class_name=type(gm).__name__)
-        new_gm.meta.update(gm.meta)
-        for name, child in gm.named_children():
-            if isinstance(child, fx.GraphModule):
-                setattr(new_gm, name, self._rebuild(child, f"{path}.{name}" if path else name, found, done))
-        done[id(gm)] = new_gm
-        return new_gm
+        return graph
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}({[r.name for r in self.rules]})"

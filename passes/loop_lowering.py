@@ -44,6 +44,8 @@ import torch
 import torch.fx as fx
 from executorch.exir.dialects._ops import ops as exir_ops
 from executorch.exir.pass_base import ExportPass, PassResult, ProxyValue
+from etfuse.errors import EtfuseError
+from .graph_copy import copy_graph_module
 
 aten = torch.ops.aten
 edge = exir_ops.edge.aten
@@ -53,7 +55,7 @@ _CLONE = exir_ops.edge.dim_order_ops._clone_dim_order.default  # edge graphs are
 _FULL_KWARGS = {"dtype": torch.float32, "layout": torch.strided, "device": torch.device("cpu"), "pin_memory": False}
 
 
-class LoopLoweringError(RuntimeError):
+class LoopLoweringError(EtfuseError, RuntimeError):
     """A `while_loop` cannot be lowered to a bounded scan; the message says which and why."""
 
 
@@ -247,8 +249,8 @@ class LoopLoweringPass(ExportPass):
     def call(self, graph_module: fx.GraphModule) -> PassResult:
         self.report = []
         if not _has_hop(graph_module, torch.ops.higher_order.while_loop):
-            return PassResult(graph_module, False)
-        return super().call(graph_module)
+            return PassResult(copy_graph_module(graph_module), True)  # never the caller's module (graph_copy)
+        return PassResult(copy_graph_module(super().call(graph_module).graph_module), True)
 
     def call_while(self, cond_fn, body_fn, carried_inputs, additional_inputs, meta) -> ProxyValue:
         debug = getattr(self, "node_debug_str", "") or ""
@@ -330,8 +332,8 @@ class MapToScanPass(ExportPass):
 
     def call(self, graph_module: fx.GraphModule) -> PassResult:
         if not _has_hop(graph_module, torch.ops.higher_order.map_impl):
-            return PassResult(graph_module, False)
-        return super().call(graph_module)
+            return PassResult(copy_graph_module(graph_module), True)  # never the caller's module (graph_copy)
+        return PassResult(copy_graph_module(super().call(graph_module).graph_module), True)
 
     def call_map(self, f, mapped_args, operands, meta):
         from executorch.exir.dialects.edge._ops import EdgeOpOverload
@@ -351,7 +353,7 @@ class MapToScanPass(ExportPass):
         return super().call_getitem(value, key, meta)
 
 
-class SpecialisedShapeError(RuntimeError):
+class SpecialisedShapeError(EtfuseError, RuntimeError):
     """`to_edge` turned a dynamic dimension into a constant."""
 
 

@@ -1,22 +1,40 @@
-"""The recommended pass list and `fuse`, the one-call entry point."""
+"""The recommended pass list and `fuse`, the one-call entry point.
+
+Three routes run the same passes and give the same program (tests/test_routes.py):
+
+    etfuse.fuse(edge)                                                  # this module
+    edge.transform(etfuse.passes.default_passes())                     # executorch's pass manager
+    edge.to_executorch(ExecutorchBackendConfig(passes=default_passes()))
+
+Every pass in `default_passes()` is an `ExportPass` that takes a graph module and returns a new
+one, so each route works with what it is given. `fuse` adds what only the whole program allows:
+it folds the weight arithmetic passes wrote into constants (`constant_folding.py`), verifies only
+the nodes etfuse wrote (`verify.py`), raises etfuse's errors as themselves, and returns a program
+whose `to_executorch()` leaves it intact (`fused_program.py`).
+"""
 
 from __future__ import annotations
 
-import copy
+import threading
 from typing import Optional, Sequence, Union
 
+import torch.fx as fx
 from executorch.exir import EdgeProgramManager
+from executorch.exir.pass_base import ExportedProgramPassBase
 from torch.export import ExportedProgram
 
 from .batch_norm_folding import BatchNormFoldPass
+from .compat.typed_pass_errors import install_typed_pass_errors
 from .cond_outputs import CondOutputCopyPass
-from .gemm_conv_fusion import GemmConvFusionPass
+from .constant_folding import fold_constants
 from .float_fusion import FloatFusionPass
+from .fused_program import FusedEdgeProgramManager
+from .gemm_conv_fusion import GemmConvFusionPass
+from .graph_copy import copy_graph_module, program_with
 from .loop_lowering import LoopLoweringPass
 from .quant_fusion import QuantFusionPass
 from .symint_to_prims import SymIntToPrimsPass
-from .engine import FusionError
-from .fusion_pass import FusionPass
+from .verify import verify_written_nodes
 
 
 def default_passes() -> list:
@@ -27,25 +45,27 @@ def default_passes() -> list:
     quantized add_relu, not a float one); conv/linear epilogues before the generic float rules;
     the cond-output copy and the SymInt lowering last, on the final graph.
     """
+    install_typed_pass_errors()  # so `edge.transform(default_passes())` raises etfuse's errors as themselves
     return [
         LoopLoweringPass(), BatchNormFoldPass(), QuantFusionPass(), GemmConvFusionPass(), FloatFusionPass(),
         CondOutputCopyPass(), SymIntToPrimsPass(),
     ]
 
 
-# Passes that never modify the program they are given (each has a test saying so): `fuse` need
-# not copy the caller's program for them.
-_PRESERVE_INPUT = (FusionPass, BatchNormFoldPass, LoopLoweringPass, CondOutputCopyPass, SymIntToPrimsPass)
-
-
 Program = Union[EdgeProgramManager, ExportedProgram]
+
+# executorch's verifier and fake-tensor machinery keep process-wide state (side tables, shape
+# environments) that concurrent passes corrupt (seen: "Node ... is not added to the side table"
+# with 4 threads). One fuse at a time; other threads wait.
+_FUSE_LOCK = threading.Lock()
 
 
 def fuse(program: Program, passes: Optional[Sequence] = None) -> Program:
     """Fuse an `EdgeProgramManager` or an edge-dialect `ExportedProgram`; returns the same type.
 
-    The caller's object is never modified: etfuse's passes return new graph modules, and if
-    `passes` holds any other pass, they all run on a copy.
+    The caller's object is never modified and shares no graph module with the result. An error
+    raised by an etfuse pass arrives as itself (`LoopLoweringError`, `FusionError`, ...); any
+    error leaves the caller's program as it was.
     """
     passes = list(default_passes() if passes is None else passes)
     if isinstance(program, EdgeProgramManager):
@@ -61,21 +81,35 @@ def fuse(program: Program, passes: Optional[Sequence] = None) -> Program:
         raise TypeError(
             f"etfuse.fuse takes an EdgeProgramManager or an edge ExportedProgram, got {type(program).__name__}"
         )
-    if not all(isinstance(p, _PRESERVE_INPUT) for p in passes):
-        manager = copy.deepcopy(manager)
-    try:
-        fused = manager.transform(passes)
-    except Exception as e:
-        # executorch's PassManager wraps errors in a generic one; surface etfuse's own.
-        raise _fusion_error_in(e) or e
-    return fused if isinstance(program, EdgeProgramManager) else fused.exported_program()
+    with _FUSE_LOCK:
+        fused = {name: _run(ep, passes, manager.compile_config)
+                 for name, ep in manager._edge_programs.items()}
+    result = FusedEdgeProgramManager.replacing_programs(manager, fused)
+    return result if isinstance(program, EdgeProgramManager) else result.exported_program()
 
 
-def _fusion_error_in(error: BaseException) -> Optional[FusionError]:
-    seen = set()
-    while error is not None and id(error) not in seen:
-        if isinstance(error, FusionError):
-            return error
-        seen.add(id(error))
-        error = error.__cause__ or error.__context__
-    return None
+def _run(ep: ExportedProgram, passes: list, compile_config) -> ExportedProgram:
+    """`passes` over one program: graph-module passes on the graph module (no program rebuilt or
+    verified between them), `ExportedProgramPassBase` passes on a program; then constants folded
+    and the nodes etfuse wrote verified."""
+    gm = ep.graph_module
+    for i, p in enumerate(passes):
+        try:
+            if isinstance(p, ExportedProgramPassBase):
+                current = program_with(ep, gm) if gm is not ep.graph_module else ep
+                ep = p(current).exported_program
+                gm = ep.graph_module
+            else:
+                res = p(gm)
+                if res is None:
+                    raise TypeError(f"pass {p!r} returned None, not a PassResult")
+                if res.modified:
+                    gm = res.graph_module
+        except Exception as e:
+            e.add_note(f"(etfuse.fuse: in pass {i} of {len(passes)}, {p!r})")
+            raise
+    if gm is ep.graph_module:  # nothing returned a module of its own: still never share the caller's
+        gm = copy_graph_module(gm)
+    out = fold_constants(program_with(ep, gm))
+    verify_written_nodes(out.graph_module, compile_config)
+    return out

@@ -4,8 +4,8 @@
 One normalisation comes first: a `dequantize_per_tensor` with several users (the FX
 `_convert_to_reference_decomposed_fx` form shares one per quantized tensor; PT2E makes one per
 use) is split into one per use, so each consumer's chain can fuse on its own. The split happens
-on a copy; the caller's graph module is never modified, and if nothing fuses the caller's module
-is returned as it was.
+on a copy; the caller's graph module is never modified, and if nothing fuses the result is a plain
+copy of it.
 """
 
 from __future__ import annotations
@@ -18,7 +18,8 @@ from executorch.exir.pass_base import PassResult
 
 from etfuse.patterns.quant_rules import QUANT_RULES
 
-from .fusion_pass import FusionPass, graph_modules
+from .fusion_pass import FusionPass
+from .graph_copy import copy_graph_module, graph_modules
 
 _DQ = (exir_ops.edge.quantized_decomposed.dequantize_per_tensor.default,)
 
@@ -94,6 +95,6 @@ class QuantFusionPass(FusionPass):
         split = copy.deepcopy(graph_module)
         split_dequantize(split)
         result = super().call(split)
-        if not result.modified:
-            return PassResult(graph_module, False)
+        if not self.report.fused:
+            return PassResult(copy_graph_module(graph_module), True)
         return result

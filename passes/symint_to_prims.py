@@ -49,6 +49,8 @@ from executorch.exir.dialects.edge._ops import EdgeOpOverload
 from executorch.exir.pass_base import ExportPass, PassResult
 
 from etfuse.backend_ops.prims import BOOL_RESULT_EDGE_FORM, PRIMS, _sym_ite, ensure_registered
+from etfuse.errors import EtfuseError
+from .graph_copy import copy_graph, copy_graph_module
 
 ensure_registered()
 
@@ -57,7 +59,7 @@ _PRIM_NAME = {**{p.backend: p.name for p in PRIMS.values()}, **{p.aten: p.name f
 _PRIM_TARGETS = set(_PRIM_NAME)
 
 
-class SymIntLoweringError(RuntimeError):
+class SymIntLoweringError(EtfuseError, RuntimeError):
     """A symbolic scalar operation has no exact lowering to the runtime's prim ops."""
 
 
@@ -345,16 +347,11 @@ class SymIntToPrimsPass(ExportPass):
 
     def call(self, graph_module: fx.GraphModule) -> PassResult:
         self.lowered = {}
-        new = self._lower(graph_module, "", _is_edge(graph_module))
-        return PassResult(graph_module, False) if new is None else PassResult(new, True)
+        edge = _is_edge(graph_module)
+        # Always a new module (graph_copy): a module shared with the caller breaks when either is lowered.
+        return PassResult(copy_graph_module(graph_module, lambda gm, path: self._lowered_graph(gm, path, edge)), True)
 
-    def _lower(self, gm: fx.GraphModule, path: str, edge: bool) -> Optional[fx.GraphModule]:
-        bodies = {}
-        for name, child in gm.named_children():
-            if isinstance(child, fx.GraphModule):
-                new_child = self._lower(child, f"{path}.{name}" if path else name, edge)
-                if new_child is not None:
-                    bodies[name] = new_child
+    def _lowered_graph(self, gm: fx.GraphModule, path: str, edge: bool) -> fx.Graph:
         todo = []
         for n in gm.graph.nodes:
             if _lowering_for(n) is not None:
@@ -363,8 +360,8 @@ class SymIntToPrimsPass(ExportPass):
                 raise SymIntLoweringError(
                     f"node {n.name!r} ({_target_name(n.target)}) in graph {path or '<top>'}: "
                     f"{_target_name(n.target)} on symbolic values has no executorch_prim lowering")
-        if not todo and not bodies:
-            return None
+        if not todo:
+            return copy_graph(gm.graph)
         graph = fx.Graph(tracer_cls=gm.graph._tracer_cls)
         graph._codegen = copy.deepcopy(gm.graph._codegen)
         env: dict[fx.Node, Any] = {}
@@ -389,11 +386,7 @@ class SymIntToPrimsPass(ExportPass):
                 out.meta = {**n.meta, "etfuse": {"lowered": _target_name(n.target)}}
             env[n] = out
         self.lowered[path] = len(todo)
-        new_gm = fx.GraphModule(gm, graph, class_name=type(gm).__name__)
-        new_gm.meta.update(gm.meta)
-        for name, body in bodies.items():
-            setattr(new_gm, name, body)
-        return new_gm
+        return graph
 
 
 def _has_node(args) -> bool:

@@ -17,9 +17,10 @@ import torch
 import torch.fx as fx
 
 from etfuse.backend_ops import BackendOp
+from etfuse.errors import EtfuseError
 
 
-class PatternError(ValueError):
+class PatternError(EtfuseError, ValueError):
     """A rule's pattern cannot be lowered to something that matches edge-dialect graphs."""
 
 

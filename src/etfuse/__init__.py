@@ -4,9 +4,25 @@
     fused = etfuse.fuse(edge)                 # or edge.transform(etfuse.passes.default_passes())
     etfuse.kernels.load()                     # C++ kernels for torch eager and the runtime
     pte = fused.to_executorch().buffer
+
+`import etfuse` is cheap: `etfuse.passes`, `etfuse.kernels`, `etfuse.runtime`, `etfuse.backend_ops`
+and `etfuse.patterns` import (executorch with them) the first time they are used.
 """
 
+import importlib
+
+from .errors import EtfuseError
+
 __version__ = "0.1.0"
+
+_SUBMODULES = ("backend_ops", "patterns", "passes", "kernels", "runtime", "errors")
+__all__ = ["fuse", "to_edge", "EtfuseError", *_SUBMODULES]
+
+
+def __getattr__(name):
+    if name in _SUBMODULES:
+        return importlib.import_module(f"{__name__}.{name}")
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 def fuse(program, passes=None):

@@ -1,0 +1,10 @@
+"""The base of every error etfuse raises on purpose.
+
+`except etfuse.EtfuseError` catches them all; each keeps its own class (`LoopLoweringError`,
+`FusionError`, ...) and a builtin base (`RuntimeError`, `ValueError`) for older `except` clauses.
+This module imports nothing, so every layer (catalog, rules, passes, kernels) can use it.
+"""
+
+
+class EtfuseError(Exception):
+    """An error etfuse raised on purpose: the message names the op, pattern, pass or node."""
