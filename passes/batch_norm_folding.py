@@ -171,6 +171,9 @@ class BatchNormFoldPass(ExportPass):
         new_b = op(edge.mul.Tensor, shift, s)
         if f.beta is not None:
             new_b = op(edge.add.Tensor, new_b, f.beta)
+        # the names fold_constants gives the folded tensors
+        new_w.meta["etfuse"]["name"] = f"{producer.name}_weight"
+        new_b.meta["etfuse"]["name"] = f"{producer.name}_bias"
 
         if f.kind == "conv":
             args = list(producer.args)
@@ -179,6 +182,7 @@ class BatchNormFoldPass(ExportPass):
             result = producer
         else:
             f.permute.args = (new_w, *f.permute.args[1:])
+            producer.prepend(f.permute)  # after the fold ops it now reads
             if _is(producer, aten.addmm.default):
                 producer.args = (new_b, *producer.args[1:])
                 result = producer

@@ -6,7 +6,8 @@ whole program, `fold_constants` runs those ops on the real tensors and puts the 
 program as constants (CONSTANT_TENSOR inputs), so the `.pte` carries folded weights and runs no
 extra op. A marked node is folded when every input is a parameter, a buffer the program never
 mutates, a lifted constant, or another folded node; parameters nothing reads any more are dropped.
-`etfuse.fuse` calls it; after `edge.transform(default_passes())` call it yourself.
+`etfuse.fuse` calls it; after `edge.transform(default_passes())` call it yourself. A pass may name
+a folded tensor with `meta["etfuse"]["name"]`.
 
 The caller's program is not modified: the result has a new graph module, signature, state_dict
 and constants (the tensors themselves are shared).
@@ -97,7 +98,7 @@ def _with_constants(ep: ExportedProgram, env: dict[str, torch.Tensor]) -> Export
         else:
             ctx = graph.inserting_after(placeholders[-1])
         with ctx:
-            const = graph.placeholder(f"_etfuse_folded_{name}")
+            const = graph.placeholder(f"_etfuse_folded_{node.meta['etfuse'].get('name', name)}")
         value = value.contiguous()
         const.meta["val"] = fake_mode.from_tensor(value, static_shapes=True) if fake_mode else value
         constants[const.name] = value

@@ -83,7 +83,16 @@ _GE = {aten.ge.Tensor}
 _ADD = {aten.add.Tensor, aten.add.Scalar}
 
 
-def _constant(gm: fx.GraphModule, value) -> Optional[float]:
+# Ops that pass a value through unchanged: a counter initialised as `torch.tensor(0)` reaches the
+# loop as a lifted constant behind `_clone_dim_order` after to_edge.
+_PASS_THROUGH = {aten.clone.default, aten.alias.default, aten.lift_fresh_copy.default, aten._to_copy.default,
+                 torch.ops.dim_order_ops._clone_dim_order.default, torch.ops.dim_order_ops._to_dim_order_copy.default}
+# meta key under which `etfuse.fuse` records the value of a one-element constant input of the
+# program (a graph-module pass cannot read lifted constants otherwise).
+CONSTANT_VALUE = "etfuse_constant_value"
+
+
+def _constant(gm: Optional[fx.GraphModule], value, known: Optional[dict] = None) -> Optional[float]:
     """The number a graph argument holds when it is a literal or a one-element constant."""
     if isinstance(value, bool):
         return None
@@ -100,19 +109,25 @@ def _constant(gm: fx.GraphModule, value) -> Optional[float]:
         const = getattr(value, "constant", None)
         return None if const is None else _constant(gm, const)
     if isinstance(value, fx.Node):
-        if value.op == "get_attr":
+        if value.op == "placeholder":
+            if known and value.name in known:
+                return _constant(gm, known[value.name])
+            return _constant(gm, value.meta.get(CONSTANT_VALUE)) if CONSTANT_VALUE in value.meta else None
+        if value.op == "get_attr" and gm is not None:
             return _constant(gm, getattr(gm, value.target))
         t = _aten(value.target) if value.op == "call_function" else None
         if t in (aten.full.default,) and value.args[0] in ([], (), [1]):
-            return _constant(gm, value.args[1])
+            return _constant(gm, value.args[1], known)
         if t in (aten.scalar_tensor.default,):
-            return _constant(gm, value.args[0])
+            return _constant(gm, value.args[0], known)
+        if t in _PASS_THROUGH:
+            return _constant(gm, value.args[0], known)
     return None
 
 
-def _upper_bound(gm: fx.GraphModule, value) -> Optional[float]:
+def _upper_bound(gm: Optional[fx.GraphModule], value, known: Optional[dict] = None) -> Optional[float]:
     """An upper bound of a graph value: a constant, or a SymInt with a bounded range."""
-    c = _constant(gm, value)
+    c = _constant(gm, value, known)
     if c is not None:
         return c
     v = value.meta.get("val") if isinstance(value, fx.Node) else value
@@ -133,8 +148,11 @@ def _conjuncts(node):
         yield node
 
 
-def _infer_bound(cond_gm: fx.GraphModule, body_gm: fx.GraphModule, init: list, n_carried: int):
-    """(bound, why) from a counter comparison in cond_fn, or (None, why not)."""
+def _infer_bound(cond_gm: fx.GraphModule, body_gm: fx.GraphModule, init: list, n_carried: int,
+                 additional: Optional[list] = None, known: Optional[dict] = None):
+    """(bound, why) from a counter comparison in cond_fn, or (None, why not). `init` holds the
+    carried values' (outer node, value), `additional` the outer nodes of the extra operands,
+    `known` the values of the program's one-element constant inputs by placeholder name."""
     phs = [n for n in cond_gm.graph.nodes if n.op == "placeholder"]
     body_phs = [n for n in body_gm.graph.nodes if n.op == "placeholder"]
     body_out = next(n for n in body_gm.graph.nodes if n.op == "output").args[0]
@@ -165,13 +183,15 @@ def _infer_bound(cond_gm: fx.GraphModule, body_gm: fx.GraphModule, init: list, n
         if step is None or step <= 0:
             reasons.append(f"{c.name}: the counter's step is not a positive constant")
             continue
-        start = _constant(None, init[k][0])
+        start = _constant(None, init[k][0], known)
         if start is None:
-            start = _constant(None, init[k][1])
+            start = _constant(None, init[k][1], known)
         if start is None:
             reasons.append(f"{c.name}: the counter's initial value is not a constant")
             continue
-        upper = _upper_bound(cond_gm, limit)
+        upper = _upper_bound(cond_gm, limit, known)
+        if upper is None and limit in phs[n_carried:] and additional:
+            upper = _upper_bound(None, additional[phs.index(limit) - n_carried], known)  # a constant operand
         if upper is None:
             reasons.append(f"{c.name}: the limit is neither a constant nor a SymInt with a bounded range")
             continue
@@ -245,9 +265,13 @@ class LoopLoweringPass(ExportPass):
             raise ValueError(f"max_trip_count must be >= 0, got {max_trip_count}")
         self.max_trip_count = max_trip_count
         self.report: list[LoweredLoop] = []
+        self._known: dict = {}
 
     def call(self, graph_module: fx.GraphModule) -> PassResult:
         self.report = []
+        # values `etfuse.fuse` recorded for the program's one-element constants (lifted `torch.tensor(0)`)
+        self._known = {n.name: n.meta[CONSTANT_VALUE] for n in graph_module.graph.nodes
+                       if n.op == "placeholder" and CONSTANT_VALUE in n.meta}
         if not _has_hop(graph_module, torch.ops.higher_order.while_loop):
             return PassResult(copy_graph_module(graph_module), True)  # never the caller's module (graph_copy)
         return PassResult(copy_graph_module(super().call(graph_module).graph_module), True)
@@ -262,7 +286,8 @@ class LoopLoweringPass(ExportPass):
                     f"while_loop {node_name!r}: carried value {i} is a {type(data).__name__}, not a tensor; "
                     "a scan carry must be a tensor")
         init = [(c.proxy.node, c.data) if isinstance(c, ProxyValue) else (c, c) for c in carried_inputs]
-        bound, why = _infer_bound(cond_fn, body_fn, init, len(carried_inputs))
+        additional = [c.proxy.node if isinstance(c, ProxyValue) else c for c in additional_inputs]
+        bound, why = _infer_bound(cond_fn, body_fn, init, len(carried_inputs), additional, self._known)
         source = why
         if bound is None:
             if self.max_trip_count is None:

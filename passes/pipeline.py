@@ -18,6 +18,7 @@ from __future__ import annotations
 import threading
 from typing import Optional, Sequence, Union
 
+import torch
 import torch.fx as fx
 from executorch.exir import EdgeProgramManager
 from executorch.exir.pass_base import ExportedProgramPassBase
@@ -30,8 +31,8 @@ from .constant_folding import fold_constants
 from .float_fusion import FloatFusionPass
 from .fused_program import FusedEdgeProgramManager
 from .gemm_conv_fusion import GemmConvFusionPass
-from .graph_copy import copy_graph_module, program_with
-from .loop_lowering import LoopLoweringPass
+from .graph_copy import copy_graph_module, graph_modules, program_with
+from .loop_lowering import CONSTANT_VALUE, LoopLoweringPass
 from .quant_fusion import QuantFusionPass
 from .symint_to_prims import SymIntToPrimsPass
 from .verify import verify_written_nodes
@@ -88,11 +89,25 @@ def fuse(program: Program, passes: Optional[Sequence] = None) -> Program:
     return result if isinstance(program, EdgeProgramManager) else result.exported_program()
 
 
+def _with_constant_values(ep: ExportedProgram) -> fx.GraphModule:
+    """A copy of `ep`'s graph module whose one-element constant inputs carry their value in
+    `meta[CONSTANT_VALUE]`, for passes that need a small constant a graph module cannot give
+    (a loop counter's `torch.tensor(0)`); `_run` removes them again."""
+    gm = copy_graph_module(ep.graph_module)  # node meta dicts are the copy's own
+    sig = ep.graph_signature
+    for n in gm.graph.find_nodes(op="placeholder"):
+        target = sig.inputs_to_lifted_tensor_constants.get(n.name)
+        value = ep.constants.get(target) if target is not None else None
+        if isinstance(value, torch.Tensor) and value.numel() == 1:
+            n.meta[CONSTANT_VALUE] = value
+    return gm
+
+
 def _run(ep: ExportedProgram, passes: list, compile_config) -> ExportedProgram:
     """`passes` over one program: graph-module passes on the graph module (no program rebuilt or
     verified between them), `ExportedProgramPassBase` passes on a program; then constants folded
     and the nodes etfuse wrote verified."""
-    gm = ep.graph_module
+    gm = _with_constant_values(ep)
     for i, p in enumerate(passes):
         try:
             if isinstance(p, ExportedProgramPassBase):
@@ -108,8 +123,9 @@ def _run(ep: ExportedProgram, passes: list, compile_config) -> ExportedProgram:
         except Exception as e:
             e.add_note(f"(etfuse.fuse: in pass {i} of {len(passes)}, {p!r})")
             raise
-    if gm is ep.graph_module:  # nothing returned a module of its own: still never share the caller's
-        gm = copy_graph_module(gm)
+    for _, m in graph_modules(gm):
+        for n in m.graph.find_nodes(op="placeholder"):
+            n.meta.pop(CONSTANT_VALUE, None)
     out = fold_constants(program_with(ep, gm))
     verify_written_nodes(out.graph_module, compile_config)
     return out

@@ -193,14 +193,19 @@ class SemanticsTest(TestCase):
             (out,) = run(pte, (pred, x, y))
             torch.testing.assert_close(out, M()(pred, x, y))
 
-    def test_idempotent_and_modified_is_truthful(self):
+    def test_idempotent_and_never_returns_its_input(self):
         edge = edge_program(AddRelu(), (torch.randn(4), torch.randn(4)))
         gm = edge.exported_program().graph_module
-        first = FloatFusionPass()(gm)
-        second = FloatFusionPass()(first.graph_module)
-        self.assertTrue(first.modified)
-        self.assertFalse(second.modified)
-        self.assertIs(second.graph_module, first.graph_module)
+        first_pass, second_pass = FloatFusionPass(), FloatFusionPass()
+        first = first_pass(gm)
+        second = second_pass(first.graph_module)
+        self.assertEqual(first_pass.report.counts(), {"add_relu": 1})
+        self.assertEqual(second_pass.report.counts(), {})  # nothing left to fuse
+        self.assertEqual(second.graph_module.code, first.graph_module.code)
+        # a module of its own even when nothing fused (modified=True so executorch's pass manager takes it)
+        self.assertTrue(second.modified)
+        self.assertIsNot(second.graph_module, first.graph_module)
+        self.assertIsNot(second.graph_module.graph, first.graph_module.graph)
 
     def test_via_executorch_backend_config(self):
         from executorch.exir import ExecutorchBackendConfig

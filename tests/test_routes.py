@@ -1,0 +1,155 @@
+"""The three documented routes give the same program and the same numbers, for every pass of
+`default_passes()`:
+
+    etfuse.fuse(edge)
+    edge.transform(default_passes())
+    edge.to_executorch(ExecutorchBackendConfig(passes=default_passes()))
+
+`fuse` also folds the weight arithmetic passes write into constants; `fold_constants` applied to
+the `transform` result must give exactly the `fuse` program.
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+import torch.nn.functional as F
+from executorch.exir import ExecutorchBackendConfig, to_edge
+from torch.export import Dim, export
+
+import etfuse
+from etfuse.passes import default_passes, fold_constants
+from etfuse.runtime import run
+from fusion_helpers import op_names
+from test_quant_fusion import AddModel, calibration, pt2e_int8
+
+TOL = dict(rtol=1e-4, atol=1e-4)
+
+
+def _randomise_bn(model):
+    g = torch.Generator().manual_seed(0)
+    for m in model.modules():
+        if isinstance(m, torch.nn.modules.batchnorm._BatchNorm):
+            m.running_mean.copy_(torch.randn(m.num_features, generator=g))
+            m.running_var.copy_(torch.rand(m.num_features, generator=g) + 0.5)
+            m.weight.data.copy_(torch.randn(m.num_features, generator=g))
+            m.bias.data.copy_(torch.randn(m.num_features, generator=g))
+    return model.eval()
+
+
+class ConvBnRelu(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.conv, self.bn = torch.nn.Conv2d(3, 8, 3, padding=1), torch.nn.BatchNorm2d(8)
+
+    def forward(self, x):
+        return torch.relu(self.bn(self.conv(x)))
+
+
+class LinearBn(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.fc, self.bn = torch.nn.Linear(12, 6), torch.nn.BatchNorm1d(6)
+
+    def forward(self, x):
+        return self.bn(self.fc(x))
+
+
+class CondAddRelu(torch.nn.Module):
+    def forward(self, p, x, y):
+        return torch.cond(p.sum() > 0, lambda x, y: torch.relu(x + y), lambda x, y: x - y, (x, y))
+
+
+class CountedLoop(torch.nn.Module):
+    """while i < 6: acc = relu(acc + x * i); the body's add+relu fuses."""
+
+    def forward(self, x):
+        def cond(i, acc):
+            return i < 6
+
+        def body(i, acc):
+            return i + 1, torch.relu(acc + x * i)
+
+        return torch.while_loop(cond, body, (torch.zeros((), dtype=torch.int64), torch.zeros_like(x)))
+
+
+class SymIntModel(torch.nn.Module):
+    def forward(self, x):
+        n = x.shape[0]
+        return torch.relu(x + 1).reshape(n // 2, -1) * (n % 3)
+
+
+def _quantized():
+    args = (torch.randn(2, 8), torch.randn(2, 8))
+    return pt2e_int8(AddModel(), args, calibration((2, 8), (2, 8))), args, None
+
+
+def _model(model, args, dynamic_shapes=None):
+    return to_edge(export(model, args, dynamic_shapes=dynamic_shapes)), args, model
+
+
+CASES = {
+    "conv_bn_relu": lambda: _model(_randomise_bn(ConvBnRelu()), (torch.randn(2, 3, 8, 8),)),
+    "linear_bn": lambda: _model(_randomise_bn(LinearBn()), (torch.randn(5, 12),)),
+    "quantized_add": _quantized,
+    "cond": lambda: _model(CondAddRelu(), (torch.ones(2), torch.randn(4), torch.randn(4))),
+    "while_loop": lambda: _model(CountedLoop(), (torch.randn(4),)),
+    "symint": lambda: _model(SymIntModel(), (torch.randn(6, 4),), ({0: Dim("n", min=2, max=20)},)),
+}
+
+
+@pytest.fixture(scope="module", autouse=True)
+def kernels():
+    etfuse.kernels.load()
+
+
+@pytest.mark.parametrize("case", sorted(CASES))
+def test_three_routes_same_program_same_numbers(case):
+    edge, args, model = CASES[case]()
+    by_fuse = etfuse.fuse(edge)
+    by_transform = edge.transform(default_passes())
+    # the same graph: the transform route keeps the weight arithmetic, fold_constants evaluates it
+    assert fold_constants(by_transform).exported_program().graph_module.code == by_fuse.exported_program().graph_module.code
+    fused_ops = [n for n in op_names(by_fuse.exported_program().graph_module) if n.startswith(("etfuse.", "quantized_decomposed.add"))]
+    assert fused_ops or case in ("while_loop", "cond", "symint"), case  # top-level fused ops exist where expected
+
+    outputs = {
+        "fuse": run(by_fuse.to_executorch(), args),
+        "transform": run(by_transform.to_executorch(), args),
+        "to_executorch(passes=...)": run(edge.to_executorch(ExecutorchBackendConfig(passes=default_passes())), args),
+    }
+    want = outputs["fuse"] if model is None else list(pytree_leaves(model(*args)))
+    for route, got in outputs.items():
+        assert len(got) == len(want), route
+        for g, w in zip(got, want):
+            torch.testing.assert_close(g, w, **TOL, msg=lambda m: f"{case} via {route}: {m}")
+
+
+def pytree_leaves(out):
+    return torch.utils._pytree.tree_leaves(out)
+
+
+def test_graph_module_route_runs_the_fold_per_call_and_fuse_folds_it_once():
+    edge, args, model = CASES["conv_bn_relu"]()
+    by_transform = edge.transform(default_passes())
+    ops = op_names(by_transform.exported_program().graph_module)
+    # the graph-module route computes the folded weight with edge ops, then one fused conv
+    assert ops[-1] == "etfuse.conv2d_act.default" and "aten.rsqrt.default" in ops and "aten.mul.Tensor" in ops
+    assert "aten._native_batch_norm_legit_no_training.default" not in ops
+    assert op_names(etfuse.fuse(edge).exported_program().graph_module) == ["etfuse.conv2d_act.default"]
+
+
+def test_bn_with_input_statistics_folds_in_graph_and_stays_correct():
+    class M(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.conv = torch.nn.Conv2d(3, 4, 3)
+
+        def forward(self, x, mean, var):
+            return torch.relu(F.batch_norm(self.conv(x), mean, var, training=False))
+
+    args, model = (torch.randn(1, 3, 6, 6), torch.randn(4), torch.rand(4) + 1), M()
+    fused = etfuse.fuse(to_edge(export(model, args)))
+    ops = op_names(fused.exported_program().graph_module)
+    assert ops[-1] == "etfuse.conv2d_act.default" and "aten.rsqrt.default" in ops  # statistics are inputs: not constants
+    torch.testing.assert_close(run(fused.to_executorch(), args)[0], model(*args), **TOL)
