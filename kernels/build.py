@@ -71,7 +71,11 @@ _UNLOCKED_SCRATCH_AGE = 2 * 3600.0
 _DIR_MODE = 0o755
 _FILE_MODE = 0o644
 # How long a process waits for another one's build of the same key (seconds).
-_LOCK_TIMEOUT = float(os.environ.get("ETFUSE_KERNEL_LOCK_TIMEOUT", "3600"))
+def _lock_timeout() -> float:
+    try:
+        return float(os.environ.get("ETFUSE_KERNEL_LOCK_TIMEOUT", "3600"))
+    except ValueError:
+        return 3600.0
 # Translation units per library: the eager library, and extra units linked into a runtime one.
 EAGER_SOURCES = ("eager_ops.cpp", "quantized_eager.cpp", "conv_eager.cpp")
 RUNTIME_EXTRA_SOURCES = {"runtime_ops.cpp": ("conv_runtime.cpp",)}
@@ -360,10 +364,10 @@ def _build_in(root: Path, key: str, inputs: dict, force: bool, verbose: bool) ->
     try:
         _makedirs(root)
         lock = _lock(root, key)
-        lock.acquire(timeout=_LOCK_TIMEOUT)
+        lock.acquire(timeout=_lock_timeout())
     except filelock.Timeout as e:
         raise KernelBuildError(
-            f"etfuse kernels: waited {_LOCK_TIMEOUT:.0f} s for another process building {final} "
+            f"etfuse kernels: waited {_lock_timeout():g} s for another process building {final} "
             f"(lock {root / f'.{key}.lock'}); set ETFUSE_KERNEL_LOCK_TIMEOUT to wait longer") from e
     except OSError as e:
         if e.errno in (errno.EACCES, errno.EPERM, errno.EROFS):

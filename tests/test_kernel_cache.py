@@ -327,3 +327,26 @@ def test_cache_key_does_not_run_the_compiler(warm, tmp_path, monkeypatch):
     monkeypatch.setenv("CXX", "/nonexistent")
     assert kbuild.cache_key() == warm.key
     assert not log.exists()
+
+
+def test_a_build_held_too_long_by_another_process_is_a_clear_error(warm, tmp_path, monkeypatch):
+    root = tmp_path / "cache"
+    root.mkdir()
+    cxx, log = _copy_cxx(tmp_path, warm)
+    monkeypatch.setenv("ETFUSE_KERNEL_CACHE", str(root))
+    monkeypatch.setenv("CXX", cxx)
+    monkeypatch.setenv("ETFUSE_KERNEL_LOCK_TIMEOUT", "0.5")
+    lock = root / f".{warm.key}.lock"
+    holder = subprocess.Popen([sys.executable, "-c", "import filelock, sys, time; l = filelock.FileLock(sys.argv[1]); "
+                               "l.acquire(); print('held', flush=True); time.sleep(60)", str(lock)],
+                              stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout.readline().strip() == "held"
+        with pytest.raises(kbuild.KernelBuildError, match=f"waited 0.5 s for another process building {root / warm.key}"):
+            kbuild.build()
+        assert _compiles(log) == []
+    finally:
+        holder.kill()
+        holder.wait()
+        holder.stdout.close()
+    assert kbuild.build().built and len(_compiles(log)) == 3  # the holder died: its lock is free
