@@ -1,6 +1,8 @@
 """etfuse C++ kernels for the etfuse backend ops (`etfuse::add_relu.out`, ...).
 
-`load()` builds the kernels once (cached, see `build.py`) and registers them twice:
+`load()` builds the kernels once (cached, see `build.py`: each library is checked against the
+cache entry's manifest before it is mapped, and a damaged entry is rebuilt) and registers them
+twice:
 
 * in torch, as the CPU kernels of the `.out` variants (`torch.ops.etfuse.add_relu.out` then
   runs compiled code instead of the Python reference kernel);
@@ -23,9 +25,9 @@ from pathlib import Path
 from typing import Optional
 
 from . import build as build  # the module: build.build(), build.cache_key(), ...
-from .build import BuildResult, KernelBuildError, cache_root
+from .build import BuildResult, KernelBuildError, KernelCacheWarning, cache_root
 
-__all__ = ["KernelInfo", "KernelBuildError", "load", "is_loaded", "info", "build", "cache_root", "set_isa", "current_isa", "RUNTIME_OPS"]
+__all__ = ["KernelInfo", "KernelBuildError", "KernelCacheWarning", "load", "is_loaded", "info", "build", "cache_root", "set_isa", "current_isa", "RUNTIME_OPS"]
 
 RUNTIME_OPS = ("etfuse::add_relu.out", "etfuse::linear_relu.out", "etfuse::addmm_relu.out",
                "etfuse::conv2d_act.out", "etfuse::linear_act.out")

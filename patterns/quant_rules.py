@@ -159,6 +159,14 @@ def _literal(m: Match, name: str):
     return None if isinstance(v, fx.Node) else v
 
 
+def _finite_in_float32(*values: float) -> bool:
+    try:
+        t = torch.tensor(values, dtype=torch.float64).to(torch.float32)
+    except OverflowError:
+        return False
+    return bool(torch.isfinite(t).all()) and bool((t[:1] > 0).all())
+
+
 def _qparams(prefix: str, dtype_param: str):
     """scale > 0 and finite, quant range inside the dtype's, zero point inside the quant range."""
 
@@ -175,6 +183,8 @@ def _qparams(prefix: str, dtype_param: str):
             return f"{prefix} quant range [{qmin}, {qmax}] is not inside {dtype}'s [{info.min}, {info.max}]"
         if not (isinstance(scale, (int, float)) and math.isfinite(scale) and scale > 0):
             return f"{prefix}_scale is {scale}; it must be finite and > 0"
+        if not _finite_in_float32(scale, 1.0 / scale, scale * (info.max - info.min)):
+            return f"{prefix}_scale is {scale}; the kernels compute in float32, where scale, 1/scale or (q - zp) * scale is not finite"
         if not qmin <= zp <= qmax:
             return f"{prefix}_zero_point {zp} is outside the quant range [{qmin}, {qmax}]"
         return None

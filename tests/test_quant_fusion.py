@@ -440,6 +440,65 @@ class BadQparamsAtRuntimeTest(TestCase):
                             out=torch.empty(4, dtype=I8))
 
 
+class MixedRelu(Mixed):
+    def forward(self, qa, qb):
+        y = torch.relu(qd.dequantize_per_tensor.default(qa, *self.a[:2], *RANGES[self.a[2]], self.a[2])
+                       + qd.dequantize_per_tensor.default(qb, *self.b[:2], *RANGES[self.b[2]], self.b[2]))
+        return qd.quantize_per_tensor.default(y, self.out[0], self.out[1], *RANGES[self.out[2]], self.out[2])
+
+
+class Float32QparamsTest(TestCase):
+    """qparams are checked in float32, the precision the kernels compute in. out_scale=1e-45 is
+    a fine double, but 1/scale is inf in float32: 0 * inf = NaN, converted to int8 (undefined)
+    gave -128 where the unfused program gives 0."""
+
+    def test_eager_kernels_name_the_op_and_parameter(self):
+        qa, o = torch.zeros(4, dtype=I8), torch.empty(4, dtype=I8)
+        tail = (0, -128, 127)
+        for op, name in ((qd.add.out, "add.out"), (qd.add_relu.out, "add_relu.out")):
+            with self.assertRaisesRegex(RuntimeError, rf"quantized_decomposed::{name}: out_scale 1e-45 is too small: "
+                                                      r"1/scale = 1e\+45 overflows float32"):
+                op(qa, 0.1, *tail, qa, 0.1, *tail, 1e-45, *tail, out=o)
+            with self.assertRaisesRegex(RuntimeError, rf"{name}: b_scale 1e\+37 is too large: \(q - zero_point\) \* scale "
+                                                      "overflows float32"):
+                op(qa, 0.1, *tail, qa, 1e37, *tail, 0.1, *tail, out=o)
+            with self.assertRaisesRegex(RuntimeError, rf"{name}: a_scale 1e\+39 is not a finite float32 > 0"):
+                op(qa, 1e39, *tail, qa, 0.1, *tail, 0.1, *tail, out=o)
+            with self.assertRaisesRegex(RuntimeError, rf"{name}: a_scale 1e-46 is not a finite float32 > 0"):
+                op(qa, 1e-46, *tail, qa, 0.1, *tail, 0.1, *tail, out=o)
+        with self.assertRaisesRegex(RuntimeError, "quantize_per_tensor.out: input_scale 1e-45 is too small"):
+            qd.quantize_per_tensor.out(torch.zeros(4), 1e-45, 0, -128, 127, I8, out=o)
+        with self.assertRaisesRegex(RuntimeError, r"add.scalar_out: out_scale 1e-45 is too small"):
+            qd.add.scalar_out(qa, 0.1, 0, -128, 127, I8, 1.0, 1e-45, 0, -128, 127, I8, out=o)
+        with self.assertRaisesRegex(RuntimeError, r"add.scalar_out: b is NaN"):
+            qd.add.scalar_out(qa, 0.1, 0, -128, 127, I8, float("nan"), 0.1, 0, -128, 127, I8, out=o)
+        # the smallest scale whose reciprocal is a finite float32 still works
+        qd.add_relu.out(qa, 0.1, *tail, qa, 0.1, *tail, 3e-39, *tail, out=o)
+        self.assertEqual(o.tolist(), [0, 0, 0, 0])
+
+    def test_runtime_kernel_fails_the_method_instead_of_minus_128(self):
+        qa = torch.zeros(8, dtype=I8)
+        edge = to_edge(torch.export.export(MixedRelu(a=(0.05, 0, I8), b=(0.1, 0, I8)), (qa, qa)))
+        fused, report = fuse(edge)
+        self.assertEqual(report.counts(), {"add_relu": 1})
+        node = next(n for n in fused.exported_program().graph.nodes
+                    if n.op == "call_function" and "add_relu" in str(n.target))
+        self.assertEqual(node.args[10], 0.2)  # out_scale
+        self.assertEqual(run(copy.deepcopy(fused).to_executorch(), (qa, qa))[0].tolist(), [0] * 8)
+        node.args = (*node.args[:10], 1e-45, *node.args[11:])  # written into the program
+        with self.assertRaises(RuntimeError):
+            run(fused.to_executorch(), (qa, qa))
+
+    def test_fusion_declines_scales_the_kernels_reject(self):
+        qa = torch.zeros(4, dtype=I8)
+        edge = to_edge(torch.export.export(MixedRelu(out=(1e-45, 0, I8)), (qa, qa)))
+        fused, report = fuse(edge)
+        self.assertEqual(report.fused, [])
+        reasons = [d.reason for d in report.declined if d.rule == "add_relu"]
+        self.assertIn("out_scale is 1e-45; the kernels compute in float32, where scale, 1/scale or (q - zp) * scale "
+                      "is not finite", reasons)
+
+
 class EmbeddingTest(TestCase):
     def torchao_edge(self, dtype):
         from torchao.quantization.granularity import PerAxis

@@ -301,6 +301,38 @@ def embedding_byte_bit_exact():
 
 
 @_case(INTERPRET_CASES)
+def quantized_qparams_checked_in_float32():
+    """out_scale=1e-45: 1/scale overflows float32 (the kernel's precision): an error naming the
+    op and parameter, the C++ kernels' text, instead of NaN converted to int8."""
+    torch = _torch()
+    from etfuse.kernels.triton import launch
+    a = torch.zeros(40, dtype=torch.int8)
+    for relu, name in ((False, "add"), (True, "add_relu")):
+        try:
+            launch.quantized_add(a, 0.1, 0, -128, 127, a, 0.1, 0, -128, 127, 1e-45, 0, -128, 127, relu=relu, block=16)
+            raise AssertionError("expected a RuntimeError")
+        except RuntimeError as e:
+            want = (f"quantized_decomposed::{name}: out_scale 1e-45 is too small: 1/scale = 1e+45 overflows float32 "
+                    "(the kernel computes in float32; scale must be >= 2.93874e-39)")
+            assert str(e) == want, str(e)
+        for bad, why in ((1e37, "is too large"), (1e39, "is not a finite float32 > 0")):
+            try:
+                launch.quantized_add(a, bad, 0, -128, 127, a, 0.1, 0, -128, 127, 0.1, 0, -128, 127, relu=relu, block=16)
+                raise AssertionError("expected a RuntimeError")
+            except RuntimeError as e:
+                assert f"{name}: a_scale {bad:g} {why}" in str(e), str(e)
+    got = launch.quantized_add(a, 0.1, 0, -128, 127, a, 0.1, 0, -128, 127, 3e-39, 0, -128, 127, relu=True, block=16)
+    assert got.tolist() == [0] * 40
+    if _cpp_loaded():  # the same text from the C++ kernel
+        try:
+            torch.ops.quantized_decomposed.add_relu.out(a, 0.1, 0, -128, 127, a, 0.1, 0, -128, 127, 1e-45, 0, -128, 127,
+                                                        out=torch.empty(0, dtype=torch.int8))
+            raise AssertionError("expected a RuntimeError")
+        except RuntimeError as e:
+            assert want.replace("add_relu", "add_relu.out") in str(e), str(e)
+
+
+@_case(INTERPRET_CASES)
 def quantized_registered_kernels():
     torch = _torch()
     from etfuse.backend_ops import quantized_ops as q

@@ -124,6 +124,8 @@ at::Tensor& add_scalar_out(const at::Tensor& qa, double a_scale, int64_t a_zp, i
   const qc::QParams pa = qparams(op, "a", a_scale, a_zp, a_qmin, a_qmax, ta);
   const qc::QParams po = qparams(op, "out", o_scale, o_zp, o_qmin, o_qmax, to);
   const double bv = b.toDouble();
+  Status st;
+  TORCH_CHECK(qc::check_scalar(op, bv, st), st.msg);
   at::native::resize_output(out, qa.sizes());
   return into(out, {&qa}, [&](at::Tensor& dst) {
     if (ta == qc::QType::kInt8) {

@@ -123,8 +123,9 @@ Tensor& add_scalar_out(KernelRuntimeContext& ctx, const Tensor& qa, double a_sca
     for (int d = 0; d < la.ndim; ++d) sizes[d] = la.sizes[d];
     ok = resize_out(op, out, la.ndim, sizes, lo, st) && qc::check_out_shape(op, la, Layout{}, lo, st);
   }
+  const double bv = ok ? (b.isFloatingPoint() ? b.to<double>() : static_cast<double>(b.to<int64_t>())) : 0.0;
+  ok = ok && qc::check_scalar(op, bv, st);
   ET_KERNEL_CHECK_MSG(ctx, ok, InvalidArgument, out, "%s", st.msg);
-  const double bv = b.isFloatingPoint() ? b.to<double>() : static_cast<double>(b.to<int64_t>());
   if (ta == qc::QType::kInt8) {
     if (to == qc::QType::kInt8) {
       qc::add_scalar(qa.const_data_ptr<int8_t>(), la, out.mutable_data_ptr<int8_t>(), lo, pa, bv, po, EtParallel{});

@@ -152,6 +152,7 @@ def add_relu(a: torch.Tensor, b: torch.Tensor, out: Optional[torch.Tensor] = Non
 # ---- quantized add / add_relu ----------------------------------------------------------
 
 _QRANGE = {torch.int8: (-128, 127), torch.uint8: (0, 255)}
+_F32_MAX = 3.4028234663852886e38
 
 
 def _f32(v: float) -> float:
@@ -173,7 +174,16 @@ def _qparams(op: str, what: str, scale: float, zp: int, qmin: int, qmax: int, dt
         raise RuntimeError(f"{op}: {what} quant range [{qmin}, {qmax}] is not inside {name}'s [{lo}, {hi}]")
     if zp < qmin or zp > qmax:
         raise RuntimeError(f"{op}: {what}_zero_point {zp} is outside the quant range [{qmin}, {qmax}]")
-    return _f32(scale), _f32(1.0 / scale), _f32(zp), _f32(qmin), _f32(qmax)
+    # Checked in float32, the precision the kernel computes in (see make_qparams in quantized.h).
+    fscale, finv = _f32(scale), _f32(1.0 / scale)
+    if not (fscale > 0.0) or not math.isfinite(fscale):
+        raise RuntimeError(f"{op}: {what}_scale {scale:g} is not a finite float32 > 0 (the kernel computes in float32)")
+    if not math.isfinite(finv):
+        raise RuntimeError(f"{op}: {what}_scale {scale:g} is too small: 1/scale = {1.0 / scale:g} overflows float32 "
+                           f"(the kernel computes in float32; scale must be >= {1.0 / _F32_MAX:g})")
+    if not math.isfinite(_f32(fscale * float(hi - lo))):
+        raise RuntimeError(f"{op}: {what}_scale {scale:g} is too large: (q - zero_point) * scale overflows float32")
+    return fscale, finv, _f32(zp), _f32(qmin), _f32(qmax)
 
 
 def quantized_add(a, a_scale, a_zero_point, a_quant_min, a_quant_max,

@@ -62,11 +62,35 @@ inline bool make_qparams(
         "%s: %s_zero_point %lld is outside the quant range [%lld, %lld]", op, what, (long long)zp, (long long)qmin,
         (long long)qmax);
   }
-  q.scale = static_cast<float>(scale);
-  q.inv_scale = static_cast<float>(1.0 / scale);
+  // The arithmetic runs in float32: check the constants it uses there, not the doubles. A scale
+  // whose reciprocal overflows float32 (1e-45) makes rint(0 * inf) a NaN, and converting a NaN
+  // to an integer is undefined (x86 gives -128); a scale so large that (q - zp) * scale
+  // overflows turns dq(a) + dq(b) into inf - inf.
+  const float fscale = static_cast<float>(scale);
+  const float finv = static_cast<float>(1.0 / scale);
+  if (!(fscale > 0.0f) || !std::isfinite(fscale)) {
+    return st.fail("%s: %s_scale %g is not a finite float32 > 0 (the kernel computes in float32)", op, what, scale);
+  }
+  if (!std::isfinite(finv)) {
+    return st.fail(
+        "%s: %s_scale %g is too small: 1/scale = %g overflows float32 (the kernel computes in float32; "
+        "scale must be >= %g)", op, what, scale, 1.0 / scale, 1.0 / static_cast<double>(std::numeric_limits<float>::max()));
+  }
+  if (!std::isfinite(fscale * static_cast<float>(qtype_max(t) - qtype_min(t)))) {
+    return st.fail("%s: %s_scale %g is too large: (q - zero_point) * scale overflows float32", op, what, scale);
+  }
+  q.scale = fscale;
+  q.inv_scale = finv;
   q.zero_point = static_cast<float>(zp);
   q.qmin = static_cast<float>(qmin);
   q.qmax = static_cast<float>(qmax);
+  return true;
+}
+
+// add.scalar's b is added in float32: a NaN would reach the integer conversion (undefined).
+// +-inf is fine (it quantizes to the end of the range, like the decomposed ops).
+inline bool check_scalar(const char* op, double b, Status& st) {
+  if (std::isnan(static_cast<float>(b))) return st.fail("%s: b is NaN", op);
   return true;
 }
 
