@@ -257,9 +257,15 @@ def _dim_range(ep, size) -> tuple[Optional[int], Optional[int], bool]:
     vr = ep.range_constraints.get(expr)
     if vr is None:
         return None, None, True
-    lo = int(vr.lower) if vr.lower.is_finite else None
-    hi = int(vr.upper) if vr.upper.is_finite else None
-    return lo, hi, True
+    return _finite(vr.lower), _finite(vr.upper), True
+
+
+def _finite(bound) -> Optional[int]:
+    try:
+        value = float(bound)  # torch's int_oo says is_finite=True; float() says inf
+    except (TypeError, ValueError):
+        return None
+    return int(value) if math.isfinite(value) else None
 
 
 def _describe(ep, val) -> str:
