@@ -12,6 +12,7 @@ from .loop_lowering import (
     to_edge_control_flow,
 )
 from .cond_outputs import CondOutputCopyPass
+from .cond_views import CondViewCopyPass
 from .pipeline import default_passes, fuse
 
 __all__ = [
@@ -19,5 +20,5 @@ __all__ = [
     "FusionPass", "graph_modules", "FloatFusionPass", "QuantFusionPass", "GemmConvFusionPass", "gemm_conv_passes", "BatchNormFoldPass",
     "SymIntLoweringError", "SymIntToPrimsPass", "to_edge_with_prims",
     "LoopLoweringError", "LoopLoweringPass", "MapToScanPass", "SpecialisedShapeError", "refuse_specialised",
-    "to_edge_control_flow", "CondOutputCopyPass", "default_passes", "fuse",
+    "to_edge_control_flow", "CondOutputCopyPass", "CondViewCopyPass", "default_passes", "fuse",
 ]
