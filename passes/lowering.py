@@ -140,7 +140,9 @@ def lower_and_compare(exported: torch.export.ExportedProgram, inputs: Sequence[t
 
     stage = progress or _no_progress
     inputs = tuple(inputs)
-    passes = default_passes() if passes is None else passes
+    if passes is None:
+        with stage("preparing the fusion rules"):  # each rule's pattern is traced and lowered once per process
+            passes = default_passes()
 
     with stage("eager reference run"):
         with torch.no_grad():
