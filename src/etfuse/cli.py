@@ -386,10 +386,8 @@ def demo(args) -> int:
 
 
 def fuse_file(args) -> int:
-    from_shapes = [s for s in (args.shape or [])]
-    if from_shapes:
-        for s in from_shapes:  # syntax first: nothing to load for a typo
-            _parse_shape(s)
+    for s in args.shape or []:  # syntax first: nothing to load for a typo
+        _parse_shape(s)
     _check_paths(args)
     progress = _progress(args)
     with progress(f"loading {args.model}"):
