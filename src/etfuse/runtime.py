@@ -35,7 +35,7 @@ _SCALAR_TYPES = {
 # KernelTypes union tags (program.fbs)
 _KINDS = {0: "none", 1: "none", 2: "int", 3: "bool", 4: "float", 5: "tensor", 6: "string",
           7: "int list", 8: "float list", 9: "bool list", 10: "tensor list", 11: "optional tensor list"}
-_STATIC = 0
+_STATIC, _UNBOUND = 0, 2  # TensorShapeDynamism
 
 
 @dataclasses.dataclass(frozen=True)
@@ -49,6 +49,7 @@ class InputSpec:
     sizes: tuple[int, ...] = ()
     dim_order: tuple[int, ...] = ()
     dynamic: bool = False
+    bounded: bool = True  # False: DYNAMIC_UNBOUND, `sizes` bound nothing
 
     def describe(self) -> str:
         if self.kind != "tensor":
@@ -119,7 +120,8 @@ def input_specs(program: bytes, method: str = "forward") -> list[InputSpec]:
             order = tuple(_vector(tensor, 3, 1, N.Uint8Flags)) or tuple(range(len(sizes)))
             dyn_off = _field(tensor, 8)
             dynamism = tensor.Get(N.Int8Flags, dyn_off + tensor.Pos) if dyn_off else _STATIC
-            specs.append(InputSpec(i, "tensor", _SCALAR_TYPES.get(scalar), sizes, order, dynamism != _STATIC))
+            specs.append(InputSpec(i, "tensor", _SCALAR_TYPES.get(scalar), sizes, order, dynamism != _STATIC,
+                                   dynamism != _UNBOUND))
         return specs
     raise KeyError(f"the program has no method {method!r}")
 
@@ -161,7 +163,7 @@ def check_inputs(specs: Sequence[InputSpec], inputs: Sequence[Any], method: str 
             raise InputMismatchError(f"{where}: expected rank {len(spec.sizes)}, got shape {list(x.shape)} "
                                      f"(the program takes a {spec.describe()})")
         for d, (got, want) in enumerate(zip(x.shape, spec.sizes)):
-            if (got != want and not spec.dynamic) or got > want:
+            if (got != want and not spec.dynamic) or (got > want and spec.bounded):
                 what = f"at most {want}" if spec.dynamic else f"{want}"
                 raise InputMismatchError(f"{where}: dim {d} is {got}, the program expects {what} "
                                          f"(it takes a {spec.describe()})")
