@@ -13,6 +13,7 @@ from .loop_lowering import (
     to_edge_control_flow,
 )
 from .cond_outputs import CondOutputCopyPass
+from .cond_views import CondViewCopyPass
 from .constant_folding import fold_constants
 from .fused_program import FusedEdgeProgramManager
 from .verify import verify_written_nodes
@@ -23,6 +24,6 @@ __all__ = [
     "FusionPass", "graph_modules", "FloatFusionPass", "QuantFusionPass", "GemmConvFusionPass", "gemm_conv_passes", "BatchNormFoldPass",
     "SymIntLoweringError", "SymIntToPrimsPass", "to_edge_with_prims",
     "LoopLoweringError", "LoopLoweringPass", "MapToScanPass", "SpecialisedShapeError", "refuse_specialised",
-    "to_edge_control_flow", "CondOutputCopyPass", "default_passes", "fuse",
+    "to_edge_control_flow", "CondOutputCopyPass", "CondViewCopyPass", "default_passes", "fuse",
     "copy_graph_module", "fold_constants", "FusedEdgeProgramManager", "verify_written_nodes",
 ]

@@ -27,6 +27,7 @@ from torch.export import ExportedProgram
 from .batch_norm_folding import BatchNormFoldPass
 from .compat.typed_pass_errors import install_typed_pass_errors
 from .cond_outputs import CondOutputCopyPass
+from .cond_views import CondViewCopyPass
 from .constant_folding import fold_constants
 from .float_fusion import FloatFusionPass
 from .fused_program import FusedEdgeProgramManager
@@ -44,12 +45,13 @@ def default_passes() -> list:
     Loops are lowered first so fusion reaches their bodies; batch norms are folded into their
     conv/linear before those fuse; quantized patterns before float ones (relu(add(dq, dq)) is a
     quantized add_relu, not a float one); conv/linear epilogues before the generic float rules;
-    the cond-output copy and the SymInt lowering last, on the final graph.
+    the cond-output and cond-view copies (executorch 1.5.1 memory bugs) and the SymInt lowering
+    last, on the final graph.
     """
     install_typed_pass_errors()  # so `edge.transform(default_passes())` raises etfuse's errors as themselves
     return [
         LoopLoweringPass(), BatchNormFoldPass(), QuantFusionPass(), GemmConvFusionPass(), FloatFusionPass(),
-        CondOutputCopyPass(), SymIntToPrimsPass(),
+        CondOutputCopyPass(), CondViewCopyPass(), SymIntToPrimsPass(),
     ]
 
 

@@ -1,5 +1,5 @@
 import sys
 
-from etfuse.passes.cli import main
+from etfuse.cli import main
 
 sys.exit(main())
