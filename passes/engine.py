@@ -63,9 +63,11 @@ class NearMiss:
     rule: str
     graph: str
     node: str  # the anchor
-    expected: str  # the pattern node where matching failed, e.g. "aten::addmm" or "input"
-    found: str  # what the graph has there, e.g. "aten::add.Tensor", "literal 2", "x (2 users)"
-    reason: str  # one line: "expected aten::addmm, found aten::add.Tensor (add_3)"
+    expected: str  # the pattern node where matching failed: an op ("aten.addmm.default") or a parameter name
+    found: str  # what the graph has there: an op, "placeholder", "literal 2.0", ...
+    reason: str  # one line: "expected aten.addmm.default, found aten.add.Tensor (aten_add_tensor)"
+    matched: int  # pattern ops matched before the difference (1: only the anchor)
+    size: int  # pattern ops in the rule
 
 
 @dataclasses.dataclass
@@ -120,12 +122,12 @@ def _literal_equal(a, b) -> bool:
     return a == b  # alpha=1 and alpha=1.0 are the same literal
 
 
-def _describe(value) -> str:
+def _describe(value, with_name: bool = True) -> str:
     """A graph value in a near-miss message: the op of a node, or the literal."""
     if isinstance(value, fx.Node):
         if value.op == "call_function":
-            return f"{_op_name(value.target)} ({value.name})"
-        return f"{value.op} {value.name}"
+            return f"{_op_name(value.target)} ({value.name})" if with_name else _op_name(value.target)
+        return f"{value.op} {value.name}" if with_name else value.op
     return f"literal {value!r}"
 
 
@@ -180,7 +182,7 @@ class _Matcher:
             if pnode is not self.pattern.anchor:
                 outside = [u for u in gnode.users if u not in inside]
                 if outside:
-                    self.miss = (pnode, gnode, "users", outside)
+                    self.miss, self._miss_depth = (pnode, gnode, "users", outside), len(matched)
                     return None
         return bindings, matched
 
@@ -290,7 +292,7 @@ def find_matches(graph: fx.Graph, index: RuleIndex, graph_name: str, report: Fus
             found = matcher.match(anchor, graph_args)
             if found is None:
                 if near_misses and matcher.miss is not None:
-                    missed.append(_near_miss(rule, graph_name, anchor, matcher.miss))
+                    missed.append(_near_miss(rule, graph_name, anchor, matcher))
                 continue
             bindings, matched = found
             nodes = [matched[p] for p in matcher.pattern.ops]
@@ -298,8 +300,8 @@ def find_matches(graph: fx.Graph, index: RuleIndex, graph_name: str, report: Fus
                 if near_misses:
                     taken = next(n for n in nodes if n in claimed)
                     missed.append(NearMiss(rule.name, graph_name, anchor.name, _op_name(taken.target),
-                                           f"{taken.name} (fused by another match)",
-                                           f"{taken.name} is already part of another fusion"))
+                                           "part of another fusion", f"{taken.name} is already part of another fusion",
+                                           matcher.pattern.size, matcher.pattern.size))
                 continue
             m = Match(rule, anchor, nodes, bindings)
             try:
@@ -320,8 +322,8 @@ def find_matches(graph: fx.Graph, index: RuleIndex, graph_name: str, report: Fus
     return matches
 
 
-def _near_miss(rule: Rule, graph_name: str, anchor: fx.Node, miss: tuple) -> NearMiss:
-    pnode, gvalue, kind, detail = miss
+def _near_miss(rule: Rule, graph_name: str, anchor: fx.Node, matcher: _Matcher) -> NearMiss:
+    pnode, gvalue, kind, detail = matcher.miss
     why = _why(pnode, gvalue, kind, detail)
     if pnode is None:
         expected = "?"
@@ -329,7 +331,9 @@ def _near_miss(rule: Rule, graph_name: str, anchor: fx.Node, miss: tuple) -> Nea
         expected = pnode.name
     else:
         expected = _op_name(pnode.target)
-    return NearMiss(rule.name, graph_name, anchor.name, expected, _describe(gvalue), why)
+    found = f"{_describe(gvalue, False)} with other users" if kind == "users" else _describe(gvalue, False)
+    return NearMiss(rule.name, graph_name, anchor.name, expected, found, why,
+                    max(matcher._miss_depth, 1), matcher.pattern.size)
 
 
 def apply_matches(graph: fx.Graph, matches: list[Match], graph_name: str, report: FusionReport) -> None:
