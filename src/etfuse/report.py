@@ -56,6 +56,7 @@ class Report:
     fused: list = dataclasses.field(default_factory=list)  # etfuse.passes.Fused
     declined: list = dataclasses.field(default_factory=list)  # etfuse.passes.Declined
     near_misses: list = dataclasses.field(default_factory=list)  # etfuse.passes.NearMiss
+    near_misses_recorded: bool = False  # whether the passes were asked to record near misses
     max_abs_error: Optional[float] = None  # ExecuTorch runtime (fused) vs eager
     max_rel_error: Optional[float] = None  # max abs error / max |eager output|
     latency_stock_ms: Optional[float] = None  # median Method::execute, no ETDump
@@ -75,6 +76,7 @@ class Report:
             ops_before=dict(getattr(result, "ops_before", {})), ops_after=dict(getattr(result, "ops_after", {})),
             fused=list(getattr(result, "fused", [])), declined=list(getattr(result, "declined", [])),
             near_misses=list(getattr(result, "near_misses", [])),
+            near_misses_recorded=hasattr(result, "near_misses"),
             max_abs_error=getattr(result, "max_abs_error", None), max_rel_error=getattr(result, "max_rel_error", None),
             latency_stock_ms=getattr(result, "latency_unfused_ms", getattr(result, "latency_stock_ms", None)),
             latency_fused_ms=getattr(result, "latency_fused_ms", None),
@@ -228,7 +230,7 @@ def collect(model, inputs: Sequence[torch.Tensor], *, title: str = "", passes: O
         ops_before=op_histogram(edge.exported_program().graph_module),
         ops_after=op_histogram(fused.exported_program().graph_module),
         fused=[f for r in reports for f in r.fused], declined=[d for r in reports for d in r.declined],
-        near_misses=[m for r in reports for m in r.near_misses],
+        near_misses=[m for r in reports for m in r.near_misses], near_misses_recorded=True,
         max_abs_error=abs_err, max_rel_error=rel_err,
         latency_stock_ms=_median_ms(stock_method, inputs, latency_runs),
         latency_fused_ms=_median_ms(fused_method, inputs, latency_runs),
@@ -341,8 +343,10 @@ def _document(report: Report, files: Optional[ReportFiles]) -> tuple[str, list[_
         doc.append(B("table", head=["rule", "ops matched", "expected", "found", "count", "example"], items=rows, right=4))
         if len(near) > 15:
             doc.append(B("p", f"... and {len(near) - 15} more kinds ({sum(g[5] for g in near[15:])} near misses)."))
+    elif report.near_misses_recorded:
+        doc.append(B("p", "None: every anchor op a rule looks for either fused or was declined."))
     else:
-        doc.append(B("p", "None recorded (near misses are recorded by `etfuse.report.collect`, or by "
+        doc.append(B("p", "Not recorded (near misses are recorded by `etfuse.report.collect`, or by "
                           "`FusionPass(..., near_misses=True)`)."))
 
     doc.append(B("h2", "Runtime vs eager"))
