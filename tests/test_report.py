@@ -195,7 +195,7 @@ def test_per_op_shares_sum_to_100_percent(collected, name):
         assert isinstance(prof, OpProfile) and prof.rows
         assert sum(r.share for r in prof.rows) == pytest.approx(1.0, abs=1e-9)
         assert prof.total_ms == pytest.approx(sum(r.total_ms for r in prof.rows))
-        assert prof.execute_ms >= prof.total_ms * 0.9  # operators run inside Method::execute
+        assert prof.total_ms <= prof.execute_ms * 1.01  # operators run inside Method::execute (means add up)
         rows = _table_after(text, f"### {label}:")
         printed = [float(r[-1].rstrip("%")) for r in rows]
         assert sum(printed) == pytest.approx(100.0, abs=0.06 * len(printed) + 0.01)

@@ -9,11 +9,12 @@ The program runs `warmup + runs` times with ETDump enabled (`Runtime.load_progra
 enable_etdump=True)`); `executorch.devtools.Inspector` reads the dump. Every kernel call is an
 `OPERATOR_CALL` event tagged with its instruction id, which the program's execution plan maps to
 the operator it calls: this names etfuse's own kernels too (they are registered without the
-`native_call_*` events the stock kernels emit). An instruction's time is its median over the
-measured runs; an op's time is the sum over its instructions, so `share` is the op's part of the
-time spent in operators and the shares sum to 1. Control-flow jumps and moves (a few
-nanoseconds each) are not operators and are left out; `execute_ms` is the whole
-`Method::execute`, the difference is the runtime's own overhead.
+`native_call_*` events the stock kernels emit). An op's time is the mean over the measured runs
+of the time its instructions took in a run: means add up (a sum of per-instruction medians does
+not: on a busy machine it came out at half of the median `Method::execute`), so `share` is the
+op's part of the time spent in operators, the shares sum to 1, and the operator times add up
+to `execute_ms` (the mean `Method::execute`) less the runtime's own overhead. Control-flow jumps
+and moves (a few nanoseconds each) are not operators and are left out.
 """
 
 from __future__ import annotations
@@ -34,7 +35,7 @@ __all__ = ["OpTime", "OpProfile", "profile", "pte_bytes", "op_base"]
 class OpTime:
     op: str  # "aten::max_pool2d_with_indices", "etfuse::conv2d_act", ...
     calls: int  # kernel calls per run
-    total_ms: float  # time per run, all its calls together (median over runs, per call site)
+    total_ms: float  # time per run, all its calls together (mean over the measured runs)
     share: float  # of the time in operators, 0..1
 
 
@@ -44,8 +45,9 @@ class OpProfile:
 
     rows: list[OpTime]
     runs: int
-    execute_ms: float  # median `Method::execute`, ETDump on
+    execute_ms: float  # mean `Method::execute` over the measured runs, ETDump on
     label: str = ""
+    execute_median_ms: float = float("nan")  # its median: far below the mean says the machine was busy
 
     @property
     def total_ms(self) -> float:
@@ -70,6 +72,7 @@ class OpProfile:
 
     def to_dict(self) -> dict:
         return {"label": self.label, "runs": self.runs, "execute_ms": self.execute_ms,
+                "execute_median_ms": self.execute_median_ms,
                 "total_ms": self.total_ms, "rows": [dataclasses.asdict(r) for r in self.rows]}
 
     def table(self, top: Optional[int] = None) -> tuple[list[str], list[list[str]]]:
@@ -94,7 +97,7 @@ class OpProfile:
         head, body = self.table(10)
         width = max(len(r[0]) for r in [head, *body])
         out = [f"{self.label or 'profile'}: {self.total_ms:.3f} ms in operators, execute {self.execute_ms:.3f} ms "
-               f"(median of {self.runs} runs)"]
+               f"(mean of {self.runs} runs)"]
         out += [f"  {r[0]:<{width}} {r[1]:>6} {r[2]:>10} {r[3]:>7}" for r in [head, *body]]
         return "\n".join(out)
 
@@ -198,8 +201,10 @@ def profile(program, inputs: Sequence[torch.Tensor], runs: int = 10, warmup: int
             op = ops.get(getattr(e, "_instruction_id", None), f"instruction {getattr(e, '_instruction_id', '?')}")
             entry = per_op.setdefault(op, [0, 0.0])
             entry[0] += 1
-            entry[1] += statistics.median(measured)
+            entry[1] += statistics.fmean(measured)
     total = sum(t for _, t in per_op.values()) or 1.0
     rows = [OpTime(op, calls, t, t / total) for op, (calls, t) in per_op.items()]
     rows.sort(key=lambda r: (-r.total_ms, r.op))
-    return OpProfile(rows, runs, statistics.median(execute) if execute else float("nan"), label)
+    nan = float("nan")
+    return OpProfile(rows, runs, statistics.fmean(execute) if execute else nan, label,
+                     statistics.median(execute) if execute else nan)

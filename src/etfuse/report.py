@@ -363,11 +363,12 @@ def _document(report: Report, files: Optional[ReportFiles]) -> tuple[str, list[_
     doc.append(B("h2", "Time per op"))
     profs = [(label, p) for label, p in (("Stock", report.stock_profile), ("Fused", report.fused_profile)) if p is not None]
     if profs:
-        doc.append(B("p", f"ETDump, median of {profs[0][1].runs} runs per call site; share of the time spent "
-                          "in operators (the rows sum to 100%)."))
+        doc.append(B("p", f"ETDump, mean of {profs[0][1].runs} runs; share of the time spent in operators "
+                          "(the rows sum to 100%); execute is the whole `Method::execute`."))
         doc.append(B("chart"))
         for label, prof in profs:
-            doc.append(B("h3", f"{label}: {prof.total_ms:.3f} ms in operators, {prof.execute_ms:.3f} ms execute"))
+            doc.append(B("h3", f"{label}: {prof.total_ms:.3f} ms in operators, execute {prof.execute_ms:.3f} ms "
+                               f"(median {prof.execute_median_ms:.3f} ms)"))
             head, rows = prof.table(TOP_OPS)
             doc.append(B("table", head=head, items=[[f"`{r[0]}`" if not r[0].startswith("(") else r[0], *r[1:]] for r in rows], right=1))
         doc.append(B("h2", "What to fuse next"))
@@ -549,7 +550,7 @@ def write_chart(stock: Optional[OpProfile], fused: Optional[OpProfile], png: str
                         va="center", fontsize=7.5, color="#333333")
     ax.set_yticks(range(len(shown)))
     ax.set_yticklabels(shown, fontsize=8.5, fontfamily="monospace")
-    ax.set_xlabel("ms per run (ETDump, median)")
+    ax.set_xlabel("ms per run (ETDump, mean)")
     ax.set_title("time by op, stock vs fused", fontsize=11)
     ax.margins(x=0.22)
     ax.spines[["top", "right"]].set_visible(False)
