@@ -423,3 +423,17 @@ def test_write_report_from_a_lowering_result(tmp_path):
     assert files.png and os.path.exists(files.png)
     assert "`aten::max_pool2d_with_indices`" in _table_after(text, "## What to fuse next")[0][0]
     assert re.search(r"latency \d+\.\d+ ms -> \d+\.\d+ ms", text)
+
+
+def test_collect_without_profiling_then_profile_when_writing(tmp_path):
+    """The CLI's route: `collect(..., profile_ops=False)` gives the .pte to write; `--profile` adds
+    the per-op time when the report is written."""
+    model, inputs = PoolDominated().eval(), (torch.randn(1, 8, 8, 8),)
+    report = R.collect(model, inputs, profile_ops=False, latency_runs=2)
+    assert report.title == "PoolDominated" and report.stock_profile is None and report.fused_profile is None
+    assert report.pte[4:8] == b"ET12" and report.stock_pte[4:8] == b"ET12"  # .pte files to write
+    assert "pte=" not in repr(report)
+    files = R.write_report(str(tmp_path / "r.html"), report, inputs=inputs, runs=2)
+    assert files.png and report.fused_profile is None  # profiled a copy: the caller's report is unchanged
+    text = open(files.report).read()
+    assert "<h2>What to fuse next</h2>" in text and "<code>aten::max_pool2d_with_indices</code>" in text

@@ -63,6 +63,8 @@ class Report:
     latency_fused_ms: Optional[float] = None
     stock_profile: Optional[OpProfile] = None
     fused_profile: Optional[OpProfile] = None
+    pte: Optional[bytes] = dataclasses.field(default=None, repr=False)  # the fused .pte (write it, profile it)
+    stock_pte: Optional[bytes] = dataclasses.field(default=None, repr=False)  # the same program unfused
 
     @classmethod
     def from_result(cls, result, title: str = "", **fields) -> "Report":
@@ -81,6 +83,7 @@ class Report:
             latency_stock_ms=getattr(result, "latency_unfused_ms", getattr(result, "latency_stock_ms", None)),
             latency_fused_ms=getattr(result, "latency_fused_ms", None),
             stock_profile=getattr(result, "stock_profile", None), fused_profile=getattr(result, "fused_profile", None),
+            pte=getattr(result, "pte", None), stock_pte=getattr(result, "stock_pte", None),
         )
         values.update(fields)
         return cls(**values)
@@ -234,6 +237,7 @@ def collect(model, inputs: Sequence[torch.Tensor], *, title: str = "", passes: O
         max_abs_error=abs_err, max_rel_error=rel_err,
         latency_stock_ms=_median_ms(stock_method, inputs, latency_runs),
         latency_fused_ms=_median_ms(fused_method, inputs, latency_runs),
+        pte=pte, stock_pte=stock_pte,
     )
     if profile_ops:
         report.stock_profile = profile(stock_pte, inputs, runs=runs, label="stock")
@@ -571,12 +575,14 @@ def write_report(path: str, result, *, title: str = "", inputs: Optional[Sequenc
     page for `.html`/`.htm`; the chart goes next to it as `<stem>.png` and `<stem>.svg`.
 
     `result` is a `Report` (`collect`) or a `LoweringResult` (`lower_and_compare`). With `inputs`,
-    a result that has no profile yet is profiled here: the fused `.pte` (`result.pte`) and, if
-    given, `stock_pte` (bytes, a path or a program: see `etfuse.profiling.pte_bytes`)."""
+    a result that has no profile yet is profiled here: the fused `.pte` (`result.pte`) and the
+    stock one (`stock_pte`, else `result.stock_pte`: bytes, a path or a program, see
+    `etfuse.profiling.pte_bytes`). Returns where everything went (`ReportFiles`)."""
     report = Report.from_result(result, title=title)  # a copy: the caller's result is not changed
     if inputs is not None:
-        if report.fused_profile is None and getattr(result, "pte", None) is not None:
-            report.fused_profile = profile(result.pte, inputs, runs=runs, label="fused")
+        stock_pte = stock_pte if stock_pte is not None else report.stock_pte
+        if report.fused_profile is None and report.pte is not None:
+            report.fused_profile = profile(report.pte, inputs, runs=runs, label="fused")
         if report.stock_profile is None and stock_pte is not None:
             report.stock_profile = profile(stock_pte, inputs, runs=runs, label="stock")
     if not report.title:
