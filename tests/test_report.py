@@ -285,8 +285,8 @@ def test_declined_grouped_by_reason():
                       declined=declined)
     assert report.declined_by_reason()[0][:3] == ("add_relu", "other is float64", 5)
     rows = _table_after(R.render_markdown(report), "## Declined")
-    assert rows == [["add_relu", "other is float64", "5", "`add_0` in forward"],
-                    ["add_relu", "self has rank 5", "1", "`add_9` in true_graph_0"]]
+    assert rows == [["add_relu", "other is float64", "`add_0` in forward", "5"],
+                    ["add_relu", "self has rank 5", "`add_9` in true_graph_0", "1"]]
 
 
 # -- HTML -----------------------------------------------------------------------------------------

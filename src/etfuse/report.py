@@ -331,8 +331,8 @@ def _document(report: Report, files: Optional[ReportFiles]) -> tuple[str, list[_
     doc.append(B("h2", "Declined"))
     groups = report.declined_by_reason()
     if groups:
-        rows = [[rule, why, str(n), f"`{ex.node}` in {ex.graph or 'forward'}"] for rule, why, n, ex in groups]
-        doc.append(B("table", head=["rule", "reason", "count", "example"], items=rows, right=2))
+        rows = [[rule, why, f"`{ex.node}` in {ex.graph or 'forward'}", str(n)] for rule, why, n, ex in groups]
+        doc.append(B("table", head=["rule", "reason", "example", "count"], items=rows, right=3))
     else:
         doc.append(B("p", "No match was declined."))
 
@@ -342,9 +342,9 @@ def _document(report: Report, files: Optional[ReportFiles]) -> tuple[str, list[_
         doc.append(B("p", "A rule whose anchor op matched where its pattern did not; the first point of "
                           "difference is where the comparison that got furthest failed. Closest first."))
         rows = [[rule, f"{matched}/{size}", f"`{expected}`", found if found.startswith("literal") else f"`{found}`",
-                 str(n), f"`{ex.node}` in {ex.graph or 'forward'}: {ex.reason}"]
+                 f"`{ex.node}` in {ex.graph or 'forward'}: {ex.reason}", str(n)]
                 for rule, expected, found, matched, size, n, ex in near[:15]]
-        doc.append(B("table", head=["rule", "ops matched", "expected", "found", "count", "example"], items=rows, right=4))
+        doc.append(B("table", head=["rule", "ops matched", "expected", "found", "example", "count"], items=rows, right=5))
         if len(near) > 15:
             doc.append(B("p", f"... and {len(near) - 15} more kinds ({sum(g[5] for g in near[15:])} near misses)."))
     elif report.near_misses_recorded:
