@@ -1,6 +1,6 @@
 """ExportPass subclasses that fuse and lower edge-dialect graphs, and the default pipeline."""
 
-from .engine import Declined, Fused, FusionError, FusionReport, RuleIndex, apply_matches, find_matches
+from .engine import Declined, Fused, FusionError, FusionReport, NearMiss, RuleIndex, apply_matches, find_matches
 from .graph_copy import copy_graph_module, graph_modules
 from .fusion_pass import FusionPass
 from .float_fusion import FloatFusionPass
@@ -20,7 +20,7 @@ from .verify import verify_written_nodes
 from .pipeline import default_passes, fuse
 
 __all__ = [
-    "Declined", "Fused", "FusionError", "FusionReport", "RuleIndex", "apply_matches", "find_matches",
+    "Declined", "Fused", "FusionError", "FusionReport", "NearMiss", "RuleIndex", "apply_matches", "find_matches",
     "FusionPass", "graph_modules", "FloatFusionPass", "QuantFusionPass", "GemmConvFusionPass", "gemm_conv_passes", "BatchNormFoldPass",
     "SymIntLoweringError", "SymIntToPrimsPass", "to_edge_with_prims",
     "LoopLoweringError", "LoopLoweringPass", "MapToScanPass", "SpecialisedShapeError", "refuse_specialised",

@@ -9,6 +9,12 @@ there can never create a cycle: the cycle check is free, bounded by node order.
 A sweep goes bottom-up (last node first) so the largest pattern ending at a node wins. One sweep
 finds everything unless a rule's pattern consumes another rule's backend op (`RuleIndex.chains`);
 then sweeps repeat until nothing changes.
+
+Near misses (asked for with `find_matches(..., near_misses=True)`, or `FusionPass(...,
+near_misses=True)`): for an anchor no rule fused, each rule whose anchor op matched but whose
+pattern did not is recorded in `FusionReport.near_misses` with the first point of difference,
+the pattern node where the comparison that got furthest failed. The matcher notes that point as
+it fails anyway, so asking costs no extra graph walk.
 """
 
 from __future__ import annotations
@@ -51,9 +57,24 @@ class Declined:
 
 
 @dataclasses.dataclass
+class NearMiss:
+    """A rule whose anchor op matched at `node` but whose pattern did not."""
+
+    rule: str
+    graph: str
+    node: str  # the anchor
+    expected: str  # the pattern node where matching failed: an op ("aten.addmm.default") or a parameter name
+    found: str  # what the graph has there: an op, "placeholder", "literal 2.0", ...
+    reason: str  # one line: "expected aten.addmm.default, found aten.add.Tensor (aten_add_tensor)"
+    matched: int  # pattern ops matched before the difference (1: only the anchor)
+    size: int  # pattern ops in the rule
+
+
+@dataclasses.dataclass
 class FusionReport:
     fused: list[Fused] = dataclasses.field(default_factory=list)
     declined: list[Declined] = dataclasses.field(default_factory=list)
+    near_misses: list[NearMiss] = dataclasses.field(default_factory=list)  # only when asked
 
     def counts(self) -> dict[str, int]:
         out: dict[str, int] = defaultdict(int)
@@ -64,6 +85,7 @@ class FusionReport:
     def extend(self, other: "FusionReport") -> None:
         self.fused += other.fused
         self.declined += other.declined
+        self.near_misses += other.near_misses
 
 
 def _aten(target):
@@ -100,16 +122,56 @@ def _literal_equal(a, b) -> bool:
     return a == b  # alpha=1 and alpha=1.0 are the same literal
 
 
+def _describe(value, with_name: bool = True) -> str:
+    """A graph value in a near-miss message: the op of a node, or the literal."""
+    if isinstance(value, fx.Node):
+        if value.op == "call_function":
+            return f"{_op_name(value.target)} ({value.name})" if with_name else _op_name(value.target)
+        return f"{value.op} {value.name}" if with_name else value.op
+    return f"literal {value!r}"
+
+
+def _op_name(target) -> str:
+    target = _aten(target)
+    if isinstance(target, torch._ops.OpOverload):
+        return str(target)  # "aten.add.Tensor"
+    return getattr(target, "__name__", str(target))
+
+
+def _why(pnode: Optional[fx.Node], gvalue, kind: str, detail) -> str:
+    """The one-line reason for a recorded miss (formatted only when a near miss is reported)."""
+    if kind == "op":
+        return f"expected {_op_name(pnode.target)}, found {_describe(gvalue)}"
+    if kind == "users":
+        return f"{gvalue.name} is also used outside the match, by {', '.join(u.name for u in detail[:3])}"
+    if kind == "binding":
+        return f"{pnode.name} must be the same value in both places, found {_describe(gvalue)}"
+    if kind == "shared":
+        return f"{_describe(gvalue)} is matched twice"
+    if kind == "arity":
+        return f"{detail[0]} arguments where the pattern has {detail[1]}"
+    if kind == "literal":
+        return f"argument {gvalue!r} where the pattern has {detail!r}"
+    return kind
+
+
 class _Matcher:
-    """Matches one lowered pattern backwards from a graph node. Pure: never touches the graph."""
+    """Matches one lowered pattern backwards from a graph node. Pure: never touches the graph.
+
+    After a failed `match`, `miss` is (pattern node, graph value, kind, detail) where the attempt
+    that matched the most pattern ops failed: the first point of difference, for near misses.
+    """
 
     def __init__(self, pattern: LoweredPattern):
         self.pattern = pattern
         self.pattern_args = {n: _schema_args(n) for n in pattern.ops}
+        self.miss: Optional[tuple] = None
+        self._miss_depth = -1
 
     def match(self, anchor: fx.Node, graph_args: dict) -> Optional[tuple[dict, dict]]:
         """`graph_args` memoises `_schema_args` of graph nodes across rules and anchors."""
         self.graph_args = graph_args
+        self.miss, self._miss_depth = None, -1
         state = self._node(self.pattern.anchor, anchor, ({}, {}))
         if state is None:
             return None
@@ -117,45 +179,57 @@ class _Matcher:
         # An intermediate with users outside the match must survive: not fusable.
         inside = set(matched.values())
         for pnode, gnode in matched.items():
-            if pnode is not self.pattern.anchor and any(u not in inside for u in gnode.users):
-                return None
+            if pnode is not self.pattern.anchor:
+                outside = [u for u in gnode.users if u not in inside]
+                if outside:
+                    self.miss, self._miss_depth = (pnode, gnode, "users", outside), len(matched)
+                    return None
         return bindings, matched
+
+    def _fail(self, pnode: Optional[fx.Node], gvalue, matched: dict, kind: str, detail=None):
+        # Two comparisons and a tuple on a path that fails anyway: keeps the deepest failure,
+        # formatted into words only if a near miss is reported (`_why`).
+        if len(matched) > self._miss_depth:
+            self.miss, self._miss_depth = (pnode, gvalue, kind, detail), len(matched)
+        return None
 
     def _node(self, pnode: fx.Node, gvalue, state):
         bindings, matched = state
         if pnode.op == "placeholder":
             if pnode.name in bindings:
-                return state if bindings[pnode.name] is gvalue or _literal_equal(bindings[pnode.name], gvalue) else None
+                if bindings[pnode.name] is gvalue or _literal_equal(bindings[pnode.name], gvalue):
+                    return state
+                return self._fail(pnode, gvalue, matched, "binding")
             return {**bindings, pnode.name: gvalue}, matched
         if not isinstance(gvalue, fx.Node) or gvalue.op != "call_function" or gvalue.target != pnode.target:
-            return None
+            return self._fail(pnode, gvalue, matched, "op")
         if pnode in matched:
-            return state if matched[pnode] is gvalue else None
+            return state if matched[pnode] is gvalue else self._fail(pnode, gvalue, matched, "shared")
         if gvalue in matched.values():
-            return None
+            return self._fail(pnode, gvalue, matched, "shared")
         state = (bindings, {**matched, pnode: gvalue})
         gargs = self.graph_args.get(gvalue)
         if gargs is None:
             gargs = self.graph_args[gvalue] = _schema_args(gvalue)
         pargs = self.pattern_args[pnode]
-        result = self._args(pargs, gargs, state)
+        result = self._args(pargs, gargs, state, pnode)
         if result is None and _aten(pnode.target) in _COMMUTATIVE:
             gargs = [gargs[1], gargs[0], *gargs[2:]]
-            result = self._args(pargs, gargs, state)
+            result = self._args(pargs, gargs, state, pnode)
         return result
 
-    def _args(self, pargs, gargs, state):
+    def _args(self, pargs, gargs, state, owner: Optional[fx.Node] = None):
         if len(pargs) != len(gargs):
-            return None
+            return self._fail(owner, gargs, state[1], "arity", (len(gargs), len(pargs)))
         for p, g in zip(pargs, gargs):
             if isinstance(p, fx.Node):
                 state = self._node(p, g, state)
             elif isinstance(p, (list, tuple)) and any(isinstance(x, fx.Node) for x in p):
                 if not isinstance(g, (list, tuple)) or len(g) != len(p):
-                    return None
-                state = self._args(list(p), list(g), state)
+                    return self._fail(owner, g, state[1], "arity", (len(g) if isinstance(g, (list, tuple)) else 1, len(p)))
+                state = self._args(list(p), list(g), state, owner)
             elif not _literal_equal(p, g):
-                return None
+                return self._fail(owner, g, state[1], "literal", p)
             if state is None:
                 return None
         return state
@@ -199,9 +273,11 @@ def _rewrite(graph: fx.Graph, m: Match, graph_name: str) -> Fused:
     return Fused(m.rule.name, graph_name, new.name, replaced)
 
 
-def find_matches(graph: fx.Graph, index: RuleIndex, graph_name: str, report: FusionReport) -> list[Match]:
+def find_matches(graph: fx.Graph, index: RuleIndex, graph_name: str, report: FusionReport,
+                 near_misses: bool = False) -> list[Match]:
     """One bottom-up sweep: non-overlapping accepted matches, consumers first. Pure: the graph is
-    not touched, so a failing constraint leaves everything as it was."""
+    not touched, so a failing constraint leaves everything as it was. With `near_misses`, each
+    anchor no rule fused adds the rules that failed there to `report.near_misses`."""
     order = {n: i for i, n in enumerate(graph.nodes)}
     candidates = [n for target in index.by_anchor for n in graph.find_nodes(op="call_function", target=target, sort=False)]
     candidates.sort(key=order.__getitem__, reverse=True)
@@ -211,13 +287,21 @@ def find_matches(graph: fx.Graph, index: RuleIndex, graph_name: str, report: Fus
     for anchor in candidates:
         if anchor in claimed:
             continue
+        missed: list[NearMiss] = []
         for rule, matcher in index.by_anchor[anchor.target]:
             found = matcher.match(anchor, graph_args)
             if found is None:
+                if near_misses and matcher.miss is not None:
+                    missed.append(_near_miss(rule, graph_name, anchor, matcher))
                 continue
             bindings, matched = found
             nodes = [matched[p] for p in matcher.pattern.ops]
             if claimed.intersection(nodes):
+                if near_misses:
+                    taken = next(n for n in nodes if n in claimed)
+                    missed.append(NearMiss(rule.name, graph_name, anchor.name, _op_name(taken.target),
+                                           "part of another fusion", f"{taken.name} is already part of another fusion",
+                                           matcher.pattern.size, matcher.pattern.size))
                 continue
             m = Match(rule, anchor, nodes, bindings)
             try:
@@ -233,7 +317,23 @@ def find_matches(graph: fx.Graph, index: RuleIndex, graph_name: str, report: Fus
             claimed.update(nodes)
             matches.append(m)
             break
+        else:
+            report.near_misses += missed
     return matches
+
+
+def _near_miss(rule: Rule, graph_name: str, anchor: fx.Node, matcher: _Matcher) -> NearMiss:
+    pnode, gvalue, kind, detail = matcher.miss
+    why = _why(pnode, gvalue, kind, detail)
+    if pnode is None:
+        expected = "?"
+    elif pnode.op == "placeholder":
+        expected = pnode.name
+    else:
+        expected = _op_name(pnode.target)
+    found = f"{_describe(gvalue, False)} with other users" if kind == "users" else _describe(gvalue, False)
+    return NearMiss(rule.name, graph_name, anchor.name, expected, found, why,
+                    max(matcher._miss_depth, 1), matcher.pattern.size)
 
 
 def apply_matches(graph: fx.Graph, matches: list[Match], graph_name: str, report: FusionReport) -> None:

@@ -10,7 +10,8 @@ on the caller's graphs first (pure: a rule that fails while matching leaves ever
 was), then the program is rebuilt once, fusing while copying (`graph_copy`). Even with nothing to
 fuse the result is a copy and `modified` is True: executorch's pass manager keeps the caller's
 module when a pass says False, and a module shared by two programs is corrupted when either is
-lowered. `report` says what was rewritten.
+lowered. `report` says what was rewritten; with `near_misses=True` it also lists near misses
+(a rule whose anchor op matched where its pattern did not, and where it differed).
 """
 
 from __future__ import annotations
@@ -31,15 +32,16 @@ _MAX_SWEEPS = 8
 class FusionPass(ExportPass):
     """Rewrite each match of `rules` into its backend op; see `report` for what fused where."""
 
-    def __init__(self, rules: Iterable[Rule]):
+    def __init__(self, rules: Iterable[Rule], near_misses: bool = False):
         super().__init__()
         self.rules = list(rules)
+        self.near_misses = near_misses  # record FusionReport.near_misses (settable on any instance)
         self.index = RuleIndex(self.rules)  # lowers every pattern now: a bad rule fails here
         self.report = FusionReport()
 
     def call(self, graph_module: fx.GraphModule) -> PassResult:
         self.report = FusionReport()
-        found = {id(gm): find_matches(gm.graph, self.index, path, self.report)
+        found = {id(gm): find_matches(gm.graph, self.index, path, self.report, self.near_misses)
                  for path, gm in graph_modules(graph_module)}
         return PassResult(copy_graph_module(graph_module, lambda gm, path: self._fused_graph(gm, path, found)), True)
 

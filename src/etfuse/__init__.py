@@ -5,8 +5,12 @@
     etfuse.kernels.load()                     # C++ kernels for torch eager and the runtime
     pte = fused.to_executorch().buffer
 
-`import etfuse` is cheap: `etfuse.passes`, `etfuse.kernels`, `etfuse.runtime`, `etfuse.backend_ops`
-and `etfuse.patterns` import (executorch with them) the first time they are used.
+    etfuse.profile(pte, inputs)               # time per op on the runtime (ETDump): an OpProfile
+    etfuse.report.collect(model, inputs)      # what fused, what did not and why, where time goes
+
+`import etfuse` is cheap: `etfuse.passes`, `etfuse.kernels`, `etfuse.runtime`, `etfuse.backend_ops`,
+`etfuse.patterns`, `etfuse.profiling` and `etfuse.report` import (executorch with them) the first
+time they are used.
 """
 
 import importlib
@@ -15,8 +19,8 @@ from .errors import EtfuseError
 
 __version__ = "0.1.0"
 
-_SUBMODULES = ("backend_ops", "patterns", "passes", "kernels", "runtime", "errors")
-__all__ = ["fuse", "to_edge", "EtfuseError", *_SUBMODULES]
+_SUBMODULES = ("backend_ops", "patterns", "passes", "kernels", "runtime", "errors", "profiling", "report")
+__all__ = ["fuse", "to_edge", "profile", "EtfuseError", *_SUBMODULES]
 
 
 def __getattr__(name):
@@ -38,3 +42,11 @@ def to_edge(program, compile_config=None, **kwargs):
     from etfuse.passes import to_edge_control_flow
 
     return to_edge_control_flow(program, compile_config=compile_config, **kwargs)
+
+
+def profile(program, inputs, runs=10, warmup=1, method="forward", label=""):
+    """Time per operator of a .pte (bytes, path, or a program) on the ExecuTorch runtime, from
+    ETDump: an `etfuse.profiling.OpProfile`. See `etfuse.profiling.profile`."""
+    from etfuse.profiling import profile as _profile
+
+    return _profile(program, inputs, runs=runs, warmup=warmup, method=method, label=label)
