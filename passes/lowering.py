@@ -55,6 +55,7 @@ class LoweringResult:
     latency_unfused_ms: Optional[float] = None
     latency_fused_ms: Optional[float] = None
     bench_runs: int = 0  # runs timed per program (fewer than asked when the time budget ran out)
+    stock_pte: Optional[bytes] = None  # with compare=True: the stock program, for profiling
 
     def markdown(self, title: str) -> str:
         lines = [f"# {title}", "", "## Ops", "", "| op | before | after |", "|---|---:|---:|"]
@@ -174,7 +175,7 @@ def lower_and_compare(exported: torch.export.ExportedProgram, inputs: Sequence[t
     unfused_method = None
     if compare:
         with stage("stock program: .pte and runtime check"):
-            unfused_pte = stock_edge.transform(correctness_passes()).to_executorch().buffer
+            unfused_pte = result.stock_pte = stock_edge.transform(correctness_passes()).to_executorch().buffer
             unfused_method = load_method(unfused_pte)
             result.stock_max_abs_error = _max_abs_error(unfused_method.execute_unchecked(checked), expected)
     if runs > 0:

@@ -265,3 +265,18 @@ def test_stock_baseline_and_fused_program_compute_the_right_thing(model):
     result = lower_and_compare(torch.export.export(model(), (x,)), (x,), compare=True, runs=0)
     assert result.max_abs_error < 1e-5 and result.stock_max_abs_error < 1e-5
     assert result.latency_fused_ms is None and result.latency_unfused_ms is None
+
+
+def test_fuse_with_profile_writes_an_html_report_and_its_chart(models, tmp_path):
+    proc = _etfuse(tmp_path, "fuse", str(models / "two.pt2"), "-o", "two.pte", "--report", "report.html",
+                   "--profile", timeout=900)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert len(proc.stdout.splitlines()) < 30
+    html = (tmp_path / "report.html").read_text()
+    assert "<svg" in html and "linear_relu" in html  # the chart inlined, the fusions listed
+    assert (tmp_path / "report.png").stat().st_size > 1000
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["report.html", "report.png", "report.svg", "two.pte"]
+
+
+def test_profile_without_report_is_refused(models, tmp_path):
+    _refused(_etfuse(tmp_path, "fuse", str(models / "two.pt2"), "-o", "two.pte", "--profile"), "--profile: needs --report")

@@ -156,6 +156,8 @@ def _check_paths(args) -> None:
     for flag, path in outputs:
         if _same(path, model):
             raise CliError(f"{flag} {path}: is the input model; refusing to overwrite it")
+    if getattr(args, "profile", False) and not args.report:
+        raise CliError("--profile: needs --report R.md (or R.html) to write the times to")
     if args.report and _same(args.report, args.output):
         raise CliError(f"--report {args.report}: is the same file as -o {args.output}")
     for flag, path in outputs:
@@ -397,7 +399,7 @@ def fuse_file(args) -> int:
         lower_and_compare = _import_lowering()
 
     try:
-        result = lower_and_compare(ep, inputs, runs=args.bench, compare=args.compare,
+        result = lower_and_compare(ep, inputs, runs=args.bench, compare=args.compare or args.profile,
                                    bench_seconds=args.bench_seconds, progress=progress)
     except CliError:
         raise
@@ -406,7 +408,8 @@ def fuse_file(args) -> int:
         raise CliError(f"{args.model}: cannot be lowered and fused: {type(e).__name__}: {first}") from None
     files = [(args.output, result.pte)]
     if args.report:
-        files.append((args.report, result.markdown(f"etfuse report: {os.path.basename(args.model)}").encode()))
+        with progress("report" + (" (profiling both programs)" if args.profile else "")):
+            files += _report_files(args, result, inputs)
     _commit(files)
     _print_summary(result, f"etfuse fuse {args.model} -> {args.output} ({_human(len(result.pte))})", detailed=False)
     if args.report:
@@ -414,6 +417,25 @@ def fuse_file(args) -> int:
     if result.max_abs_error > 1e-3 and result.max_abs_error != 0:
         print(f"etfuse: warning: the fused program differs from eager by {result.max_abs_error:.3g}", file=sys.stderr)
     return 0
+
+
+def _report_files(args, result, inputs) -> list[tuple[str, bytes]]:
+    """The report (Markdown, or HTML for .html) and its chart, as (final path, bytes): written into
+    a scratch folder first, so `_commit` puts them in place together with the .pte, or nothing."""
+    import tempfile
+
+    from etfuse.report import write_report
+
+    with tempfile.TemporaryDirectory() as scratch:
+        staged = os.path.join(scratch, os.path.basename(args.report))
+        files = write_report(staged, result, title=f"etfuse report: {os.path.basename(args.model)}",
+                             inputs=inputs if args.profile else None)
+        out = []
+        for path in (staged, files.png, files.svg):
+            if path:
+                with open(path, "rb") as f:
+                    out.append((os.path.join(os.path.dirname(args.report), os.path.basename(path)), f.read()))
+    return out
 
 
 def build_kernels(args) -> int:
@@ -478,7 +500,10 @@ def build_parser() -> argparse.ArgumentParser:
     f = sub.add_parser("fuse", help="fuse a torch.export.save file into a .pte")
     f.add_argument("model", help="a .pt2 file written by torch.export.save")
     f.add_argument("-o", "--output", required=True, help="the .pte to write (never the input)")
-    f.add_argument("--report", help="write a Markdown report here")
+    f.add_argument("--report", help="write the fusion report here: Markdown, or one HTML page for .html "
+                                    "(a chart of time per op goes next to it with --profile)")
+    f.add_argument("--profile", action="store_true",
+                   help="time every op of the stock and the fused program (ETDump) for the report")
     f.add_argument("--shape", action="append",
                    help="example input shape, e.g. 1,3,224,224 (one per input, in order; the input's dtype)")
     f.add_argument("--compare", action="store_true",
