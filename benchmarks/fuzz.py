@@ -1,0 +1,204 @@
+"""Fuzz etfuse with random models: the generator of tests/test_fuzz.py, many more graphs.
+
+    python benchmarks/fuzz.py --graphs 10000 [--seed 0] [--timeout 300] [--jobs 1] [--failures FILE]
+
+Graph i is `fuzz_models.generate(RandomDraw(random.Random(f"{seed}-{i}")))`, checked four ways
+(eager, fused eager module, unfused runtime, fused runtime; see tests/fuzz_models.py). Graphs run in
+worker subprocesses (one per job, reused across graphs): a worker that dies is an abort, one that
+takes longer than --timeout seconds on a graph is killed and counted as a hang; a fresh worker
+goes on with the next graph. Cumulative counts are printed every --every graphs and at the end;
+etfuse failures, aborts and hangs are written with their model to --failures (JSON lines).
+"""
+
+from __future__ import annotations
+
+import argparse
+import collections
+import json
+import os
+import queue
+import random
+import select
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+
+TESTS = Path(__file__).resolve().parent.parent / "tests"
+sys.path.insert(0, str(TESTS))
+
+MARK = "@@FUZZ "
+
+
+def spec_for(seed: int, i: int):
+    import fuzz_models as fm
+
+    return fm.generate(fm.RandomDraw(random.Random(f"{seed}-{i}")))
+
+
+def worker(seed: int) -> None:
+    """Read graph indices from stdin, write one result line per graph to stdout."""
+    import warnings
+
+    warnings.filterwarnings("ignore")
+    import fuzz_models as fm
+
+    fm.kernels()
+    out = sys.stdout
+    sys.stdout = sys.stderr  # anything else printed stays out of the result stream
+    out.write(MARK + json.dumps({"ready": True}) + "\n")
+    out.flush()
+    for line in sys.stdin:
+        i = int(line)
+        t = time.time()
+        try:
+            o = fm.check(spec_for(seed, i))
+            res = {"i": i, "kind": o.kind, "detail": o.detail[:4000], "error": o.error,
+                   "fused_ok": o.fused_ok}
+        except Exception as e:  # noqa: BLE001  (a bug in the harness itself)
+            res = {"i": i, "kind": "harness_error", "detail": repr(e)[:2000], "error": fm._err(e)}
+        res["s"] = round(time.time() - t, 3)
+        out.write(MARK + json.dumps(res) + "\n")
+        out.flush()
+
+
+class Worker:
+    def __init__(self, seed: int, startup_timeout: float):
+        self.stderr = tempfile.TemporaryFile()
+        self.proc = subprocess.Popen(
+            [sys.executable, __file__, "--worker", "--seed", str(seed)],
+            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self.stderr, text=True, bufsize=1,
+            start_new_session=True,
+        )
+        if self.read(startup_timeout) is None:
+            raise RuntimeError(f"fuzz worker did not start: {self.stderr_tail()}")
+
+    def read(self, timeout: float):
+        """The next result, or None on EOF (worker died); raises TimeoutError."""
+        deadline = time.time() + timeout
+        while True:
+            left = deadline - time.time()
+            if left <= 0:
+                raise TimeoutError
+            r, _, _ = select.select([self.proc.stdout], [], [], left)
+            if not r:
+                continue
+            line = self.proc.stdout.readline()
+            if not line:
+                return None
+            if line.startswith(MARK):
+                return json.loads(line[len(MARK):])
+
+    def run(self, i: int, timeout: float):
+        self.proc.stdin.write(f"{i}\n")
+        self.proc.stdin.flush()
+        return self.read(timeout)
+
+    def stderr_tail(self, n: int = 1500) -> str:
+        self.stderr.seek(0)
+        return self.stderr.read().decode(errors="replace")[-n:]
+
+    def kill(self):
+        try:
+            os.killpg(self.proc.pid, 9)
+        except ProcessLookupError:
+            pass
+        self.proc.wait()
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--graphs", type=int, default=200)
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--start", type=int, default=0, help="first graph index (resume a run)")
+    ap.add_argument("--timeout", type=float, default=300.0, help="seconds per graph before it is a hang")
+    ap.add_argument("--jobs", type=int, default=1)
+    ap.add_argument("--every", type=int, default=25, help="print cumulative counts every N graphs")
+    ap.add_argument("--failures", default=None, help="JSON-lines file for failures, aborts and hangs")
+    ap.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
+    a = ap.parse_args(argv)
+    if a.worker:
+        worker(a.seed)
+        return 0
+
+    counts = collections.Counter()
+    errors = collections.Counter()
+    lock = threading.Lock()
+    todo = queue.Queue()
+    for i in range(a.start, a.start + a.graphs):
+        todo.put(i)
+    failures = open(a.failures, "a") if a.failures else None
+    t0 = time.time()
+    done = [0]
+
+    def report(final=False):
+        el = time.time() - t0
+        line = (f"[{'final' if final else 'progress'}] graphs={done[0]}/{a.graphs} "
+                + " ".join(f"{k}={counts[k]}" for k in
+                           ("pass", "etfuse_mismatch", "etfuse_error", "stock_bug", "stock_error", "skip",
+                            "abort", "hang", "harness_error"))
+                + f" time={el:.0f}s ({el / max(done[0], 1):.2f}s/graph)")
+        print(line, flush=True)
+        if final or done[0] % (a.every * 4) == 0:
+            for k, v in errors.most_common(12):
+                print(f"    {v:6d}  {k}", flush=True)
+
+    def record(i, res):
+        with lock:
+            done[0] += 1
+            counts[res["kind"]] += 1
+            if res.get("error") and res["kind"] != "pass":
+                errors[f"{res['kind']}: {res['error'][:140]}"] += 1
+            if res["kind"] == "stock_bug":
+                counts["stock_bug_fused_ok" if res.get("fused_ok") else "stock_bug_fused_wrong"] += 1
+            if res["kind"] in ("etfuse_mismatch", "etfuse_error", "abort", "hang", "harness_error"):
+                spec = repr(spec_for(a.seed, i))
+                print(f"--- graph {i}: {res['kind']}: {res['detail'][:600]}\n{spec}", flush=True)
+                if failures:
+                    failures.write(json.dumps({**res, "i": i, "seed": a.seed, "spec": spec}) + "\n")
+                    failures.flush()
+            if done[0] % a.every == 0:
+                report()
+
+    def job():
+        w = None
+        while True:
+            try:
+                i = todo.get_nowait()
+            except queue.Empty:
+                break
+            if w is None:
+                w = Worker(a.seed, startup_timeout=600)
+            try:
+                res = w.run(i, a.timeout)
+            except TimeoutError:
+                w.kill()
+                w = None
+                res = {"kind": "hang", "detail": f"no result in {a.timeout:.0f}s"}
+            except BrokenPipeError:
+                res = None
+            if res is None and w is not None:
+                w.proc.wait()
+                res = {"kind": "abort", "detail": f"worker exited {w.proc.returncode}: {w.stderr_tail(600)}",
+                       "error": f"exit {w.proc.returncode}"}
+                w = None
+            record(i, res)
+        if w is not None:
+            w.proc.stdin.close()
+            w.proc.wait()
+
+    threads = [threading.Thread(target=job) for _ in range(max(1, a.jobs))]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    report(final=True)
+    print(f"stock bugs where the fused runtime matched eager: {counts['stock_bug_fused_ok']}, "
+          f"where it was wrong too: {counts['stock_bug_fused_wrong']}", flush=True)
+    return 1 if any(counts[k] for k in ("etfuse_mismatch", "etfuse_error", "abort", "hang")) else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
