@@ -137,8 +137,8 @@ def main(argv=None) -> int:
         el = time.time() - t0
         line = (f"[{'final' if final else 'progress'}] graphs={done[0]}/{a.graphs} "
                 + " ".join(f"{k}={counts[k]}" for k in
-                           ("pass", "etfuse_mismatch", "etfuse_error", "stock_bug", "stock_error", "skip",
-                            "abort", "hang", "harness_error"))
+                           ("pass", "etfuse_mismatch", "etfuse_error", "known_etfuse_bug", "stock_bug", "stock_error",
+                            "skip", "abort", "hang", "harness_error"))
                 + f" time={el:.0f}s ({el / max(done[0], 1):.2f}s/graph)")
         print(line, flush=True)
         if final or done[0] % (a.every * 4) == 0:
@@ -153,7 +153,8 @@ def main(argv=None) -> int:
                 errors[f"{res['kind']}: {res['error'][:140]}"] += 1
             if res["kind"] == "stock_bug":
                 counts["stock_bug_fused_ok" if res.get("fused_ok") else "stock_bug_fused_wrong"] += 1
-            if res["kind"] in ("etfuse_mismatch", "etfuse_error", "abort", "hang", "harness_error"):
+            if res["kind"] in ("etfuse_mismatch", "etfuse_error", "abort", "hang", "harness_error",
+                               "stock_bug", "known_etfuse_bug"):
                 spec = repr(spec_for(a.seed, i))
                 print(f"--- graph {i}: {res['kind']}: {res['detail'][:600]}\n{spec}", flush=True)
                 if failures:

@@ -85,8 +85,24 @@ class Op:
     bodies: tuple = ()        # for cond / scan / while: tuples of Ops over locals "a", "b"
 
     def text(self, name) -> str:
-        args = [name(a) for a in self.args] + [_fmt(p) for p in self.params]
-        s = f"{self.kind}({', '.join(args)}"
+        params = self.params
+        if self.kind == "linear":
+            params = [k for k, on in zip(("bias", "bn"), params) if on]
+        elif self.kind == "conv":
+            params = [f"k={params[0]}"] + [k for k, on in zip(("bias", "bn", "dw"), params[1:]) if on]
+        elif self.kind == "while":
+            params = [f"trips={params[0]}"]
+        elif self.kind == "cond":
+            params = []
+        kind = self.kind
+        if kind == "scalar":
+            kind, params = f"{params[0]}_scalar", params[1:]
+        args = [name(a) for a in self.args] + [_fmt(p) for p in params]
+        if self.kind == "cond":
+            args[0] = f"{args[0]}.sum() > 0"
+        elif self.kind == "scan":
+            args[:2] = [f"xs={args[0]}", f"init={args[1]}[0]"]
+        s = f"{kind}({', '.join(args)}"
         for label, body in zip(_BODY_LABELS.get(self.kind, ()), self.bodies):
             s += f", {label}=[{'; '.join(_body_text(body))}]"
         return s + ")"
@@ -381,8 +397,9 @@ ETFUSE_ERROR = "etfuse_error"            # etfuse.fuse, or lowering/running the 
 STOCK_BUG = "stock_bug"                  # the unfused runtime is wrong (stock executorch)
 STOCK_ERROR = "stock_error"              # the unfused program does not lower/run on the stock runtime
 SKIP = "skip"                            # export / to_edge / quantization unsupported
+KNOWN_ETFUSE_BUG = "known_etfuse_bug"    # an etfuse failure listed in KNOWN_ETFUSE_BUGS
 FAILURES = (ETFUSE_MISMATCH, ETFUSE_ERROR)
-EXPECTED = (PASS, STOCK_BUG, STOCK_ERROR, SKIP)
+EXPECTED = (PASS, STOCK_BUG, STOCK_ERROR, SKIP, KNOWN_ETFUSE_BUG)
 
 
 @dataclasses.dataclass
@@ -397,8 +414,32 @@ class Outcome:
 
 
 def _err(e: BaseException) -> str:
+    """`Type: first line` of the innermost cause (executorch wraps pass errors in a generic one)."""
+    seen = set()
+    while (e.__cause__ or e.__context__) is not None and id(e) not in seen:
+        seen.add(id(e))
+        e = e.__cause__ or e.__context__
     msg = str(e).strip().splitlines()
     return f"{type(e).__name__}: {msg[0][:160] if msg else ''}"
+
+
+# etfuse bugs found by this fuzzer and reported, not yet fixed: (substring of `Outcome.error`,
+# what it is). They are counted as KNOWN_ETFUSE_BUG instead of failing the test; delete an entry
+# when its fix lands and the fuzz test will hold the fix.
+KNOWN_ETFUSE_BUGS = [
+    ("outs_to_grad length",
+     "LoopLoweringPass retraces while_loop with grad enabled: a loop whose carry depends on a "
+     "parameter (requires_grad) fails unless fuse runs under torch.no_grad(). Repro: "
+     "`y = nn.Linear(4, 4)(x); while_loop(i < 3, (i + 1, clamp(acc, -1, 1)), (0, y.clone()))`"),
+]
+
+
+def _known(outcome: "Outcome") -> "Outcome":
+    if outcome.kind in FAILURES:
+        for needle, what in KNOWN_ETFUSE_BUGS:
+            if needle in outcome.error or needle in outcome.detail:
+                return Outcome(KNOWN_ETFUSE_BUG, f"{what}\n{outcome.detail}", outcome.error)
+    return outcome
 
 
 def _pt2e_int8(model, args):
@@ -463,6 +504,10 @@ def kernels():
 
 def check(spec: ModelSpec, runs: int = 2) -> Outcome:
     """Eager vs fused eager vs unfused runtime vs fused runtime, on `runs` input sets."""
+    return _known(_check(spec, runs))
+
+
+def _check(spec: ModelSpec, runs: int) -> Outcome:
     import etfuse
     from executorch.exir import to_edge
     from etfuse.passes import LoopLoweringPass

@@ -1,0 +1,86 @@
+"""Property-based fuzzing: random small models, each run four ways (eager, the fused program in
+torch eager, the unfused program on the ExecuTorch runtime, the fused one on the runtime).
+
+The generator and the comparison live in `fuzz_models.py` (shared with `benchmarks/fuzz.py`,
+which runs the same generator for thousands of graphs in subprocesses). Here hypothesis drives
+it with a fixed seed (`derandomize=True`) and a budget of `FUZZ_EXAMPLES` graphs, sized so this
+test stays within a few minutes on CI's 2 cores (each graph costs seconds of export, to_edge,
+fuse and two to_executorch lowerings). A failure is shrunk to a minimal model, printed as a
+small program (`ModelSpec.__repr__`).
+
+An etfuse-caused mismatch (the fused program differs while the unfused runtime matches eager) and
+an etfuse error fail the test. A stock-runtime bug (the unfused runtime is the one that is wrong)
+and programs the stock runtime cannot lower are expected; models that cannot be exported are
+skipped with `assume`.
+"""
+
+import os
+
+import pytest
+from hypothesis import HealthCheck, assume, given, settings
+
+import fuzz_models as fm
+
+FUZZ_EXAMPLES = int(os.environ.get("ETFUSE_FUZZ_EXAMPLES", "40"))
+
+
+@pytest.fixture(scope="module", autouse=True)
+def kernels():
+    return fm.kernels()
+
+
+@settings(derandomize=True, max_examples=FUZZ_EXAMPLES, deadline=None, database=None,
+          suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much, HealthCheck.data_too_large])
+@given(fm.strategy())
+def test_fused_programs_match_eager_and_the_unfused_runtime(spec):
+    outcome = fm.check(spec)
+    assume(outcome.kind != fm.SKIP)
+    assert outcome.kind not in fm.FAILURES, f"{outcome}\n{spec!r}"
+
+
+def test_generator_is_deterministic_and_readable():
+    import random
+
+    a = fm.generate(fm.RandomDraw(random.Random("0-7")))
+    b = fm.generate(fm.RandomDraw(random.Random("0-7")))
+    assert a == b and repr(a) == repr(b)
+    text = repr(a)
+    assert text.startswith("ModelSpec(shape=") and "  v0 = input" in text and "  return v" in text
+
+
+def test_the_generator_covers_every_op_kind():
+    import random
+
+    seen, quant = set(), 0
+    for i in range(300):
+        spec = fm.generate(fm.RandomDraw(random.Random(f"cover-{i}")))
+        seen |= {op.kind for op in spec.ops}
+        seen |= {(op.kind, p) for op in spec.ops for p in op.params if p in ("bn", "dw")}
+        quant += spec.quant
+    assert set(fm.TOP_KINDS) <= seen
+    assert {("linear", "bn"), ("conv", "bn"), ("conv", "dw")} <= seen
+    assert quant > 10
+
+
+def test_check_catches_a_wrong_fused_program(monkeypatch):
+    """The comparison is not vacuous: a fusion that changes results is an etfuse mismatch."""
+    import etfuse
+    import torch
+
+    spec = fm.ModelSpec(shape=(2, 4), inputs=((2, 4), (2, 4)), ops=(fm.Op("add", (0, 1)), fm.Op("relu", (2,))),
+                        outputs=(3,))
+    assert fm.check(spec).kind == fm.PASS
+    real_fuse = etfuse.fuse
+
+    def wrong_fuse(program, passes=None):
+        fused = real_fuse(program, passes)
+        for n in fused.exported_program().graph.nodes:
+            if n.op == "call_function" and "add_relu" in str(n.target):
+                n.target = torch.ops.etfuse.add_relu.default  # fine so far: now break it
+                n.args = (n.args[0], n.args[0])
+        fused.exported_program().graph_module.recompile()
+        return fused
+
+    monkeypatch.setattr(etfuse, "fuse", wrong_fuse)
+    outcome = fm.check(spec)
+    assert outcome.kind == fm.ETFUSE_MISMATCH, outcome
