@@ -56,7 +56,7 @@ def worker(seed: int) -> None:
         try:
             o = fm.check(spec_for(seed, i))
             res = {"i": i, "kind": o.kind, "detail": o.detail[:4000], "error": o.error,
-                   "fused_ok": o.fused_ok}
+                   "fused_ok": o.fused_ok, "fused_ops": o.fused_ops}
         except Exception as e:  # noqa: BLE001  (a bug in the harness itself)
             res = {"i": i, "kind": "harness_error", "detail": repr(e)[:2000], "error": fm._err(e)}
         res["s"] = round(time.time() - t, 3)
@@ -125,6 +125,7 @@ def main(argv=None) -> int:
 
     counts = collections.Counter()
     errors = collections.Counter()
+    fused = collections.Counter()  # backend ops in the fused programs, summed
     lock = threading.Lock()
     todo = queue.Queue()
     for i in range(a.start, a.start + a.graphs):
@@ -142,6 +143,9 @@ def main(argv=None) -> int:
                 + f" time={el:.0f}s ({el / max(done[0], 1):.2f}s/graph)")
         print(line, flush=True)
         if final or done[0] % (a.every * 4) == 0:
+            print(f"    graphs with a fused op: {counts['with_fusion']}; fused ops: "
+                  + ", ".join(f"{k} {v}" for k, v in fused.most_common()), flush=True)
+        if final or done[0] % (a.every * 4) == 0:
             for k, v in errors.most_common(12):
                 print(f"    {v:6d}  {k}", flush=True)
 
@@ -149,6 +153,9 @@ def main(argv=None) -> int:
         with lock:
             done[0] += 1
             counts[res["kind"]] += 1
+            ops = res.get("fused_ops") or {}
+            counts["with_fusion"] += bool(ops)
+            fused.update(ops)
             if res.get("error") and res["kind"] != "pass":
                 errors[f"{res['kind']}: {res['error'][:140]}"] += 1
             if res["kind"] == "stock_bug":

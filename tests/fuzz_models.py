@@ -408,6 +408,7 @@ class Outcome:
     detail: str = ""
     error: str = ""   # "ExceptionType: first line" for errors, the grouping key
     fused_ok: Optional[bool] = None  # for stock bugs: whether the fused runtime matched eager
+    fused_ops: dict = dataclasses.field(default_factory=dict)  # backend op -> count in the fused program
 
     def __str__(self):
         return f"{self.kind}: {self.detail}"
@@ -505,6 +506,24 @@ def kernels():
 def check(spec: ModelSpec, runs: int = 2) -> Outcome:
     """Eager vs fused eager vs unfused runtime vs fused runtime, on `runs` input sets."""
     return _known(_check(spec, runs))
+
+
+_FUSED_NAMES = ("etfuse.", "quantized_decomposed.add", "quantized_decomposed.embedding_byte")
+
+
+def fused_ops(program) -> dict:
+    """Backend ops in a fused program, nested bodies included: {"etfuse.add_relu": 2, ...}."""
+    counts = {}
+    for gm in program.graph_module.modules():
+        if not isinstance(gm, torch.fx.GraphModule):
+            continue
+        for n in gm.graph.nodes:
+            if n.op == "call_function":
+                name = str(getattr(n.target, "_op", n.target))
+                if name.startswith(_FUSED_NAMES):
+                    key = name.rsplit(".", 1)[0] if name.endswith(".default") else name
+                    counts[key] = counts.get(key, 0) + 1
+    return counts
 
 
 def _check(spec: ModelSpec, runs: int) -> Outcome:
@@ -612,4 +631,6 @@ def _check(spec: ModelSpec, runs: int) -> Outcome:
             stock_bug = stock_bug or Outcome(kind, f"unfused runtime vs eager (input set {k}): {ur_bad}; "
                                                    f"fused runtime: {fr_bad or 'matches eager'}",
                                              ur_problem or "", fused_ok=fr_bad is None)
-    return stock_bug or Outcome(PASS)
+    out = stock_bug or Outcome(PASS)
+    out.fused_ops = fused_ops(fused.exported_program())
+    return out

@@ -17,7 +17,7 @@ skipped with `assume`.
 import os
 
 import pytest
-from hypothesis import HealthCheck, assume, given, settings
+from hypothesis import HealthCheck, assume, event, given, settings
 
 import fuzz_models as fm
 
@@ -34,6 +34,9 @@ def kernels():
 @given(fm.strategy())
 def test_fused_programs_match_eager_and_the_unfused_runtime(spec):
     outcome = fm.check(spec)
+    event(f"outcome: {outcome.kind}")
+    event(f"model: {'int8 ' if spec.quant else ''}{'control flow' if spec.has_control_flow else 'straight-line'}")
+    event(f"fused backend ops: {'yes' if outcome.fused_ops else 'none'}")
     assume(outcome.kind != fm.SKIP)
     assert outcome.kind not in fm.FAILURES, f"{outcome}\n{spec!r}"
 
