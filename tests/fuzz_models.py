@@ -60,8 +60,8 @@ class HypothesisDraw:
         return self.draw(self.st.integers(lo, hi))
 
     def bool(self, p: float = 0.5) -> bool:
-        # integers, not booleans(): 0 (False) is the simple side when shrinking
-        return self.draw(self.st.integers(0, 99)) < int(p * 100)
+        # shrinks towards 0, the False side (the simpler model)
+        return self.draw(self.st.integers(0, 99)) >= 100 - round(p * 100)
 
 
 def strategy():
@@ -269,6 +269,13 @@ def generate(draw) -> ModelSpec:
             s = shape
         ops.append(op)
         shapes.append(s)
+        if kind in ("add", "sub", "linear", "conv") and draw.bool(0.5):
+            # an activation right after: the chains the fusions look for (add_relu, linear_act,
+            # conv2d_act, quantized add_relu)
+            act = ("relu", "hardtanh", "clamp")[draw.int(0, 2)]
+            op, s = _elementwise(draw, act, lambda: len(shapes) - 1, shapes)
+            ops.append(op)
+            shapes.append(s)
     if not ops:
         ops.append(Op("relu", (0,)))
         shapes.append(shape)

@@ -21,7 +21,7 @@ from hypothesis import HealthCheck, assume, event, given, settings
 
 import fuzz_models as fm
 
-FUZZ_EXAMPLES = int(os.environ.get("ETFUSE_FUZZ_EXAMPLES", "40"))
+FUZZ_EXAMPLES = int(os.environ.get("ETFUSE_FUZZ_EXAMPLES", "25"))
 
 
 @pytest.fixture(scope="module", autouse=True)
