@@ -1,6 +1,7 @@
 """Fuzz etfuse with random models: the generator of tests/test_fuzz.py, many more graphs.
 
     python benchmarks/fuzz.py --graphs 10000 [--seed 0] [--timeout 300] [--jobs 1] [--failures FILE]
+    python benchmarks/fuzz.py --shrink 39 [--seed 0]      # graph 39 shrunk to a minimal model
 
 Graph i is `fuzz_models.generate(RandomDraw(random.Random(f"{seed}-{i}")))`, checked four ways
 (eager, fused eager module, unfused runtime, fused runtime; see tests/fuzz_models.py). Graphs run in
@@ -64,6 +65,27 @@ def worker(seed: int) -> None:
         out.flush()
 
 
+def shrink(seed: int, i: int) -> int:
+    import warnings
+
+    warnings.filterwarnings("ignore")
+    import fuzz_models as fm
+
+    spec = spec_for(seed, i)
+    first = fm.check(spec)
+    print(f"graph {i}: {first}\n{spec!r}", flush=True)
+    if first.kind == fm.PASS:
+        return 0
+
+    def same(s):
+        o = fm.check(s)
+        return o.kind == first.kind and o.fused_ok == first.fused_ok and o.error == first.error
+
+    small = fm.shrink(spec, same, log=lambda m: print(m, flush=True))
+    print(f"minimal:\n{small!r}\n{fm.check(small)}", flush=True)
+    return 0
+
+
 class Worker:
     def __init__(self, seed: int, startup_timeout: float):
         self.stderr = tempfile.TemporaryFile()
@@ -117,11 +139,16 @@ def main(argv=None) -> int:
     ap.add_argument("--jobs", type=int, default=1)
     ap.add_argument("--every", type=int, default=25, help="print cumulative counts every N graphs")
     ap.add_argument("--failures", default=None, help="JSON-lines file for failures, aborts and hangs")
+    ap.add_argument("--shrink", type=int, default=None, metavar="I",
+                    help="check graph I of --seed in this process and shrink it to a minimal model "
+                         "with the same outcome")
     ap.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     a = ap.parse_args(argv)
     if a.worker:
         worker(a.seed)
         return 0
+    if a.shrink is not None:
+        return shrink(a.seed, a.shrink)
 
     counts = collections.Counter()
     errors = collections.Counter()
