@@ -9,6 +9,16 @@ worker subprocesses (one per job, reused across graphs): a worker that dies is a
 takes longer than --timeout seconds on a graph is killed and counted as a hang; a fresh worker
 goes on with the next graph. Cumulative counts are printed every --every graphs and at the end;
 etfuse failures, aborts and hangs are written with their model to --failures (JSON lines).
+
+Run at a4f379f (same generator as now), 1 job, 2 cores shared with three other engineers:
+`python benchmarks/fuzz.py --graphs 10000 --seed 0 --timeout 300 --jobs 1 --failures F`, stopped
+at the deadline after 700 graphs in 4502 s (6.4 s/graph): pass 665, etfuse mismatches 0,
+etfuse errors 0, known etfuse bug 17 (LoopLoweringPass under grad mode: `outs_to_grad length`),
+stock-runtime bugs 17 (13 fixed by the fused program: a cond result overwritten by later control
+flow; 4 wrong on both: a cond result read through a view, e.g. nn.Linear on a 4-D tensor), stock
+error 1 (unfused runtime: "Guard shape_dynamism_eq_base failed"), skipped 0, aborts 0, hangs 0.
+246 of the 700 graphs held a backend op (linear_act 170, quantized add 49, conv2d_act 48,
+add_relu 25, linear_relu 14, quantized add_relu 12).
 """
 
 from __future__ import annotations
