@@ -1,0 +1,732 @@
+"""Random small models for property-based fuzzing of etfuse, and the four-way comparison.
+
+ONE generator, two drivers: `generate(draw)` builds a `ModelSpec` from a `Draw` -- an object with
+`int(lo, hi)` and `bool()` -- so the same code runs under hypothesis (`HypothesisDraw`, every
+choice a shrinkable integer: a failure shrinks to fewer, simpler ops) and under a plain seeded
+`random.Random` (`RandomDraw`, what `benchmarks/fuzz.py` uses for 10,000 graphs). Choice 0 is
+always the simplest option (add, no bias, no batch norm, rank 2), so shrinking moves towards it.
+
+A `ModelSpec` is a straight-line program over tensors of one "main" shape S plus broadcastable
+side inputs (shapes like (F,), (1, F), (B, 1), ()); its `repr` is the program, readable as a
+minimal model once hypothesis has shrunk it:
+
+    ModelSpec(shape=(3, 8), quant=False, seed=0)
+      v0 = input(3, 8)
+      v1 = input(8,)
+      v2 = add(v0, v1)
+      v3 = relu(v2)
+      return v3, v2
+
+`check(spec)` runs it four ways -- eager, the fused program in torch eager, the unfused edge
+program on the ExecuTorch runtime, the fused one on the runtime -- and classifies the outcome
+(`Outcome.kind`): see `FAILURES` and `EXPECTED`.
+"""
+
+from __future__ import annotations
+
+import copy
+import dataclasses
+import random
+import traceback
+from typing import Optional
+
+import torch
+
+# --- drawing ------------------------------------------------------------------------------------
+
+
+class RandomDraw:
+    """Choices from a seeded `random.Random` (the fuzz script)."""
+
+    def __init__(self, rng: random.Random):
+        self.rng = rng
+
+    def int(self, lo: int, hi: int) -> int:
+        return self.rng.randint(lo, hi)
+
+    def bool(self, p: float = 0.5) -> bool:
+        return self.rng.random() < p
+
+
+class HypothesisDraw:
+    """Choices drawn from hypothesis (the test): each one an integer hypothesis can shrink."""
+
+    def __init__(self, draw):
+        from hypothesis import strategies as st
+
+        self.draw, self.st = draw, st
+
+    def int(self, lo: int, hi: int) -> int:
+        return self.draw(self.st.integers(lo, hi))
+
+    def bool(self, p: float = 0.5) -> bool:
+        # shrinks towards 0, the False side (the simpler model)
+        return self.draw(self.st.integers(0, 99)) >= 100 - round(p * 100)
+
+
+def strategy(quant=None):
+    """The hypothesis strategy of `ModelSpec`s (`quant=True`: PT2E int8 models only)."""
+    from hypothesis import strategies as st
+
+    @st.composite
+    def specs(draw):
+        return generate(HypothesisDraw(draw), quant)
+
+    return specs()
+
+
+# --- the model description -----------------------------------------------------------------------
+
+@dataclasses.dataclass(frozen=True)
+class Op:
+    kind: str
+    args: tuple = ()          # value indices (top level) or local names (inside a body)
+    params: tuple = ()        # constants: (min, max), (scalar,), (bias, bn, ...)
+    bodies: tuple = ()        # for cond / scan / while: tuples of Ops over locals "a", "b"
+
+    def text(self, name) -> str:
+        params = self.params
+        if self.kind == "linear":
+            params = [k for k, on in zip(("bias", "bn"), params) if on]
+        elif self.kind == "conv":
+            params = [f"k={params[0]}"] + [k for k, on in zip(("bias", "bn", "dw"), params[1:]) if on]
+        elif self.kind == "while":
+            params = [f"trips={params[0]}"]
+        elif self.kind == "cond":
+            params = []
+        kind = self.kind
+        if kind == "scalar":
+            kind, params = f"{params[0]}_scalar", params[1:]
+        args = [name(a) for a in self.args] + [_fmt(p) for p in params]
+        if self.kind == "cond":
+            args[0] = f"{args[0]}.sum() > 0"
+        elif self.kind == "scan":
+            args[:2] = [f"xs={args[0]}", f"init={args[1]}[0]"]
+        s = f"{kind}({', '.join(args)}"
+        for label, body in zip(_BODY_LABELS.get(self.kind, ()), self.bodies):
+            s += f", {label}=[{'; '.join(_body_text(body))}]"
+        return s + ")"
+
+
+_BODY_LABELS = {"cond": ("then", "else"), "scan": ("step",), "while": ("body",)}
+
+
+def _fmt(p):
+    if isinstance(p, float):
+        return f"{p:g}"
+    if isinstance(p, str):
+        return p
+    return repr(p)
+
+
+def _body_text(body) -> list:
+    out = []
+    for i, op in enumerate(body):
+        out.append(f"t{i} = {op.text(lambda a: a if isinstance(a, str) else f't{a}')}")
+    return out
+
+
+@dataclasses.dataclass(frozen=True)
+class ModelSpec:
+    shape: tuple                  # the main shape S: (B, F) or (B, C, H, W)
+    inputs: tuple                 # shapes of the inputs (v0 = S, others broadcast against S)
+    ops: tuple                    # Ops; values are numbered inputs first, then one per op
+    outputs: tuple                # value indices returned
+    quant: bool = False           # PT2E int8 (XNNPACK quantizer) over the whole model
+    seed: int = 0                 # weights and inputs
+
+    def __repr__(self):
+        lines = [f"ModelSpec(shape={self.shape}, quant={self.quant}, seed={self.seed})"]
+        for i, s in enumerate(self.inputs):
+            lines.append(f"  v{i} = input{tuple(s)}")
+        n = len(self.inputs)
+        for j, op in enumerate(self.ops):
+            lines.append(f"  v{n + j} = {op.text(lambda a: f'v{a}')}")
+        lines.append(f"  return {', '.join(f'v{o}' for o in self.outputs)}")
+        return "\n".join(lines)
+
+    @property
+    def has_control_flow(self) -> bool:
+        return any(op.kind in ("cond", "scan", "while") for op in self.ops)
+
+    @property
+    def has_while(self) -> bool:
+        return any(op.kind == "while" for op in self.ops)
+
+
+# --- the generator -------------------------------------------------------------------------------
+
+ELEMENTWISE = ("add", "sub", "mul", "relu", "hardtanh", "clamp", "scalar")
+TOP_KINDS = ELEMENTWISE + ("linear", "conv", "cond", "scan", "while")
+HARDTANH = ((-1.0, 1.0), (0.0, 6.0), (-0.5, 2.0))
+CLAMP = ((0.0, None), (None, 1.0), (-1.0, 1.0), (0.0, 6.0))
+SCALARS = (("add", 1.0), ("mul", 0.5), ("add", -0.25), ("mul", -2.0), ("sub", 0.5), ("rsub", 1.0))
+
+
+def _broadcast_shapes(shape, draw) -> tuple:
+    """A shape that broadcasts against the main shape `shape`."""
+    if len(shape) == 2:
+        b, f = shape
+        options = [(f,), (1, f), (b, 1), (), (1, 1)]
+    else:
+        b, c, h, w = shape
+        options = [(c, 1, 1), (1, c, 1, 1), (w,), (), (b, 1, 1, 1), (1, 1, h, w)]
+    return options[draw.int(0, len(options) - 1)]
+
+
+def _bshape(a, b) -> tuple:
+    return tuple(torch.broadcast_shapes(a, b))
+
+
+def _pick(draw, n: int, recent_bias: bool = True) -> int:
+    """A value index in [0, n): mostly a recent one (chains), sometimes any (residuals)."""
+    if recent_bias and draw.bool(0.6):
+        return n - 1 - draw.int(0, min(1, n - 1))
+    return draw.int(0, n - 1)
+
+
+def _elementwise(draw, kind: str, pick, shapes) -> tuple[Op, tuple]:
+    """One elementwise op; `pick()` gives an operand, `shapes[x]` its shape."""
+    a = pick()
+    if kind in ("add", "sub", "mul"):
+        b = a if draw.bool(0.15) else pick()  # x + x
+        return Op(kind, (a, b)), _bshape(shapes[a], shapes[b])
+    if kind == "relu":
+        return Op("relu", (a,)), shapes[a]
+    if kind == "hardtanh":
+        return Op("hardtanh", (a,), HARDTANH[draw.int(0, len(HARDTANH) - 1)]), shapes[a]
+    if kind == "clamp":
+        return Op("clamp", (a,), CLAMP[draw.int(0, len(CLAMP) - 1)]), shapes[a]
+    if kind == "scalar":
+        return Op("scalar", (a,), SCALARS[draw.int(0, len(SCALARS) - 1)]), shapes[a]
+    raise AssertionError(kind)
+
+
+def _body(draw, shapes: dict, out_shape: tuple, max_ops: int = 3) -> tuple:
+    """A body over locals "a" and "b" (shapes given) whose result has shape `out_shape`."""
+    ops, names = [], list(shapes)
+    shapes = dict(shapes)
+    for i in range(draw.int(1, max_ops)):
+        kind = ELEMENTWISE[draw.int(0, len(ELEMENTWISE) - 1)]
+        op, shape = _elementwise(draw, kind, lambda: names[_pick(draw, len(names))], shapes)
+        ops.append(op)
+        shapes[i] = shape
+        names.append(i)
+    if shapes[len(ops) - 1] != tuple(out_shape):  # make the result the carried/branch shape
+        ops.append(Op("add", (len(ops) - 1, "a")))
+    return tuple(ops)
+
+
+def generate(draw, quant=None) -> ModelSpec:
+    """A random model; `quant` forces the int8 choice (the draw is still made, so the rest of
+    the choices are the same)."""
+    drawn = draw.bool(0.15)
+    quant = drawn if quant is None else quant
+    rank4 = draw.bool(0.35)
+    if rank4:
+        shape = (draw.int(1, 2), draw.int(1, 4), draw.int(3, 5), draw.int(3, 5))
+    else:
+        shape = (draw.int(1, 4), draw.int(1, 8))
+    inputs = [shape] + [_broadcast_shapes(shape, draw) if draw.bool(0.7) else shape
+                        for _ in range(draw.int(0, 2))]
+    shapes = list(inputs)
+    full = lambda i: tuple(shapes[i]) == tuple(shape)  # noqa: E731
+    ops = []
+    kinds = TOP_KINDS[:9] if quant else TOP_KINDS  # PT2E blocks: no control flow
+    for _ in range(draw.int(1, 7)):
+        n = len(shapes)
+        kind = kinds[draw.int(0, len(kinds) - 1)]
+        fulls = [i for i in range(n) if full(i)]
+        if kind in ELEMENTWISE:
+            op, s = _elementwise(draw, kind, lambda: _pick(draw, n), shapes)
+        elif kind == "linear":
+            cands = [i for i in range(n) if len(shapes[i]) >= 1 and shapes[i][-1] == shape[-1]]
+            a = cands[-1 - draw.int(0, min(1, len(cands) - 1))] if draw.bool(0.7) else cands[draw.int(0, len(cands) - 1)]
+            bn = not rank4 and full(a) and draw.bool(0.25)
+            op, s = Op("linear", (a,), (draw.bool(0.6), "bn" if bn else "")), shapes[a]
+        elif kind == "conv":
+            if not rank4:
+                continue
+            a = fulls[-1] if draw.bool(0.7) else fulls[draw.int(0, len(fulls) - 1)]
+            k = (1, 3)[draw.int(0, 1)]
+            groups = "dw" if shape[1] > 1 and draw.bool(0.3) else ""
+            op, s = Op("conv", (a,), (k, draw.bool(0.6), "bn" if draw.bool(0.4) else "", groups)), shape
+        elif kind == "cond":
+            a = fulls[-1] if draw.bool(0.6) else fulls[draw.int(0, len(fulls) - 1)]
+            b, p = _pick(draw, n), _pick(draw, n, recent_bias=False)
+            local = {"a": shape, "b": shapes[b]}
+            op = Op("cond", (p, a, b), (), (_body(draw, local, shape), _body(draw, local, shape)))
+            s = shape
+        elif kind == "scan":
+            a = fulls[-1] if draw.bool(0.6) else fulls[draw.int(0, len(fulls) - 1)]
+            init = fulls[draw.int(0, len(fulls) - 1)]
+            take = ("ys", "h")[draw.int(0, 1)]
+            local = {"a": shape[1:], "b": shape[1:]}  # a: the carry h, b: the slice x
+            op = Op("scan", (a, init), (take,), (_body(draw, local, shape[1:]),))
+            s = shape if take == "ys" else shape[1:]
+        else:  # while: for i < trips: a = body(a, b)
+            a = fulls[-1] if draw.bool(0.6) else fulls[draw.int(0, len(fulls) - 1)]
+            b = _pick(draw, n)
+            local = {"a": shape, "b": shapes[b]}
+            op = Op("while", (a, b), (draw.int(1, 3),), (_body(draw, local, shape),))
+            s = shape
+        ops.append(op)
+        shapes.append(s)
+        if kind in ("add", "sub", "linear", "conv") and draw.bool(0.5):
+            # an activation right after: the chains the fusions look for (add_relu, linear_act,
+            # conv2d_act, quantized add_relu)
+            act = ("relu", "hardtanh", "clamp")[draw.int(0, 2)]
+            op, s = _elementwise(draw, act, lambda: len(shapes) - 1, shapes)
+            ops.append(op)
+            shapes.append(s)
+    if not ops:
+        ops.append(Op("relu", (0,)))
+        shapes.append(shape)
+    last = len(shapes) - 1
+    outputs = [last]
+    if draw.bool(0.4):  # an intermediate with a user outside a would-be fusion
+        extra = draw.int(len(inputs), last)
+        if extra != last:
+            outputs.append(extra)
+    return ModelSpec(tuple(shape), tuple(tuple(s) for s in inputs), tuple(ops), tuple(outputs), quant,
+                     draw.int(0, 3))
+
+
+# --- building the nn.Module ----------------------------------------------------------------------
+
+def _apply_elementwise(op: Op, env):
+    x = [env[a] for a in op.args]
+    if op.kind == "add":
+        return x[0] + x[1]
+    if op.kind == "sub":
+        return x[0] - x[1]
+    if op.kind == "mul":
+        return x[0] * x[1]
+    if op.kind == "relu":
+        return torch.relu(x[0])
+    if op.kind == "hardtanh":
+        return torch.nn.functional.hardtanh(x[0], *op.params)
+    if op.kind == "clamp":
+        return torch.clamp(x[0], *op.params)
+    if op.kind == "scalar":
+        how, c = op.params
+        return {"add": lambda t: t + c, "mul": lambda t: t * c, "sub": lambda t: t - c,
+                "rsub": lambda t: c - t}[how](x[0])
+    raise AssertionError(op.kind)
+
+
+def _run_body(body, a, b):
+    env = {"a": a, "b": b}
+    for i, op in enumerate(body):
+        env[i] = _apply_elementwise(op, env)
+    return env[len(body) - 1]
+
+
+class FuzzModel(torch.nn.Module):
+    def __init__(self, spec: ModelSpec):
+        super().__init__()
+        self.spec = spec
+        g = torch.Generator().manual_seed(spec.seed)
+        self.layers = torch.nn.ModuleDict()
+        for j, op in enumerate(spec.ops):
+            if op.kind == "linear":
+                f = spec.shape[-1]
+                layer = torch.nn.Linear(f, f, bias=op.params[0])
+                if op.params[1]:
+                    layer = torch.nn.Sequential(layer, torch.nn.BatchNorm1d(f))
+            elif op.kind == "conv":
+                c = spec.shape[1]
+                k, bias, bn, groups = op.params
+                layer = torch.nn.Conv2d(c, c, k, padding=k // 2, bias=bias, groups=c if groups else 1)
+                if bn:
+                    layer = torch.nn.Sequential(layer, torch.nn.BatchNorm2d(c))
+            else:
+                continue
+            for p in layer.parameters():
+                with torch.no_grad():
+                    p.copy_(torch.randn(p.shape, generator=g) * 0.5)
+            for m in layer.modules():
+                if isinstance(m, torch.nn.modules.batchnorm._BatchNorm):
+                    m.running_mean.copy_(torch.randn(m.running_mean.shape, generator=g) * 0.3)
+                    m.running_var.copy_(torch.rand(m.running_var.shape, generator=g) + 0.5)
+            self.layers[str(j)] = layer
+        self.eval()
+
+    def forward(self, *inputs):
+        spec = self.spec
+        env = dict(enumerate(inputs))
+        n = len(inputs)
+        for j, op in enumerate(spec.ops):
+            if op.kind in ELEMENTWISE:
+                r = _apply_elementwise(op, env)
+            elif op.kind in ("linear", "conv"):
+                r = self.layers[str(j)](env[op.args[0]])
+            elif op.kind == "cond":
+                p, a, b = (env[i] for i in op.args)
+                then, other = op.bodies
+                r = torch.cond(p.sum() > 0, lambda a, b: _run_body(then, a, b),
+                               lambda a, b: _run_body(other, a, b), (a, b))
+            elif op.kind == "scan":
+                from torch._higher_order_ops.scan import scan
+
+                xs, init = env[op.args[0]], env[op.args[1]][0].clone()
+                (body,) = op.bodies
+
+                def step(h, x, body=body):
+                    nh = _run_body(body, h, x)
+                    return nh, nh.clone()
+
+                h, ys = scan(step, init, xs)
+                r = ys if op.params[0] == "ys" else h
+            elif op.kind == "while":
+                from torch._higher_order_ops.while_loop import while_loop
+
+                a, b = env[op.args[0]], env[op.args[1]]
+                (body,) = op.bodies
+                trips = op.params[0]
+                r = while_loop(lambda i, acc: i < trips,
+                               lambda i, acc, body=body: (i + 1, _run_body(body, acc, b)),
+                               (torch.zeros((), dtype=torch.int64), a.clone()))[1]
+            else:
+                raise AssertionError(op.kind)
+            env[n + j] = r
+        return tuple(env[o] for o in spec.outputs)
+
+
+def example_inputs(spec: ModelSpec, which: int = 0) -> tuple:
+    g = torch.Generator().manual_seed(1000 * spec.seed + which)
+    return tuple(torch.randn(s, generator=g) for s in spec.inputs)
+
+
+# --- lowering and the four-way check -------------------------------------------------------------
+
+# Outcome kinds. FAILURES are etfuse's; EXPECTED are counted, not failures.
+PASS = "pass"
+ETFUSE_MISMATCH = "etfuse_mismatch"      # fused (eager or runtime) differs while the unfused runtime matches
+ETFUSE_ERROR = "etfuse_error"            # etfuse.fuse, or lowering/running the fused program, raised
+STOCK_BUG = "stock_bug"                  # the unfused runtime is wrong (stock executorch)
+STOCK_ERROR = "stock_error"              # the unfused program does not lower/run on the stock runtime
+SKIP = "skip"                            # export / to_edge / quantization unsupported
+KNOWN_ETFUSE_BUG = "known_etfuse_bug"    # an etfuse failure listed in KNOWN_ETFUSE_BUGS
+FAILURES = (ETFUSE_MISMATCH, ETFUSE_ERROR)
+EXPECTED = (PASS, STOCK_BUG, STOCK_ERROR, SKIP, KNOWN_ETFUSE_BUG)
+
+
+@dataclasses.dataclass
+class Outcome:
+    kind: str
+    detail: str = ""
+    error: str = ""   # "ExceptionType: first line" for errors, the grouping key
+    fused_ok: Optional[bool] = None  # for stock bugs: whether the fused runtime matched eager
+    fused_ops: dict = dataclasses.field(default_factory=dict)  # backend op -> count in the fused program
+
+    def __str__(self):
+        return f"{self.kind}: {self.detail}"
+
+
+def _err(e: BaseException) -> str:
+    """`Type: first line` of the innermost cause (executorch wraps pass errors in a generic one)."""
+    seen = set()
+    while (e.__cause__ or e.__context__) is not None and id(e) not in seen:
+        seen.add(id(e))
+        e = e.__cause__ or e.__context__
+    msg = str(e).strip().splitlines()
+    return f"{type(e).__name__}: {msg[0][:160] if msg else ''}"
+
+
+# etfuse bugs found by this fuzzer and reported, not yet fixed: (substring of `Outcome.error`,
+# what it is). They are counted as KNOWN_ETFUSE_BUG instead of failing the test; delete an entry
+# when its fix lands and the fuzz test will hold the fix.
+KNOWN_ETFUSE_BUGS = [
+    ("outs_to_grad length",
+     "LoopLoweringPass retraces while_loop with grad enabled: a loop whose carry depends on a "
+     "parameter (requires_grad) fails unless fuse runs under torch.no_grad(). Repro: "
+     "`y = nn.Linear(4, 4)(x); while_loop(i < 3, (i + 1, clamp(acc, -1, 1)), (0, y.clone()))`"),
+]
+
+
+def _known(outcome: "Outcome") -> "Outcome":
+    if outcome.kind in FAILURES:
+        for needle, what in KNOWN_ETFUSE_BUGS:
+            if needle in outcome.error or needle in outcome.detail:
+                return Outcome(KNOWN_ETFUSE_BUG, f"{what}\n{outcome.detail}", outcome.error)
+    return outcome
+
+
+def _pt2e_int8(model, args):
+    from executorch.backends.xnnpack.quantizer.xnnpack_quantizer import (
+        XNNPACKQuantizer, get_symmetric_quantization_config,
+    )
+    from torchao.quantization.pt2e.quantize_pt2e import convert_pt2e, prepare_pt2e
+
+    m = torch.export.export(model, args).module()
+    m = prepare_pt2e(m, XNNPACKQuantizer().set_global(get_symmetric_quantization_config()))
+    for k in range(3):
+        m(*example_inputs(model.spec, 10 + k))
+    m(*args)
+    return convert_pt2e(m)
+
+
+def _quant_step(ep) -> float:
+    """The largest dequantize scale in the program: one quantization step of its coarsest tensor."""
+    step = 0.0
+    for n in ep.graph.nodes:
+        if n.op == "call_function" and "dequantize_per_tensor" in str(n.target):
+            s = n.args[1]
+            if isinstance(s, float):
+                step = max(step, s)
+    return step
+
+
+def _compare(got, want, atol, rtol) -> Optional[str]:
+    """None when equal within tolerance, else a short description."""
+    got, want = list(got), list(want)
+    if len(got) != len(want):
+        return f"{len(got)} outputs, want {len(want)}"
+    for i, (g, w) in enumerate(zip(got, want)):
+        if not isinstance(g, torch.Tensor):
+            return f"output {i} is {type(g).__name__}"
+        if tuple(g.shape) != tuple(w.shape):
+            return f"output {i} shape {tuple(g.shape)}, want {tuple(w.shape)}"
+        g, w = g.double(), w.double()
+        finite = torch.isfinite(w)
+        scale = max(1.0, w[finite].abs().max().item()) if finite.any() else 1.0
+        bad = ~((g - w).abs() <= atol * scale + rtol * w.abs()) & ~(torch.isnan(g) & torch.isnan(w)) & ~(g == w)
+        if bad.any():
+            k = int(bad.flatten().nonzero()[0])
+            return (f"output {i}: {int(bad.sum())}/{bad.numel()} differ, max abs diff "
+                    f"{(g - w).abs()[bad].max().item():.3g}, e.g. [{k}] got {g.flatten()[k].item():.6g} "
+                    f"want {w.flatten()[k].item():.6g}")
+    return None
+
+
+_KERNELS = None
+
+
+def kernels():
+    """`etfuse.kernels.load()`, once per process."""
+    global _KERNELS
+    if _KERNELS is None:
+        import etfuse.kernels
+
+        _KERNELS = etfuse.kernels.load()
+    return _KERNELS
+
+
+def check(spec: ModelSpec, runs: int = 2) -> Outcome:
+    """Eager vs fused eager vs unfused runtime vs fused runtime, on `runs` input sets."""
+    return _known(_check(spec, runs))
+
+
+_FUSED_NAMES = ("etfuse.", "quantized_decomposed.add", "quantized_decomposed.embedding_byte")
+
+
+def fused_ops(program) -> dict:
+    """Backend ops in a fused program, nested bodies included: {"etfuse.add_relu": 2, ...}."""
+    counts = {}
+    for gm in program.graph_module.modules():
+        if not isinstance(gm, torch.fx.GraphModule):
+            continue
+        for n in gm.graph.nodes:
+            if n.op == "call_function":
+                name = str(getattr(n.target, "_op", n.target))
+                if name.startswith(_FUSED_NAMES):
+                    key = name.rsplit(".", 1)[0] if name.endswith(".default") else name
+                    counts[key] = counts.get(key, 0) + 1
+    return counts
+
+
+def _check(spec: ModelSpec, runs: int) -> Outcome:
+    import etfuse
+    from executorch.exir import to_edge
+    from etfuse.passes import LoopLoweringPass
+    from etfuse.runtime import load_method
+
+    kernels()
+    torch.manual_seed(spec.seed)
+    model = FuzzModel(spec)
+    args = example_inputs(spec)
+    # -- export (unsupported => skip) --
+    try:
+        with torch.no_grad():
+            if spec.quant:
+                model = _pt2e_int8(model, args)
+            ep = torch.export.export(model, args)
+        # two independent edge programs: to_executorch() rewrites programs in place and shares
+        # graph modules with anything derived from them.
+        edge_unfused = to_edge(ep)
+        edge = copy.deepcopy(edge_unfused)
+    except Exception as e:  # noqa: BLE001
+        return Outcome(SKIP, _err(e), _err(e))
+    if spec.has_while:
+        # Stock executorch cannot emit while_loop: the unfused program gets etfuse's loop
+        # lowering only (no fusion).
+        try:
+            edge_unfused = etfuse.fuse(edge_unfused, [LoopLoweringPass()])
+        except Exception as e:  # noqa: BLE001
+            return Outcome(ETFUSE_ERROR, f"LoopLoweringPass: {_err(e)}\n{traceback.format_exc()[-1500:]}", _err(e))
+    # -- fuse --
+    try:
+        fused = etfuse.fuse(edge)
+        fused_lowered = copy.deepcopy(fused)
+    except Exception as e:  # noqa: BLE001
+        return Outcome(ETFUSE_ERROR, f"fuse: {_err(e)}\n{traceback.format_exc()[-1500:]}", _err(e))
+    # -- fused program in torch eager --
+    try:
+        fused_module = fused.exported_program().module()
+    except Exception as e:  # noqa: BLE001
+        return Outcome(ETFUSE_ERROR, f"fused .module(): {_err(e)}", _err(e))
+    # -- unfused and fused on the runtime --
+    try:
+        unfused_method = load_method(edge_unfused.to_executorch())
+        unfused_problem = None
+    except Exception as e:  # noqa: BLE001
+        unfused_method, unfused_problem = None, _err(e)
+    try:
+        fused_method = load_method(fused_lowered.to_executorch())
+    except Exception as e:  # noqa: BLE001
+        if unfused_problem is not None:
+            return Outcome(STOCK_ERROR, f"lowering both: {unfused_problem}", unfused_problem)
+        return Outcome(ETFUSE_ERROR, f"fused to_executorch: {_err(e)}", _err(e))
+
+    if spec.quant:
+        step = _quant_step(fused.exported_program())
+        atol, rtol = 1.01 * step, 0.0   # within one quantization step of the coarsest tensor
+    else:
+        atol, rtol = 1e-4, 1e-4
+    stock_bug = None
+    for k in range(runs):
+        a = example_inputs(spec, k)
+        with torch.no_grad():
+            want = list(model(*a))
+            try:
+                fe = list(fused_module(*a))
+            except Exception as e:  # noqa: BLE001
+                return Outcome(ETFUSE_ERROR, f"fused eager run: {_err(e)}", _err(e))
+        try:
+            fr = list(fused_method.execute(tuple(a)))
+        except Exception as e:  # noqa: BLE001
+            fr, fr_problem = None, _err(e)
+        ur, ur_problem = None, unfused_problem
+        if unfused_method is not None:
+            try:
+                ur = list(unfused_method.execute(tuple(a)))
+            except Exception as e:  # noqa: BLE001
+                ur_problem = _err(e)
+        if ur is not None:
+            ur_bad = _compare(ur, want, atol, rtol)
+        else:
+            ur_bad = f"unfused runtime: {ur_problem}"
+        if spec.quant and ur is not None:
+            # int8: the fused program against the unfused runtime, within one step
+            ref, ref_name = ur, "unfused runtime"
+        else:
+            ref, ref_name = want, "eager"
+        fe_bad = _compare(fe, want, atol, rtol)
+        if fe_bad:
+            return Outcome(ETFUSE_MISMATCH, f"fused eager vs eager (input set {k}): {fe_bad}")
+        fr_bad = f"fused runtime raised {fr_problem}" if fr is None else _compare(fr, ref, atol, rtol)
+        if ur_bad is None or (spec.quant and ur is not None):
+            if fr is None:
+                return Outcome(ETFUSE_ERROR, f"fused runtime (input set {k}): {fr_problem}", fr_problem)
+            if fr_bad:
+                return Outcome(ETFUSE_MISMATCH, f"fused runtime vs {ref_name} (input set {k}): {fr_bad}")
+            if spec.quant and ur_bad is not None:
+                # both runtimes agree, both differ from the quantized eager module by > 1 step
+                fr_eager = _compare(fr, want, 4 * atol, 0.0)
+                if fr_eager:
+                    stock_bug = stock_bug or Outcome(STOCK_BUG, f"quant: both runtimes vs eager: {ur_bad}", fused_ok=False)
+        else:
+            kind = STOCK_ERROR if ur is None else STOCK_BUG
+            stock_bug = stock_bug or Outcome(kind, f"unfused runtime vs eager (input set {k}): {ur_bad}; "
+                                                   f"fused runtime: {fr_bad or 'matches eager'}",
+                                             ur_problem or "", fused_ok=fr_bad is None)
+    out = stock_bug or Outcome(PASS)
+    out.fused_ops = fused_ops(fused.exported_program())
+    return out
+
+
+# --- shrinking a failure from the fuzz script --------------------------------------------------------
+# (hypothesis shrinks the test's failures itself; this greedy one shrinks a `RandomDraw` model)
+
+def _rename(op: Op, f) -> Op:
+    return dataclasses.replace(op, args=tuple(f(a) for a in op.args))
+
+
+def _without_op(spec: ModelSpec, j: int) -> ModelSpec:
+    """Op j removed; its users read its first operand instead."""
+    n = len(spec.inputs)
+    v, sub = n + j, spec.ops[j].args[0]
+
+    def f(a):
+        return sub if a == v else (a - 1 if a > v else a)
+
+    ops = tuple(_rename(op, f) for k, op in enumerate(spec.ops) if k != j)
+    outputs = tuple(dict.fromkeys(f(o) for o in spec.outputs))
+    return dataclasses.replace(spec, ops=ops, outputs=outputs)
+
+
+def _without_body_op(body: tuple, k: int) -> tuple:
+    sub = body[k].args[0]
+
+    def f(a):
+        if isinstance(a, str):
+            return a
+        return sub if a == k else (a - 1 if a > k else a)
+
+    return tuple(_rename(op, f) for i, op in enumerate(body) if i != k)
+
+
+def _live(spec: ModelSpec) -> ModelSpec:
+    """Ops no output depends on removed."""
+    n = len(spec.inputs)
+    needed = set(spec.outputs)
+    for j in reversed(range(len(spec.ops))):
+        if n + j in needed:
+            needed |= set(spec.ops[j].args)
+    for j in reversed(range(len(spec.ops))):
+        if n + j not in needed:
+            spec = _without_op(spec, j)
+    return spec
+
+
+def _candidates(spec: ModelSpec):
+    if len(spec.outputs) > 1:
+        for o in spec.outputs:
+            yield dataclasses.replace(spec, outputs=(o,))
+    for j in reversed(range(len(spec.ops))):
+        yield _without_op(spec, j)
+    for j, op in enumerate(spec.ops):
+        for b, body in enumerate(op.bodies):
+            for k in reversed(range(len(body))):
+                if len(body) > 1:
+                    bodies = list(op.bodies)
+                    bodies[b] = _without_body_op(body, k)
+                    ops = list(spec.ops)
+                    ops[j] = dataclasses.replace(op, bodies=tuple(bodies))
+                    yield dataclasses.replace(spec, ops=tuple(ops))
+    if spec.seed:
+        yield dataclasses.replace(spec, seed=0)
+
+
+def shrink(spec: ModelSpec, still_fails, log=print) -> ModelSpec:
+    """Greedy: keep any one-step simplification for which `still_fails(spec)` holds, until none does."""
+    live = _live(spec)
+    if live != spec and _safe(still_fails, live):
+        spec = live
+    progress = True
+    while progress:
+        progress = False
+        for cand in _candidates(spec):
+            if _safe(still_fails, cand):
+                spec, progress = cand, True
+                log(f"shrunk to {len(spec.ops)} ops")
+                break
+    return spec
+
+
+def _safe(pred, spec) -> bool:
+    try:
+        return bool(pred(spec))
+    except Exception:  # noqa: BLE001  (an invalid model: not a simplification)
+        return False
