@@ -10,7 +10,9 @@ This subclass lowers a copy of its graph modules (weights are shared, not copied
     pte = fused.to_executorch()
     fused.exported_program().run_decompositions()   # still the fused program, retraceable
 
-works in any order. Everything else is executorch's `EdgeProgramManager`.
+works in any order. Lowering runs under `torch.no_grad()` (an inference program; executorch's
+retrace of a loop whose carry depends on a parameter fails in autograd otherwise). Everything else
+is executorch's `EdgeProgramManager`.
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ from __future__ import annotations
 import copy
 from typing import Optional
 
+import torch
 from executorch.exir import EdgeProgramManager, ExecutorchProgramManager
 from torch.export import ExportedProgram
 
@@ -43,4 +46,7 @@ class FusedEdgeProgramManager(EdgeProgramManager):
         lowering = EdgeProgramManager.__new__(EdgeProgramManager)
         lowering.__dict__.update(self.__dict__)
         lowering._edge_programs = own_graphs
-        return EdgeProgramManager.to_executorch(lowering, config)
+        # executorch's own passes retrace control flow on fake tensors; with grad enabled a scan
+        # whose carry depends on a parameter fails in autograd tracing ("outs_to_grad length").
+        with torch.no_grad():
+            return EdgeProgramManager.to_executorch(lowering, config)

@@ -274,7 +274,10 @@ class LoopLoweringPass(ExportPass):
                        if n.op == "placeholder" and CONSTANT_VALUE in n.meta}
         if not _has_hop(graph_module, torch.ops.higher_order.while_loop):
             return PassResult(copy_graph_module(graph_module), True)  # never the caller's module (graph_copy)
-        return PassResult(copy_graph_module(super().call(graph_module).graph_module), True)
+        # The retrace runs the graph on fake tensors; with grad enabled, a loop whose carry depends
+        # on a parameter makes the scan's autograd tracing fail (an inference graph needs no grad).
+        with torch.no_grad():
+            return PassResult(copy_graph_module(super().call(graph_module).graph_module), True)
 
     def call_while(self, cond_fn, body_fn, carried_inputs, additional_inputs, meta) -> ProxyValue:
         debug = getattr(self, "node_debug_str", "") or ""
@@ -358,7 +361,8 @@ class MapToScanPass(ExportPass):
     def call(self, graph_module: fx.GraphModule) -> PassResult:
         if not _has_hop(graph_module, torch.ops.higher_order.map_impl):
             return PassResult(copy_graph_module(graph_module), True)  # never the caller's module (graph_copy)
-        return PassResult(copy_graph_module(super().call(graph_module).graph_module), True)
+        with torch.no_grad():  # as in LoopLoweringPass: an inference retrace needs no autograd
+            return PassResult(copy_graph_module(super().call(graph_module).graph_module), True)
 
     def call_map(self, f, mapped_args, operands, meta):
         from executorch.exir.dialects.edge._ops import EdgeOpOverload

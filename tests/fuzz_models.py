@@ -437,11 +437,10 @@ def _err(e: BaseException) -> str:
 # etfuse bugs found by this fuzzer and reported, not yet fixed: (substring of `Outcome.error`,
 # what it is). They are counted as KNOWN_ETFUSE_BUG instead of failing the test; delete an entry
 # when its fix lands and the fuzz test will hold the fix.
-KNOWN_ETFUSE_BUGS = [
-    ("outs_to_grad length",
-     "LoopLoweringPass retraces while_loop with grad enabled: a loop whose carry depends on a "
-     "parameter (requires_grad) fails unless fuse runs under torch.no_grad(). Repro: "
-     "`y = nn.Linear(4, 4)(x); while_loop(i < 3, (i + 1, clamp(acc, -1, 1)), (0, y.clone()))`"),
+KNOWN_ETFUSE_BUGS: list[tuple[str, str]] = [
+    # ("outs_to_grad length", ...) was here: LoopLoweringPass and FusedEdgeProgramManager.to_executorch
+    # retraced loops with grad enabled; fixed (both run under torch.no_grad()), see
+    # tests/test_contract.py::test_loop_whose_carry_depends_on_a_parameter.
 ]
 
 

@@ -213,6 +213,26 @@ def test_loop_bounded_by_a_dim_symint():
         torch.testing.assert_close(run(pte, (x,)), list(DimBoundedLoop()(x)))
 
 
+class ParameterLoop(torch.nn.Module):
+    """Found by the fuzzer: the carry depends on a parameter (requires_grad), which made the loop's
+    retrace fail in autograd ("outs_to_grad length (1) != tangents length (2)")."""
+
+    def __init__(self):
+        super().__init__()
+        self.lin = torch.nn.Linear(4, 4)
+
+    def forward(self, x):
+        y = self.lin(x)
+        return torch.while_loop(lambda i, acc: i < 3, lambda i, acc: (i + 1, torch.clamp(acc * 2, -1, 1)),
+                                (torch.zeros((), dtype=torch.int64), y.clone()))[1]
+
+
+def test_loop_whose_carry_depends_on_a_parameter():
+    model, x = ParameterLoop(), torch.randn(2, 4)
+    fused = etfuse.fuse(to_edge(export(model, (x,))))
+    torch.testing.assert_close(run(fused.to_executorch(), (x,))[0], model(x).detach())
+
+
 # ---- threads ------------------------------------------------------------------------------------
 
 def test_fuse_from_four_threads_gives_the_single_threaded_graphs():
