@@ -14,7 +14,7 @@ from .loop_lowering import (
 )
 from .cond_outputs import CondOutputCopyPass
 from .cond_views import CondViewCopyPass
-from .constant_folding import fold_constants
+from .constant_folding import ConstantFoldingPass, fold_constants
 from .fused_program import FusedEdgeProgramManager
 from .verify import verify_written_nodes
 from .pipeline import default_passes, fuse
@@ -25,5 +25,5 @@ __all__ = [
     "SymIntLoweringError", "SymIntToPrimsPass", "to_edge_with_prims",
     "LoopLoweringError", "LoopLoweringPass", "MapToScanPass", "SpecialisedShapeError", "refuse_specialised",
     "to_edge_control_flow", "CondOutputCopyPass", "CondViewCopyPass", "default_passes", "fuse",
-    "copy_graph_module", "fold_constants", "FusedEdgeProgramManager", "verify_written_nodes",
+    "copy_graph_module", "ConstantFoldingPass", "fold_constants", "FusedEdgeProgramManager", "verify_written_nodes",
 ]

@@ -21,6 +21,7 @@ from typing import Union
 import torch
 import torch.fx as fx
 from executorch.exir import EdgeProgramManager
+from executorch.exir.pass_base import ExportedProgramPassBase, ExportedProgramPassResult, ExportPass, PassResult
 from torch._guards import detect_fake_mode
 from torch.export import ExportedProgram
 from torch.export.graph_signature import ExportGraphSignature, InputKind, InputSpec, TensorArgument
@@ -124,3 +125,24 @@ def _with_constants(ep: ExportedProgram, env: dict[str, torch.Tensor]) -> Export
             constants.pop(spec.target, None)
     signature = ExportGraphSignature(input_specs=specs, output_specs=copy.copy(ep.graph_signature.output_specs))
     return program_with(ep, gm, signature, state_dict, constants)
+
+
+class ConstantFoldingPass(ExportPass, ExportedProgramPassBase):
+    """`fold_constants` as the last pass of `default_passes()`, for every route.
+
+    executorch's `EdgeProgramManager.transform` hands an `ExportedProgramPassBase` the whole
+    program, so there the fold subgraphs become constants, as in `etfuse.fuse`.
+    `to_executorch(ExecutorchBackendConfig(passes=...))` calls passes with the graph module only:
+    there this pass returns a copy of it and the fold subgraphs run per call.
+    """
+
+    def __call__(self, program):
+        return self.call(program)
+
+    def call(self, program):
+        if isinstance(program, ExportedProgram):
+            return ExportedProgramPassResult(fold_constants(program), True)
+        return PassResult(copy_graph_module(program), True)  # graph module only: nothing to read values from
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}()"

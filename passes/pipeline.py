@@ -28,7 +28,7 @@ from .batch_norm_folding import BatchNormFoldPass
 from .compat.typed_pass_errors import install_typed_pass_errors
 from .cond_outputs import CondOutputCopyPass
 from .cond_views import CondViewCopyPass
-from .constant_folding import fold_constants
+from .constant_folding import ConstantFoldingPass, fold_constants
 from .float_fusion import FloatFusionPass
 from .fused_program import FusedEdgeProgramManager
 from .gemm_conv_fusion import GemmConvFusionPass
@@ -46,12 +46,13 @@ def default_passes() -> list:
     conv/linear before those fuse; quantized patterns before float ones (relu(add(dq, dq)) is a
     quantized add_relu, not a float one); conv/linear epilogues before the generic float rules;
     the cond-output and cond-view copies (executorch 1.5.1 memory bugs) and the SymInt lowering
-    last, on the final graph.
+    on the final graph; last, the weight arithmetic passes wrote is folded into constants where
+    the route hands over the whole program (`fuse`, `transform`).
     """
     install_typed_pass_errors()  # so `edge.transform(default_passes())` raises etfuse's errors as themselves
     return [
         LoopLoweringPass(), BatchNormFoldPass(), QuantFusionPass(), GemmConvFusionPass(), FloatFusionPass(),
-        CondOutputCopyPass(), CondViewCopyPass(), SymIntToPrimsPass(),
+        CondOutputCopyPass(), CondViewCopyPass(), SymIntToPrimsPass(), ConstantFoldingPass(),
     ]
 
 
