@@ -266,3 +266,25 @@ def test_fuse_from_four_threads_gives_the_single_threaded_graphs():
     assert len(got) == 12
     for i, code in got.values():
         assert code == want[i]
+
+
+class CondThenLinear(torch.nn.Module):
+    """Found by the fuzzer (wrong on the stock and, before CondViewCopyPass joined default_passes(),
+    the fused runtime): a cond result read through views (a linear on 4-D input, a reshape)."""
+
+    def __init__(self):
+        super().__init__()
+        self.lin = torch.nn.Linear(3, 3)
+
+    def forward(self, x):
+        y = torch.cond(x.sum() > 0, lambda x: x + x, lambda x: x * x, (x,))
+        return self.lin(y), torch.relu(y.reshape(10, 3))
+
+
+def test_cond_result_read_through_views_is_right_on_the_runtime():
+    model = CondThenLinear().eval()
+    for sign in (1.0, -1.0):  # both branches
+        x = torch.randn(1, 2, 5, 3).abs() * sign
+        got = run(etfuse.fuse(to_edge(export(model, (x,)))).to_executorch(), (x,))
+        for g, w in zip(got, model(x)):
+            torch.testing.assert_close(g, w.detach(), rtol=1e-5, atol=1e-5)
