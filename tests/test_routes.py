@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import pytest
 import torch
-import torch.nn.functional as F
 from executorch.exir import ExecutorchBackendConfig, to_edge
 from torch.export import Dim, export
 
@@ -140,19 +139,3 @@ def test_only_the_graph_module_route_runs_the_fold_per_call():
     ops = [o.name for o in et.executorch_program.execution_plan[0].operators]
     assert "aten::rsqrt" in ops and "etfuse::conv2d_act" in ops, ops
     assert "aten::_native_batch_norm_legit_no_training" not in ops
-
-
-def test_bn_with_input_statistics_folds_in_graph_and_stays_correct():
-    class M(torch.nn.Module):
-        def __init__(self):
-            super().__init__()
-            self.conv = torch.nn.Conv2d(3, 4, 3)
-
-        def forward(self, x, mean, var):
-            return torch.relu(F.batch_norm(self.conv(x), mean, var, training=False))
-
-    args, model = (torch.randn(1, 3, 6, 6), torch.randn(4), torch.rand(4) + 1), M()
-    fused = etfuse.fuse(to_edge(export(model, args)))
-    ops = op_names(fused.exported_program().graph_module)
-    assert ops[-1] == "etfuse.conv2d_act.default" and "aten.rsqrt.default" in ops  # statistics are inputs: not constants
-    torch.testing.assert_close(run(fused.to_executorch(), args)[0], model(*args), **TOL)
