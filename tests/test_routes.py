@@ -21,20 +21,10 @@ import etfuse
 from etfuse.passes import default_passes, fold_constants
 from etfuse.runtime import run
 from fusion_helpers import op_names
+from test_gemm_conv import _randomise_bn
 from test_quant_fusion import AddModel, calibration, pt2e_int8
 
 TOL = dict(rtol=1e-4, atol=1e-4)
-
-
-def _randomise_bn(model):
-    g = torch.Generator().manual_seed(0)
-    for m in model.modules():
-        if isinstance(m, torch.nn.modules.batchnorm._BatchNorm):
-            m.running_mean.copy_(torch.randn(m.num_features, generator=g))
-            m.running_var.copy_(torch.rand(m.num_features, generator=g) + 0.5)
-            m.weight.data.copy_(torch.randn(m.num_features, generator=g))
-            m.bias.data.copy_(torch.randn(m.num_features, generator=g))
-    return model.eval()
 
 
 class ConvBnRelu(torch.nn.Module):
