@@ -21,12 +21,12 @@ def _addmm_relu(self, mat1, mat2):
 
 ADD_RELU = register(BackendOp(
     "etfuse", "add_relu(Tensor self, Tensor other) -> Tensor", _add_relu,
-    doc="relu(self + other), broadcasting like aten.add"))
+    doc="relu(self + other), broadcasting like aten.add", kernel="add_relu", triton="add_relu"))
 LINEAR_RELU = register(BackendOp(
     "etfuse", "linear_relu(Tensor input, Tensor weight, Tensor? bias=None) -> Tensor", _linear_relu,
-    doc="relu(input @ weight.T + bias), weight read as stored ([out, in])"))
+    doc="relu(input @ weight.T + bias), weight read as stored ([out, in])", kernel="linear_relu", triton="linear_relu"))
 ADDMM_RELU = register(BackendOp(
     "etfuse", "addmm_relu(Tensor self, Tensor mat1, Tensor mat2) -> Tensor", _addmm_relu,
-    doc="relu(self + mat1 @ mat2), self broadcast to [M, N]"))
+    doc="relu(self + mat1 @ mat2), self broadcast to [M, N]", kernel="addmm_relu", triton="addmm_relu"))
 
 FLOAT_OPS = [ADD_RELU, LINEAR_RELU, ADDMM_RELU]

@@ -38,11 +38,11 @@ CONV2D_ACT = register(BackendOp(
     "conv2d_act(Tensor input, Tensor weight, Tensor? bias, int[2] stride, int[2] padding, int[2] dilation, "
     "int groups, float? min=None, float? max=None) -> Tensor",
     _conv2d_act,
-    doc="clamp(conv2d(...), min, max), NCHW float32; None bounds are open"))
+    doc="clamp(conv2d(...), min, max), NCHW float32; None bounds are open", kernel="conv2d_act"))
 LINEAR_ACT = register(BackendOp(
     "etfuse",
     "linear_act(Tensor input, Tensor weight, Tensor? bias=None, float? min=None, float? max=None) -> Tensor",
     _linear_act,
-    doc="clamp(input @ weight.T + bias, min, max), weight read as stored ([out, in])"))
+    doc="clamp(input @ weight.T + bias, min, max), weight read as stored ([out, in])", kernel="linear_act"))
 
 GEMM_CONV_OPS = [CONV2D_ACT, LINEAR_ACT]

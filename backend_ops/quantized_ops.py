@@ -93,22 +93,24 @@ _BINARY_ARGS = ("Tensor a, float a_scale, int a_zero_point, int a_quant_min, int
 
 QUANTIZED_ADD = _register_with_pattern_kernel(BackendOp(
     "quantized_decomposed", f"add({_BINARY_ARGS}) -> Tensor qc", _add,
-    doc="q(dq(a) + dq(b)), per-tensor qparams, int8 or uint8 (a, b and the result share the dtype), broadcasting"))
+    doc="q(dq(a) + dq(b)), per-tensor qparams, int8 or uint8 (a, b and the result share the dtype), broadcasting",
+    kernel="quantized_add", runtime_library="quantized_runtime", triton="quantized_add_op"))
 QUANTIZED_ADD_RELU = _register_with_pattern_kernel(BackendOp(
     "quantized_decomposed", f"add_relu({_BINARY_ARGS}) -> Tensor qc", _add_relu,
-    doc="q(relu(dq(a) + dq(b))), like add"))
+    doc="q(relu(dq(a) + dq(b))), like add", kernel="quantized_add", runtime_library="quantized_runtime", triton="quantized_add_relu_op"))
 QUANTIZED_ADD_SCALAR = _register_with_pattern_kernel(BackendOp(
     "quantized_decomposed",
     "add.scalar(Tensor qa, float a_scale, int a_zero_point, int a_quant_min, int a_quant_max, ScalarType a_dtype, "
     "Scalar b, float out_scale, int out_zero_point, int out_quant_min, int out_quant_max, ScalarType out_dtype) -> Tensor",
-    _add_scalar, doc="q(dq(qa) + b), b a Python scalar (float32 arithmetic)"))
+    _add_scalar, doc="q(dq(qa) + b), b a Python scalar (float32 arithmetic)", kernel="quantized_add", runtime_library="quantized_runtime"))
 EMBEDDING_BYTE = register(BackendOp(
     "quantized_decomposed",
     "embedding_byte(Tensor weight, Tensor weight_scales, Tensor? weight_zero_points, int weight_quant_min, "
     "int weight_quant_max, Tensor indices) -> Tensor",
     _embedding_byte,
     doc="embedding(dq_per_row(weight), indices); weight int8/uint8 [N, D], scales [N] or [N, 1] float32/float16 "
-        "(the output dtype), zero points None or one per row (any int or float dtype)"))
+        "(the output dtype), zero points None or one per row (any int or float dtype)",
+    kernel="embedding_byte", runtime_library="quantized_runtime", triton="embedding_byte"))
 
 QUANTIZED_OPS = [QUANTIZED_ADD, QUANTIZED_ADD_RELU, QUANTIZED_ADD_SCALAR, EMBEDDING_BYTE]
 
@@ -128,12 +130,14 @@ def _dequantize_per_tensor(input, scale, zero_point, quant_min, quant_max, dtype
 QUANTIZE_PER_TENSOR = register(BackendOp(
     "quantized_decomposed",
     "quantize_per_tensor(Tensor input, float scale, int zero_point, int quant_min, int quant_max, ScalarType dtype) -> Tensor",
-    _quantize_per_tensor, doc="torch.ao's op; etfuse adds the .out variant and kernels"))
+    _quantize_per_tensor, doc="torch.ao's op; etfuse adds the .out variant and kernels",
+    kernel="quantize_per_tensor", runtime_library="quantized_runtime"))
 DEQUANTIZE_PER_TENSOR = register(BackendOp(
     "quantized_decomposed",
     "dequantize_per_tensor(Tensor input, float scale, int zero_point, int quant_min, int quant_max, ScalarType dtype, "
     "*, ScalarType? out_dtype=None) -> Tensor",
-    _dequantize_per_tensor, doc="torch.ao's op; etfuse adds the .out variant and kernels"))
+    _dequantize_per_tensor, doc="torch.ao's op; etfuse adds the .out variant and kernels",
+    kernel="dequantize_per_tensor", runtime_library="quantized_runtime"))
 
 QDQ_OPS = [QUANTIZE_PER_TENSOR, DEQUANTIZE_PER_TENSOR]
 

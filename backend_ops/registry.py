@@ -39,6 +39,15 @@ class BackendOp:
     schema: str
     pattern: Callable
     doc: str = ""
+    # Kernel metadata: etfuse.kernels derives its op lists, build sources and Triton
+    # registrations from it. `kernel`: the C++ file kernels/csrc/ops/<kernel>.cpp that holds the
+    # `.out` kernel (None: the reference kernel only). `runtime_library`: which ExecuTorch runtime
+    # library registers it ("runtime", or "quantized_runtime" for names executorch's stock
+    # quantized kernels also register). `triton`: the launcher in kernels/triton/launch.py that
+    # serves CUDA tensors, or None.
+    kernel: Optional[str] = None
+    runtime_library: str = "runtime"
+    triton: Optional[str] = None
 
     @property
     def name(self) -> str:

@@ -34,6 +34,7 @@ allocations slow down whatever runs next).
 from __future__ import annotations
 
 import argparse
+import ctypes
 import os
 import platform
 import statistics
@@ -229,6 +230,16 @@ def fmt_n(n):
     return f"{n >> 20}M" if n >= 1 << 20 else f"{n >> 10}K"
 
 
+def load_probe():
+    """The bandwidth probe from the benchmark-only library (built on demand, next to the kernel
+    build; it shares the ExecuTorch threadpool with the runtime library)."""
+    lib = ctypes.CDLL(str(kernels.build.probe_library()))
+    fn = lib.etfuse_probe_stream_add
+    fn.restype = ctypes.c_double
+    fn.argtypes = [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int64, ctypes.c_int64]
+    return fn
+
+
 def us(s):
     return f"{s * 1e6:,.0f}" if s >= 1e-4 else f"{s * 1e6:.1f}"
 
@@ -241,7 +252,7 @@ def main(argv=None):
     rounds = args.rounds or (3 if args.quick else 15)
 
     info = kernels.load()
-    probe = info.runtime.etfuse_probe_stream_add
+    probe = load_probe()
     cpu = platform.processor() or platform.machine()
     try:
         cpu = next(line.split(":", 1)[1].strip() for line in open("/proc/cpuinfo") if line.startswith("model name"))

@@ -29,17 +29,41 @@ from .build import BuildResult, KernelBuildError, KernelCacheWarning, cache_root
 
 __all__ = ["KernelInfo", "KernelBuildError", "KernelCacheWarning", "load", "is_loaded", "info", "build", "cache_root", "set_isa", "current_isa", "RUNTIME_OPS"]
 
-RUNTIME_OPS = ("etfuse::add_relu.out", "etfuse::linear_relu.out", "etfuse::addmm_relu.out",
-               "etfuse::conv2d_act.out", "etfuse::linear_act.out")
-EAGER_OPS = tuple(RUNTIME_OPS)
-# In libetfuse_quantized_runtime.so. executorch's stock quantized kernels register the first four
-# names too; the last two are etfuse's alone (so their presence means "ours, already loaded").
-QUANTIZED_RUNTIME_OPS = (
-    "quantized_decomposed::add.out", "quantized_decomposed::embedding_byte.out",
-    "quantized_decomposed::quantize_per_tensor.out", "quantized_decomposed::dequantize_per_tensor.out",
-    "quantized_decomposed::add_relu.out", "quantized_decomposed::add.scalar_out",
-)
-STOCK_QUANTIZED_MODULE = "executorch.kernels.quantized"
+# The op lists are derived from the catalog's kernel metadata (BackendOp.kernel and
+# .runtime_library), computed on first use so that importing etfuse.kernels imports no torch:
+#   RUNTIME_OPS            `.out` ops registered by libetfuse_runtime.so
+#   QUANTIZED_RUNTIME_OPS  by libetfuse_quantized_runtime.so (executorch's stock quantized
+#                          kernels register add.out, embedding_byte.out and the per-tensor
+#                          quantize/dequantize .out too; add_relu.out and add.scalar_out are
+#                          etfuse's alone, so their presence means "ours, already loaded")
+#   EAGER_OPS              `.out` ops with a CPU kernel in libetfuse_eager.so (all of them)
+_DERIVED = ("RUNTIME_OPS", "EAGER_OPS", "QUANTIZED_RUNTIME_OPS", "STOCK_QUANTIZED_MODULE")
+
+
+def _op_lists() -> dict:
+    ops = build.kernel_ops()
+    out_name = lambda op: f"{op.namespace}::{op.out_name}"  # noqa: E731
+    return {
+        "RUNTIME_OPS": tuple(out_name(op) for op in ops if op.runtime_library == "runtime"),
+        "QUANTIZED_RUNTIME_OPS": tuple(out_name(op) for op in ops if op.runtime_library == "quantized_runtime"),
+        "EAGER_OPS": tuple(out_name(op) for op in ops),
+    }
+
+
+def _ensure_op_lists() -> None:
+    if "RUNTIME_OPS" not in globals():
+        globals().update(_op_lists())
+
+
+def __getattr__(name: str):
+    if name == "STOCK_QUANTIZED_MODULE":
+        from etfuse.backend_ops.quantized_ops import STOCK_QUANTIZED_MODULE
+
+        return STOCK_QUANTIZED_MODULE
+    if name in _DERIVED:
+        _ensure_op_lists()
+        return globals()[name]
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -82,6 +106,7 @@ def load(verbose: bool = False) -> KernelInfo:
         from executorch.extension.pybindings import portable_lib  # noqa: F401  (loads libexecutorch.so)
 
         res: BuildResult = build.build(verbose=verbose)
+        _ensure_op_lists()
 
         if not all(torch._C._dispatch_has_kernel_for_dispatch_key(op, "CPU") for op in EAGER_OPS):
             torch.ops.load_library(str(res.eager))
@@ -98,10 +123,6 @@ def load(verbose: bool = False) -> KernelInfo:
             runtime_lib.etfuse_runtime_isa.restype = ctypes.c_char_p
             runtime_lib.etfuse_runtime_set_isa.argtypes = [ctypes.c_char_p]
             runtime_lib.etfuse_runtime_thread_count.restype = ctypes.c_int64
-            runtime_lib.etfuse_probe_stream_add.restype = ctypes.c_double
-            runtime_lib.etfuse_probe_stream_add.argtypes = [
-                ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int64, ctypes.c_int64
-            ]
             missing = set(RUNTIME_OPS) - _runtime_registered()
             if missing:
                 raise RuntimeError(f"{res.runtime} loaded but did not register {sorted(missing)}")
@@ -132,6 +153,9 @@ def load(verbose: bool = False) -> KernelInfo:
 def _load_quantized_runtime(res: BuildResult) -> tuple[Optional[ctypes.CDLL], Optional[str]]:
     """Register the quantized_decomposed runtime kernels unless someone else's are there."""
     registered = {n for n in _all_runtime_ops() if n.startswith("quantized_decomposed::")}
+    from etfuse.backend_ops.quantized_ops import STOCK_QUANTIZED_MODULE
+
+    _ensure_op_lists()
     ours = set(QUANTIZED_RUNTIME_OPS)
     if "quantized_decomposed::add_relu.out" in registered and ours <= registered:
         # Loaded by this process before (importlib.reload). Not dlopen'ed again: after a source

@@ -1,19 +1,29 @@
 """Build the etfuse C++ kernels: one shared library for torch eager, two for the ExecuTorch runtime.
 
-The libraries compile the same kernel cores (`csrc/core/*.h`) through thin registration files
-(`csrc/eager_ops.cpp`, `csrc/runtime_ops.cpp`, ...). They are built with the system C++ compiler
-through subprocess (no ninja, no setuptools), once, into a cache directory:
+Each kernel-backed op is one file under `csrc/ops/` (its core call and both registrations,
+through `csrc/adapter.h`), compiled twice: with -DETFUSE_EAGER into the eager library and with
+-DETFUSE_RUNTIME into the runtime library its catalog record names (`BackendOp.runtime_library`:
+"runtime", or "quantized_runtime" for the quantized_decomposed kernels that executorch's stock
+quantized library also registers). Which files go where is derived from the catalog
+(`library_sources()`), and every file under csrc/ops must belong to a record and vice versa.
+
+Compiling is ninja's job (the `ninja` package, or ninja on PATH): a stable build directory per
+build configuration (torch/executorch versions, flags) next to the cache keeps the object
+files, so after touching one op file only its two translation units are recompiled and the
+libraries relinked. The finished libraries are then copied into the cache:
 
     $ETFUSE_KERNEL_CACHE/               (default ~/.cache/etfuse/kernels/)
         <key>/                          key: hash of the sources, flags, torch/executorch versions
             libetfuse_eager.so
             libetfuse_runtime.so
             libetfuse_quantized_runtime.so
-            BUILD_INFO                  the compiler commands
+            BUILD_INFO                  the ninja file that built them
             MANIFEST.json               written last: key, build inputs, compiler identity,
                                         size and sha256 of each library
         .<key>.lock                     held (filelock) while a process builds <key>
         .<key>.tmp-*/  .<key>.old-*/    a build in progress / an entry being replaced
+    $ETFUSE_KERNEL_CACHE.build/<config>/  ninja's build directory (objects, build.ninja), with
+                                        its own lock; a damaged entry or --force cleans it first
 
 The key does not involve the compiler (it is not run to find a cached build), so a complete
 cache works on a machine without one; the compiler's identity is recorded in the manifest.
@@ -30,6 +40,11 @@ image build as root) is usable by others; a user who cannot use the cache (it is
 an entry is missing and it is not writable) falls back to the per-user default with a warning.
 Flags target the x86-64 baseline (no -march=native: the cache may be shared between machines);
 the hot loops carry AVX2+FMA copies selected at runtime.
+
+Why not `torch.utils.cpp_extension.load`: it maps the library into the building process (the
+ExecuTorch runtime aborts when a kernel is registered twice, and the cached copy is mapped
+later), and it compiles every unit against the torch headers and links torch_python, which
+the runtime libraries must not. Its include/library paths are used; ninja does the rest.
 """
 
 from __future__ import annotations
@@ -60,7 +75,7 @@ RUNTIME_LIB = "libetfuse_runtime.so"
 # quantized kernels register some of the same names, and the runtime aborts on duplicates, so
 # etfuse.kernels loads this one only when those names are free (see __init__.py).
 QUANTIZED_RUNTIME_LIB = "libetfuse_quantized_runtime.so"
-_CACHE_LAYOUT_VERSION = "3"
+_CACHE_LAYOUT_VERSION = "4"
 LIBRARIES = (EAGER_LIB, RUNTIME_LIB, QUANTIZED_RUNTIME_LIB)
 MANIFEST = "MANIFEST.json"
 _MANIFEST_FORMAT = 1
@@ -77,6 +92,16 @@ def _lock_timeout() -> float:
         return float(os.environ.get("ETFUSE_KERNEL_LOCK_TIMEOUT", "3600"))
     except ValueError:
         return 3600.0
+LIBRARY_FLAVOURS = {EAGER_LIB: "eager", RUNTIME_LIB: "runtime", QUANTIZED_RUNTIME_LIB: "runtime"}
+# The per-library C entry points (csrc/entry.cpp): <prefix>_isa, <prefix>_set_isa, ...
+ENTRY_PREFIX = {EAGER_LIB: "etfuse_eager", RUNTIME_LIB: "etfuse_runtime",
+                QUANTIZED_RUNTIME_LIB: "etfuse_quantized_runtime"}
+# BackendOp.runtime_library -> the runtime library file
+RUNTIME_LIBRARIES = {"runtime": RUNTIME_LIB, "quantized_runtime": QUANTIZED_RUNTIME_LIB}
+# The benchmark-only library (memory-bandwidth probe): built on demand, never in the cache entry.
+PROBE_LIB = "libetfuse_probe.so"
+
+
 # Translation units per library: the eager library, and extra units linked into a runtime one.
 EAGER_SOURCES = ("eager_ops.cpp", "quantized_eager.cpp", "conv_eager.cpp")
 RUNTIME_EXTRA_SOURCES = {"runtime_ops.cpp": ("conv_runtime.cpp",)}
@@ -137,31 +162,116 @@ def sources() -> list[Path]:
     return files
 
 
-_COMMON = ["-O3", "-fPIC", "-shared", "-DNDEBUG", "-fvisibility=hidden", "-fvisibility-inlines-hidden", "-Wno-psabi"]
+def kernel_ops() -> list:
+    """The catalog's kernel-backed ops (BackendOp records whose `kernel` names a file of csrc/ops)."""
+    import etfuse.backend_ops  # noqa: F401  (declares every record)
+    from etfuse.backend_ops.registry import registered_ops
+
+    return [op for op in registered_ops() if getattr(op, "kernel", None)]
 
 
-def eager_command(output: Path) -> list[str]:
+def library_sources() -> dict[str, list[str]]:
+    """Op files (relative to csrc) per library, derived from the catalog: every file goes into
+    the eager library and into the runtime library its records name. Checks that every file
+    under csrc/ops has a record and every record's file exists."""
+    files = {p.stem for p in (CSRC / "ops").glob("*.cpp")}
+    by_file: dict[str, set] = {}
+    for op in kernel_ops():
+        by_file.setdefault(op.kernel, set()).add(op.runtime_library)
+    problems = []
+    if files - set(by_file):
+        problems.append(f"kernel files without a catalog record: {sorted(f'ops/{f}.cpp' for f in files - set(by_file))}")
+    if set(by_file) - files:
+        problems.append(f"catalog records naming missing kernel files: {sorted(f'ops/{f}.cpp' for f in set(by_file) - files)}")
+    for f, libs in by_file.items():
+        if len(libs) != 1 or not libs <= set(RUNTIME_LIBRARIES):
+            problems.append(f"ops/{f}.cpp: its records name runtime libraries {sorted(libs)} (one of {sorted(RUNTIME_LIBRARIES)})")
+    if problems:
+        raise KernelBuildError("etfuse kernels: the catalog and csrc/ops do not match: " + "; ".join(problems))
+    out = {EAGER_LIB: [f"ops/{f}.cpp" for f in sorted(by_file)]}
+    for name, lib in RUNTIME_LIBRARIES.items():
+        out[lib] = [f"ops/{f}.cpp" for f in sorted(by_file) if by_file[f] == {name}]
+    return out
+
+
+_COMMON = ["-O3", "-fPIC", "-DNDEBUG", "-fvisibility=hidden", "-fvisibility-inlines-hidden", "-Wno-psabi"]
+
+
+def compile_flags() -> dict[str, list[str]]:
+    """Compiler flags per flavour ("eager": torch headers, "runtime": executorch headers)."""
     import torch
     from torch.utils import cpp_extension
 
     abi = int(torch._C._GLIBCXX_USE_CXX11_ABI)
-    cmd = [compiler(), "-std=c++20", *_COMMON, "-fopenmp", f"-D_GLIBCXX_USE_CXX11_ABI={abi}"]
-    cmd += [f"-I{p}" for p in cpp_extension.include_paths()]
-    cmd += [f"-I{CSRC}", *(str(CSRC / src) for src in EAGER_SOURCES), "-o", str(output)]
-    for lib_dir in cpp_extension.library_paths():
-        cmd += [f"-L{lib_dir}", f"-Wl,-rpath,{lib_dir}"]
-    cmd += ["-ltorch", "-ltorch_cpu", "-lc10"]
-    return cmd
-
-
-def runtime_command(output: Path, source: str = "runtime_ops.cpp") -> list[str]:
+    eager = ["-std=c++20", *_COMMON, "-fopenmp", f"-D_GLIBCXX_USE_CXX11_ABI={abi}", "-DETFUSE_EAGER"]
+    eager += [f"-I{p}" for p in cpp_extension.include_paths()] + [f"-I{CSRC}"]
     et = _executorch_dir()
-    lib = et / "lib"
-    cmd = [compiler(), "-std=c++17", *_COMMON, "-DC10_USING_CUSTOM_GENERATED_MACROS", "-DET_USE_THREADPOOL"]
-    cmd += [f"-I{et / 'include'}", f"-I{et / 'include' / 'executorch' / 'runtime' / 'core' / 'portable_type' / 'c10'}"]
-    cmd += [f"-I{CSRC}", *(str(CSRC / src) for src in (source, *RUNTIME_EXTRA_SOURCES.get(source, ()))), "-o", str(output)]
-    cmd += [str(lib / "libexecutorch.so"), str(lib / "libexecutorch_threadpool.so"), f"-Wl,-rpath,{lib}"]
-    return cmd
+    runtime = ["-std=c++17", *_COMMON, "-DC10_USING_CUSTOM_GENERATED_MACROS", "-DET_USE_THREADPOOL", "-DETFUSE_RUNTIME"]
+    runtime += [f"-I{et / 'include'}", f"-I{et / 'include' / 'executorch' / 'runtime' / 'core' / 'portable_type' / 'c10'}",
+                f"-I{CSRC}"]
+    return {"eager": eager, "runtime": runtime}
+
+
+def link_flags() -> dict[str, list[str]]:
+    from torch.utils import cpp_extension
+
+    eager = ["-shared", "-fopenmp"]
+    for lib_dir in cpp_extension.library_paths():
+        eager += [f"-L{lib_dir}", f"-Wl,-rpath,{lib_dir}"]
+    eager += ["-ltorch", "-ltorch_cpu", "-lc10"]
+    lib = _executorch_dir() / "lib"
+    runtime = ["-shared", str(lib / "libexecutorch.so"), str(lib / "libexecutorch_threadpool.so"), f"-Wl,-rpath,{lib}"]
+    return {"eager": eager, "runtime": runtime}
+
+
+def _ninja_file(libraries: dict[str, list[str]]) -> str:
+    """build.ninja: each op file compiled once per library flavour (the eager ones against a
+    precompiled header of the torch headers), entry.cpp once per library, core/kernels.cpp (the
+    GEMM and conv loops) once; plus the benchmark-only probe library (not a default target)."""
+    libraries = {**libraries, PROBE_LIB: ["bench/probe.cpp"]}
+    cflags, ldflags = compile_flags(), link_flags()
+    q = lambda args: " ".join(shlex.quote(a).replace("$", "$$") for a in args)  # noqa: E731
+    lines = ["ninja_required_version = 1.3", f"cxx = {shlex.quote(compiler())}", ""]
+    for flavour in ("eager", "runtime"):
+        lines += [f"{flavour}_cflags = {q(cflags[flavour])}", f"{flavour}_ldflags = {q(ldflags[flavour])}",
+                  f"rule cxx_{flavour}",
+                  f"  command = $cxx -MMD -MF $out.d ${flavour}_cflags $defines -c $in -o $out",
+                  "  depfile = $out.d", "  deps = gcc", f"  description = {flavour} $in",
+                  f"rule link_{flavour}", f"  command = $cxx $in -o $out ${flavour}_ldflags",
+                  "  description = link $out", ""]
+    # The precompiled header: gcc uses eager/eager_pch.h.gch for `-include eager/eager_pch.h`
+    # when it was built with the same flags (a stale or foreign one is ignored, never wrong).
+    lines += ["rule pch_eager",
+              "  command = cp $in $header && $cxx -MMD -MF $out.d $eager_cflags -x c++-header -c $in -o $out",
+              "  depfile = $out.d", "  deps = gcc", "  description = precompile $in", "",
+              f"build eager/eager_pch.h.gch: pch_eager {shlex.quote(str(CSRC / 'eager_pch.h'))}",
+              "  header = eager/eager_pch.h",
+              f"build core/kernels.o: cxx_runtime {shlex.quote(str(CSRC / 'core' / 'kernels.cpp'))}", ""]
+    pch = "-include eager/eager_pch.h"
+    objects_built = set()
+    for lib, srcs in libraries.items():
+        flavour = LIBRARY_FLAVOURS.get(lib, "runtime")
+        objs = []
+        for src in srcs:
+            obj = f"{flavour}/{Path(src).with_suffix('.o').as_posix()}"
+            if obj not in objects_built:
+                if flavour == "eager":
+                    lines += [f"build {obj}: cxx_eager {shlex.quote(str(CSRC / src))} | eager/eager_pch.h.gch",
+                              f"  defines = {pch}"]
+                else:
+                    lines.append(f"build {obj}: cxx_{flavour} {shlex.quote(str(CSRC / src))}")
+                objects_built.add(obj)
+            objs.append(obj)
+        if lib in ENTRY_PREFIX:
+            obj = f"{lib}.entry.o"
+            lines += [f"build {obj}: cxx_{flavour} {shlex.quote(str(CSRC / 'entry.cpp'))}",
+                      f"  defines = -DETFUSE_LIBRARY_PREFIX={ENTRY_PREFIX[lib]}"]
+            objs.append(obj)
+        if lib in (EAGER_LIB, RUNTIME_LIB):
+            objs.append("core/kernels.o")
+        lines.append(f"build {lib}: link_{flavour} {' '.join(objs)}")
+    lines += ["", f"default {' '.join(LIBRARIES)}", ""]
+    return "\n".join(lines)
 
 
 def _compiler_id() -> str:
@@ -182,23 +292,35 @@ def _sha256(path: Path) -> str:
 
 
 def build_inputs() -> dict:
-    """Everything a build depends on except the compiler: versions, flags (the commands without
-    their first word), sources. The cache key is a hash of it; the manifest records it."""
+    """Everything a build depends on except the compiler: versions, flags, which op files go
+    into which library, sources. The cache key is a hash of it; the manifest records it."""
     import platform
 
     import torch
     from executorch import version as et_version
 
-    commands = [eager_command(Path("OUT")), runtime_command(Path("OUT")),
-                runtime_command(Path("OUT"), "quantized_runtime.cpp")]
     return {
         "layout": _CACHE_LAYOUT_VERSION,
         "torch": torch.__version__,
         "executorch": et_version.__version__,
         "platform": f"{sys.platform}-{platform.machine()}",
-        "commands": [cmd[1:] for cmd in commands],
+        "cflags": compile_flags(),
+        "ldflags": link_flags(),
+        "libraries": library_sources(),
         "sources": {str(p.relative_to(CSRC)): hashlib.sha256(p.read_bytes()).hexdigest() for p in sources()},
     }
+
+
+def _config_of(inputs: dict) -> str:
+    """The build directory's name: the inputs that make object files incompatible (not the sources)."""
+    config = {k: v for k, v in inputs.items() if k not in ("sources", "libraries")}
+    return hashlib.sha256(json.dumps(config, sort_keys=True).encode()).hexdigest()[:20]
+
+
+def build_root(root: Path) -> Path:
+    """Where ninja keeps its object files for the cache `root`: next to it, not inside (the cache
+    holds only entries)."""
+    return root.parent / f"{root.name}.build"
 
 
 def _key_of(inputs: dict) -> str:
@@ -328,31 +450,67 @@ def _write_manifest(directory: Path, key: str, inputs: dict, compiler_id: str) -
     os.replace(part, directory / MANIFEST)
 
 
-def _compile(tmp: Path, verbose: bool) -> None:
-    jobs = [(eager_command(tmp / EAGER_LIB), "eager (torch)"), (runtime_command(tmp / RUNTIME_LIB), "runtime (executorch)"),
-            (runtime_command(tmp / QUANTIZED_RUNTIME_LIB, "quantized_runtime.cpp"), "quantized runtime (executorch)")]
-    # All compile at once: the eager one dominates (torch headers).
-    procs = []
+def _ninja() -> str:
     try:
-        for cmd, what in jobs:
-            procs.append((subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True), cmd, what))
+        import ninja  # the `ninja` package (a dependency): its binary
+
+        path = Path(ninja.BIN_DIR) / "ninja"
+        if path.is_file():
+            return str(path)
+    except ImportError:
+        pass
+    found = shutil.which("ninja")
+    if found is None:
+        raise KernelBuildError("etfuse kernels: ninja is needed to build the kernels (`pip install ninja`)")
+    return found
+
+
+def _run_ninja(build_dir: Path, libraries: dict[str, list[str]], targets, clean: bool, verbose: bool) -> str:
+    """Brings `targets` in `build_dir` up to date; returns the ninja file."""
+    _makedirs(build_dir)
+    text = _ninja_file(libraries)
+    path = build_dir / "build.ninja"
+    if not path.exists() or path.read_text() != text:
+        path.write_text(text)
+    ninja = _ninja()
+    if clean:
+        subprocess.run([ninja, "-C", str(build_dir), "-t", "clean"], capture_output=True, text=True)
+    cmd = [ninja, "-C", str(build_dir), *(["-v"] if verbose else []), *targets]
+    try:
+        proc = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     except OSError as e:
-        for proc, _, _ in procs:
-            proc.kill()
-            proc.wait()
-        raise KernelBuildError(f"cannot run the C++ compiler {compiler()!r}: {e}") from e
-    failures = []
-    for proc, cmd, what in procs:
-        out, _ = proc.communicate()
-        if verbose and out:
-            print(out, file=sys.stderr)
-        if proc.returncode != 0:
-            failures.append(f"building the {what} library failed (exit {proc.returncode}):\n$ {shlex.join(cmd)}\n{out}")
-    if failures:
-        raise KernelBuildError("etfuse kernels: compilation failed\n" + "\n".join(failures))
-    (tmp / "BUILD_INFO").write_text("".join(f"{what}: {shlex.join(cmd)}\n" for cmd, what in jobs))
+        raise KernelBuildError(f"cannot run ninja {ninja!r}: {e}") from e
+    if verbose and proc.stdout:
+        print(proc.stdout, file=sys.stderr)
+    if proc.returncode != 0:
+        raise KernelBuildError(f"etfuse kernels: compilation failed (exit {proc.returncode}):\n$ {shlex.join(cmd)}\n"
+                               f"{proc.stdout}")
+    return text
+
+
+def _compile(tmp: Path, root: Path, inputs: dict, clean: bool, verbose: bool) -> None:
+    build_dir = build_root(root) / _config_of(inputs)
+    _makedirs(build_dir.parent)
+    lock = filelock.FileLock(str(build_dir.parent / f".{build_dir.name}.lock"), mode=0o644)
+    with lock.acquire(timeout=_lock_timeout()):
+        text = _run_ninja(build_dir, inputs["libraries"], LIBRARIES, clean, verbose)
+        for name in LIBRARIES:
+            shutil.copyfile(build_dir / name, tmp / name)
+    (tmp / "BUILD_INFO").write_text(text)
     for name in (*LIBRARIES, "BUILD_INFO"):
         os.chmod(tmp / name, _FILE_MODE)
+
+
+def probe_library(verbose: bool = False) -> Path:
+    """The benchmark-only library (`etfuse_probe_stream_add`, a STREAM-add loop on the ExecuTorch
+    threadpool), built on demand in the build directory; production libraries do not hold it."""
+    inputs = build_inputs()
+    root = cache_root()
+    build_dir = build_root(root) / _config_of(inputs)
+    _makedirs(build_dir.parent)
+    with filelock.FileLock(str(build_dir.parent / f".{build_dir.name}.lock"), mode=0o644).acquire(timeout=_lock_timeout()):
+        _run_ninja(build_dir, inputs["libraries"], [PROBE_LIB], False, verbose)
+    return build_dir / PROBE_LIB
 
 
 def _build_in(root: Path, key: str, inputs: dict, force: bool, verbose: bool) -> BuildResult:
@@ -395,7 +553,7 @@ def _build_in(root: Path, key: str, inputs: dict, force: bool, verbose: bool) ->
         tmp.mkdir()
         os.chmod(tmp, _DIR_MODE)
         try:
-            _compile(tmp, verbose)
+            _compile(tmp, root, inputs, clean=force or problem != "missing", verbose=verbose)
             _write_manifest(tmp, key, inputs, compiler_id)  # last: it vouches for the files above
             old = None
             if final.exists() or final.is_symlink():

@@ -2,8 +2,9 @@
 damaged, one build per key at a time, usable without a compiler, readable by other users.
 
 The real libraries are built once (the module fixture, into the usual cache); each test copies
-that entry into a temporary cache. Rebuilds go through a stand-in compiler (CXX) that logs its
-invocations and "compiles" by copying the good library of the same name, so a healed entry is
+that entry into a temporary cache. Rebuilds go through a stand-in compiler (CXX) that logs each
+library it links and "links" by copying the good library of the same name (its translation
+units become empty objects), so a healed entry is
 a real, loadable one without running g++ again. Loading runs in fresh subprocesses: a damaged
 library mapped by the test process would take pytest down with it.
 """
@@ -25,13 +26,16 @@ from etfuse.kernels import build as kbuild
 COPY_CXX = """#!{python}
 import os, shutil, sys, time
 args = sys.argv[1:]
-with open({log!r}, "a") as f:
-    f.write(("version" if args == ["--version"] else "compile " + os.path.basename(args[args.index("-o") + 1])) + "\\n")
+out = args[args.index("-o") + 1] if "-o" in args else None
+if out is not None and "-c" in args:  # a translation unit (ninja): an empty object, not logged
+    open(out, "w").close()
+    sys.exit(0)
+with open({log!r}, "a") as f:  # one "compile <library>" per library linked
+    f.write(("version" if args == ["--version"] else "compile " + os.path.basename(out)) + "\\n")
 if args == ["--version"]:
     print("copy-c++ 1.0")
     sys.exit(0)
 time.sleep({delay})
-out = args[args.index("-o") + 1]
 shutil.copyfile(os.path.join({src!r}, os.path.basename(out)), out)
 """
 

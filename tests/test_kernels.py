@@ -426,3 +426,106 @@ def test_runtime_linear_and_addmm(tmp_path, m, k, n, isa, request):
         expected = model(*args)
     for g, e in zip(method.execute(list(args)), expected):
         assert_close(g, e, **GEMM_TOL)
+
+
+# --------------------------------------------------------------------------------------------
+# the cores through the test-only library (etfuse.kernels.build.probe_library): the broadcast
+# plan shared with the Triton launcher, the GEMM / conv2d scale epilogue
+
+
+@pytest.fixture(scope="module")
+def probe_lib():
+    import ctypes
+
+    lib = ctypes.CDLL(str(kbuild.probe_library()))
+    i64p = ctypes.POINTER(ctypes.c_int64)
+    lib.etfuse_probe_broadcast_plan.restype = ctypes.c_int
+    lib.etfuse_probe_broadcast_plan.argtypes = [ctypes.c_int, i64p, ctypes.c_int, i64p, i64p, ctypes.c_int, i64p, i64p,
+                                                i64p, i64p, i64p, i64p]
+    f = ctypes.c_float
+    vp = ctypes.c_void_p
+    lib.etfuse_probe_gemm.argtypes = [ctypes.c_int64] * 3 + [vp] * 4 + [f, f, vp]
+    lib.etfuse_probe_conv2d.restype = ctypes.c_int
+    lib.etfuse_probe_conv2d.argtypes = [i64p, vp, i64p, vp, vp, vp, ctypes.c_int64, ctypes.c_int64, ctypes.c_int64, f, f, vp]
+    return lib
+
+
+def _i64(values):
+    import ctypes
+
+    return (ctypes.c_int64 * max(1, len(values)))(*values)
+
+
+def _cpp_plan(lib, shape, a, b):
+    """The C++ plan in the Python launcher's form: sizes outermost first padded to 4 dims, strides per operand."""
+    import ctypes
+
+    out = [(ctypes.c_int64 * 16)() for _ in range(4)]
+    n = lib.etfuse_probe_broadcast_plan(len(shape), _i64(shape), a.dim(), _i64(a.shape), _i64(a.stride()), b.dim(),
+                                        _i64(b.shape), _i64(b.stride()), *out)
+    dims = [(out[0][d], out[1][d], out[2][d]) for d in range(n) if out[0][d] != 1]
+    dims += [(1, 0, 0)] * (4 - len(dims))
+    dims.reverse()
+    return [d[0] for d in dims], [[d[1] for d in dims], [d[2] for d in dims]]
+
+
+PLAN_CASES = [
+    ((5,), (5,)), ((3, 4), (4,)), ((3, 4), (3, 1)), ((2, 3, 4), (1, 3, 1)), ((2, 1, 4), (3, 1)), ((1,), (2, 3)),
+    ((2, 3, 4, 5), (5,)), ((6, 1, 7), (1, 5, 1)), ((), (3,)), ((4, 4), ()),
+]
+
+
+@pytest.mark.parametrize("sa,sb", PLAN_CASES)
+def test_broadcast_plan_is_the_triton_launchers(probe_lib, sa, sb):
+    launch = pytest.importorskip("etfuse.kernels.triton.launch")
+    for a, b in ((torch.randn(sa), torch.randn(sb)), (torch.randn(*reversed(sa)).t() if len(sa) == 2 else torch.randn(sa), torch.randn(sb))):
+        shape = torch.broadcast_shapes(a.shape, b.shape)
+        sizes, strides, _ = launch.broadcast_plan(shape, (a, b))
+        assert _cpp_plan(probe_lib, list(shape), a, b) == (sizes, strides), (sa, sb, a.stride())
+
+
+@pytest.mark.parametrize("m,k,n", [(1, 9, 7), (3, 300, 21), (100, 64, 40)])
+def test_gemm_scale_epilogue(probe_lib, m, k, n):
+    a, b, s, bias = torch.randn(m, k), torch.randn(k, n), torch.randn(n), torch.randn(n)
+    c = torch.empty(m, n)
+    probe_lib.etfuse_probe_gemm(m, n, k, a.data_ptr(), b.data_ptr(), s.data_ptr(), bias.data_ptr(), -0.5, 2.0, c.data_ptr())
+    assert_close(c, torch.clamp((a @ b) * s + bias, -0.5, 2.0), **GEMM_TOL)
+    probe_lib.etfuse_probe_gemm(m, n, k, a.data_ptr(), b.data_ptr(), s.data_ptr(), None, -1e30, 1e30, c.data_ptr())
+    assert_close(c, (a @ b) * s, **GEMM_TOL)
+
+
+@pytest.mark.parametrize("c_in,c_out,groups,stride,padding", [(3, 8, 1, 1, 1), (8, 8, 8, 1, 1), (8, 16, 8, 2, 0),
+                                                               (4, 6, 2, 1, 0), (16, 16, 16, 2, 1)])
+def test_conv2d_scale_epilogue(probe_lib, c_in, c_out, groups, stride, padding):
+    x, w = torch.randn(2, c_in, 9, 11), torch.randn(c_out, c_in // groups, 3, 3)
+    s, bias = torch.randn(c_out), torch.randn(c_out)
+    ref = torch.nn.functional.conv2d(x, w, None, stride, padding, 1, groups) * s[:, None, None] + bias[:, None, None]
+    out = torch.empty(ref.shape)
+    assert probe_lib.etfuse_probe_conv2d(_i64(x.shape), x.data_ptr(), _i64(w.shape), w.data_ptr(), s.data_ptr(),
+                                         bias.data_ptr(), stride, padding, groups, -1.0, 1.5, out.data_ptr()) == 0
+    assert_close(out, ref.clamp(-1.0, 1.5), **GEMM_TOL)
+
+
+# --------------------------------------------------------------------------------------------
+# the out contract (adapter.h): the same in eager and in the runtime
+
+
+def test_out_whose_strides_the_core_cannot_write_goes_through_a_temporary():
+    """An `out` whose strides the core cannot write (a conv output plane with gaps between rows,
+    a strided quantize target) is computed into a temporary and copied. The decision is
+    adapter.h's `Out`, compiled into both the eager and the runtime kernels (before, the runtime
+    kernels failed on such an out); a .pte only hands the runtime contiguous outs, so this
+    checks the eager build of that code."""
+    x, w, b = torch.randn(2, 3, 8, 8), torch.randn(4, 3, 3, 3), torch.randn(4)
+    ref = ops.conv2d_act(x, w, b, [1, 1], [1, 1], [1, 1], 1, 0.0, None)
+    base = torch.zeros(2, 4, 8, 16)
+    out = base[..., ::2]  # rows of the output plane are not evenly strided
+    got = ops.conv2d_act.out(x, w, b, [1, 1], [1, 1], [1, 1], 1, 0.0, None, out=out)
+    assert got is out and out.stride() == (512, 128, 16, 2)
+    assert_close(out, ref, **GEMM_TOL)
+    assert base[..., 1::2].abs().sum() == 0  # nothing written between the strided elements
+    # quantize into a non-contiguous out: eager copies through a temporary as well
+    q = torch.empty(8, 6, dtype=torch.int8).t()
+    qd = torch.ops.quantized_decomposed
+    qd.quantize_per_tensor.out(torch.randn(6, 8), 0.05, 0, -128, 127, torch.int8, out=q)
+    assert q.stride() == (1, 6)

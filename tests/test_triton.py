@@ -339,7 +339,7 @@ def quantized_registered_kernels():
     from etfuse.kernels.triton import launch, registration
     a = torch.randint(-128, 128, (9, 10), dtype=torch.int32).to(torch.int8)
     args = (a, 0.1, 2, -128, 127, a[0], 0.05, -1, -128, 127, 0.2, 0, -128, 127)
-    for op, launcher in ((q.QUANTIZED_ADD, registration._quantized_add), (q.QUANTIZED_ADD_RELU, registration._quantized_add_relu)):
+    for op, launcher in ((q.QUANTIZED_ADD, launch.quantized_add_op), (q.QUANTIZED_ADD_RELU, launch.quantized_add_relu_op)):
         _equal(registration._functional(op, launcher)(*args), op.pattern(*args))
         o = torch.empty(0, dtype=torch.int8)
         assert registration._out(op, launcher)(*args, out=o) is o

@@ -221,6 +221,16 @@ def quantized_add(a, a_scale, a_zero_point, a_quant_min, a_quant_max,
     return _into(out, shape, a.dtype, device, (a, b), fill)
 
 
+
+def quantized_add_op(*args, out: Optional[torch.Tensor] = None):
+    """quantized_decomposed::add with the op's schema arguments (the catalog's launcher)."""
+    return quantized_add(*args, relu=False, out=out)
+
+
+def quantized_add_relu_op(*args, out: Optional[torch.Tensor] = None):
+    """quantized_decomposed::add_relu with the op's schema arguments (the catalog's launcher)."""
+    return quantized_add(*args, relu=True, out=out)
+
 # ---- linear_relu / addmm_relu ----------------------------------------------------------
 
 def matmul_config(M: int, N: int, K: int, dtype: torch.dtype) -> dict:

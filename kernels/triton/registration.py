@@ -31,8 +31,7 @@ from __future__ import annotations
 import torch
 from torch.library import Library
 
-from etfuse.backend_ops import float_ops
-from etfuse.backend_ops import quantized_ops
+from etfuse.kernels import build
 
 from . import launch
 
@@ -86,23 +85,16 @@ def _out(op, launcher):
     return kernel
 
 
-def _quantized_add(*args, out=None):
-    return launch.quantized_add(*args, relu=False, out=out)
+def kernels() -> list:
+    """(backend op, Triton launcher) for every catalog record with a `triton` launcher name
+    (positional args = the op's schema arguments; `out=` keyword)."""
+    from etfuse.backend_ops.registry import registered_ops
+
+    build.kernel_ops()  # declares every record
+    return [(op, getattr(launch, op.triton)) for op in registered_ops() if getattr(op, "triton", None)]
 
 
-def _quantized_add_relu(*args, out=None):
-    return launch.quantized_add(*args, relu=True, out=out)
-
-
-# backend op -> Triton launcher (positional args = the op's schema arguments; `out=` keyword)
-KERNELS = [
-    (float_ops.ADD_RELU, launch.add_relu),
-    (float_ops.LINEAR_RELU, launch.linear_relu),
-    (float_ops.ADDMM_RELU, launch.addmm_relu),
-    (quantized_ops.QUANTIZED_ADD, _quantized_add),
-    (quantized_ops.QUANTIZED_ADD_RELU, _quantized_add_relu),
-    (quantized_ops.EMBEDDING_BYTE, launch.embedding_byte),
-]
+KERNELS = kernels()
 
 
 def _impl(lib: Library, qualname: str, name: str, fn, key: str) -> None:

@@ -1,7 +1,7 @@
 // Shared plumbing for the etfuse kernel cores.
 //
-// Plain C++17 on raw pointers, sizes and strides: no torch or executorch types. The two
-// registration files (eager_ops.cpp for torch, runtime_ops.cpp for the ExecuTorch runtime)
+// Plain C++17 on raw pointers, sizes and strides: no torch or executorch types. The op files
+// (ops/*.cpp, through adapter.h, once for torch eager and once for the ExecuTorch runtime)
 // translate their tensors into `Layout`s, ask the core for the output shape and for
 // validation (errors come back as a `Status` with a message), and run the core with their
 // own parallel_for (any callable `par(begin, end, grain, fn)` with `fn(begin, end)`).

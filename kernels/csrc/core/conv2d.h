@@ -91,6 +91,10 @@ struct Problem {
   Layout lw;
   const float* bias = nullptr;
   int64_t bias_s = 0;
+  // Optional per-output-channel scale applied before the bias (null: none); set by the caller
+  // after make_problem: out = clamp(conv * scale[c] + bias[c]).
+  const float* scale = nullptr;
+  int64_t scale_s = 0;
   float* out = nullptr;
   Layout lo;
   Params p;
@@ -113,7 +117,10 @@ struct PackCtx {
 
 // B(k, j) = input[ci, oh * sh - ph + kh * dh, ow * sw - pw + kw * dw] (zero outside), with
 // k = (ci * KH + kh) * KW + kw and j = oh * OW + ow.
-inline void pack_windows(const void* vctx, int64_t k0, int64_t kc, int64_t j0, int64_t nr, int64_t NR, float* pack) {
+// Compiled once per library in core/kernels.cpp.
+void pack_windows(const void* vctx, int64_t k0, int64_t kc, int64_t j0, int64_t nr, int64_t NR, float* pack);
+#if defined(ETFUSE_CORE_KERNELS)
+void pack_windows(const void* vctx, int64_t k0, int64_t kc, int64_t j0, int64_t nr, int64_t NR, float* pack) {
   const PackCtx& c = *static_cast<const PackCtx*>(vctx);
   for (int64_t kk = 0; kk < kc; ++kk) {
     const int64_t k = k0 + kk, kw = k % c.KW, kh = (k / c.KW) % c.KH, ci = k / (c.KW * c.KH);
@@ -148,6 +155,7 @@ inline void pack_windows(const void* vctx, int64_t k0, int64_t kc, int64_t j0, i
     for (int64_t j = nr; j < NR; ++j) dst[j] = 0.0f;
   }
 }
+#endif
 
 // Output planes [t0, t1) of a depthwise conv (plane t = image t / Cout, channel t % Cout).
 // Each input plane is first copied into a zero-padded buffer, so every tap of every output
@@ -191,13 +199,16 @@ ETFUSE_ALWAYS_INLINE void depthwise_planes(const Problem& pb, int64_t t0, int64_
     for (int64_t kh = 0; kh < KH; ++kh)
       for (int64_t kw = 0; kw < KW; ++kw) wl[kh * KW + kw] = wk[kh * pb.lw.strides[2] + kw * pb.lw.strides[3]];
     const float b = pb.bias ? pb.bias[co * pb.bias_s] : 0.0f;
+    // With a scale the bias is added after it (acc * s + b); without, it seeds the accumulator.
+    const float s = pb.scale ? pb.scale[co * pb.scale_s] : 1.0f;
+    const float seed = pb.scale ? 0.0f : b, post = pb.scale ? b : 0.0f;
     float* oplane = pb.out + n * pb.lo.strides[0] + co * pb.lo.strides[1];
     for (int64_t oh = 0; oh < OH; ++oh) {
       const float* top = padded + oh * sh * PW;
       int64_t x = 0;
       if (sw == 1) {
         for (; x + W <= OW; x += W) {
-          vf a = vf{} + b;
+          vf a = vf{} + seed;
           for (int64_t kh = 0; kh < KH; ++kh) {
             const float* r = top + kh * dh * PW + x;
             const float* wr = wl + kh * KW;
@@ -211,7 +222,7 @@ ETFUSE_ALWAYS_INLINE void depthwise_planes(const Problem& pb, int64_t t0, int64_
         }
       }
       for (; x < OW; ++x) {
-        float a = b;
+        float a = seed;
         for (int64_t kh = 0; kh < KH; ++kh) {
           const float* r = top + kh * dh * PW + x * sw;
           for (int64_t kw = 0; kw < KW; ++kw) a += wl[kh * KW + kw] * r[kw * dw];
@@ -220,7 +231,9 @@ ETFUSE_ALWAYS_INLINE void depthwise_planes(const Problem& pb, int64_t t0, int64_
       }
       float* orow = oplane + oh * pb.lo.strides[2];
       const int64_t os = pb.lo.strides[3];
-      if (os == 1) {
+      if (pb.scale) {
+        for (int64_t i = 0; i < OW; ++i) orow[i * os] = gemm::clamp_act(acc[i] * s + post, lo_v, hi_v);
+      } else if (os == 1) {
         for (int64_t i = 0; i < OW; ++i) orow[i] = gemm::clamp_act(acc[i], lo_v, hi_v);
       } else {
         for (int64_t i = 0; i < OW; ++i) orow[i * os] = gemm::clamp_act(acc[i], lo_v, hi_v);
@@ -229,12 +242,17 @@ ETFUSE_ALWAYS_INLINE void depthwise_planes(const Problem& pb, int64_t t0, int64_
   }
 }
 
-inline void depthwise_baseline(const Problem& pb, int64_t t0, int64_t t1) {
+// Compiled once per library in core/kernels.cpp.
+void depthwise_baseline(const Problem& pb, int64_t t0, int64_t t1);
+ETFUSE_TARGET_AVX2 void depthwise_avx2(const Problem& pb, int64_t t0, int64_t t1);
+#if defined(ETFUSE_CORE_KERNELS)
+void depthwise_baseline(const Problem& pb, int64_t t0, int64_t t1) {
   depthwise_planes<4>(pb, t0, t1);
 }
-ETFUSE_TARGET_AVX2 inline void depthwise_avx2(const Problem& pb, int64_t t0, int64_t t1) {
+ETFUSE_TARGET_AVX2 void depthwise_avx2(const Problem& pb, int64_t t0, int64_t t1) {
   depthwise_planes<8>(pb, t0, t1);
 }
+#endif
 
 }  // namespace detail
 
@@ -308,7 +326,10 @@ inline void run(const Problem& pb, Par&& par) {
       a.bias = pb.bias ? pb.bias + g * Mg * pb.bias_s : nullptr;
       a.bias_rs = pb.bias_s;
       a.bias_cs = 0;
-      a.relu = p.has_min || p.has_max;
+      a.scale = pb.scale ? pb.scale + g * Mg * pb.scale_s : nullptr;
+      a.scale_rs = pb.scale_s;
+      a.scale_cs = 0;
+      a.clamp = p.has_min || p.has_max;
       a.act_min = p.has_min ? p.min : -__builtin_inff();
       a.act_max = p.has_max ? p.max : __builtin_inff();
       gemm::run(a, par);

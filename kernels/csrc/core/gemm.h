@@ -1,9 +1,11 @@
-// GEMM core shared by linear_relu and addmm_relu:
+// The one GEMM of the float cores (linear_relu, linear_act, addmm_relu through gemm_entry.h;
+// conv2d_act's implicit GEMM):
 //
-//   C[i, j] = act(bias[i, j] + sum_k A[i, k] * B[k, j])      act = clamp [act_min, act_max] (relu) or identity
+//   C[i, j] = clamp(scale[i, j] * sum_k A[i, k] * B[k, j] + bias[i, j], act_min, act_max)
 //
-// every operand given by a pointer and two strides (bias strides may be 0 to broadcast; a null
-// bias is zero). B is packed per panel of NR columns into a contiguous [KC][NR] buffer (this
+// relu is the clamp [0, inf); `clamp = false` is the identity. Every operand is a pointer and
+// two strides (scale and bias strides may be 0 to broadcast, e.g. one value per output channel;
+// a null scale is 1, a null bias is 0). B is packed per panel of NR columns into a contiguous [KC][NR] buffer (this
 // also absorbs a transposed B, e.g. linear's weight read as stored [N, K]); an MR x NR register
 // tile is accumulated over KC-long slices with plain vector arithmetic; bias and the clamp run
 // in the epilogue of the last K slice. A caller-supplied packer (`Args::pack`) replaces the
@@ -13,7 +15,9 @@
 // The micro-kernel is written once (GCC vector extensions) and instantiated for the SSE2
 // baseline (MR=4, NR=8, 4-wide), AVX2+FMA (MR=6, NR=16, 8-wide) and AVX-512F (MR=12, NR=32,
 // 16-wide: about 1.5x the AVX2 one on this Xeon), chosen at runtime. A hand-written
-// micro-kernel can replace `detail::micro` without touching the registration files.
+// micro-kernel can replace `detail::micro` without touching the op files. The per-ISA entry
+// points (tiles_*, dot_cols_*) are compiled once per library, in core/kernels.cpp
+// (-DETFUSE_CORE_KERNELS); the op files see their declarations only.
 #pragma once
 
 #include "common.h"
@@ -32,7 +36,10 @@ struct Args {
   int64_t c_rs = 0, c_cs = 0;
   const float* bias = nullptr;  // may be null
   int64_t bias_rs = 0, bias_cs = 0;
-  bool relu = true;  // the epilogue clamps to [act_min, act_max] (relu by default)
+  // Optional per-output scale applied before the bias (a batch norm folded per call).
+  const float* scale = nullptr;
+  int64_t scale_rs = 0, scale_cs = 0;
+  bool clamp = true;  // the epilogue clamps to [act_min, act_max] (relu by default)
   float act_min = 0.0f, act_max = __builtin_inff();
   // Optional B packer (implicit GEMM, e.g. conv2d reading its input window by window): fills
   // pack[k][0:NR] with B(k0 + k, j0 : j0 + nr) for k < kc, zero past nr. Null: B via strides.
@@ -99,11 +106,21 @@ template <int MR, int NR>
 ETFUSE_ALWAYS_INLINE void store_tile(
     const Args& g, int64_t i0, int64_t j0, int64_t mr, int64_t nr, const float (&tile)[MR][NR], bool first,
     bool last) {
-  const bool act = last && g.relu;
+  const bool act = last && g.clamp;
   const float lo = g.act_min, hi = g.act_max;
   for (int64_t i = 0; i < mr; ++i) {
     float* c = g.C + (i0 + i) * g.c_rs + j0 * g.c_cs;
     const float* t = tile[i];
+    if (g.scale) {  // every K slice is scaled: sum(t_s) * s == sum(t_s * s)
+      const float* sc = g.scale + (i0 + i) * g.scale_rs + j0 * g.scale_cs;
+      const float* bias = g.bias ? g.bias + (i0 + i) * g.bias_rs + j0 * g.bias_cs : nullptr;
+      for (int64_t j = 0; j < nr; ++j) {
+        float v = t[j] * sc[j * g.scale_cs];
+        v += first ? (bias ? bias[j * g.bias_cs] : 0.0f) : c[j * g.c_cs];
+        c[j * g.c_cs] = act ? clamp_act(v, lo, hi) : v;
+      }
+      continue;
+    }
     if (first) {
       if (g.bias) {
         const float* bias = g.bias + (i0 + i) * g.bias_rs + j0 * g.bias_cs;
@@ -185,15 +202,21 @@ struct Kernel {
   void (*tiles)(const Args&, int64_t, int64_t, int64_t);
 };
 
-inline void tiles_baseline(const Args& g, int64_t t0, int64_t t1, int64_t mblocks) {
+// Compiled once per library in core/kernels.cpp.
+void tiles_baseline(const Args& g, int64_t t0, int64_t t1, int64_t mblocks);
+ETFUSE_TARGET_AVX2 void tiles_avx2(const Args& g, int64_t t0, int64_t t1, int64_t mblocks);
+ETFUSE_TARGET_AVX512 void tiles_avx512(const Args& g, int64_t t0, int64_t t1, int64_t mblocks);
+#if defined(ETFUSE_CORE_KERNELS)
+void tiles_baseline(const Args& g, int64_t t0, int64_t t1, int64_t mblocks) {
   tiles_impl<4, 8, 4>(g, t0, t1, mblocks);
 }
-ETFUSE_TARGET_AVX2 inline void tiles_avx2(const Args& g, int64_t t0, int64_t t1, int64_t mblocks) {
+ETFUSE_TARGET_AVX2 void tiles_avx2(const Args& g, int64_t t0, int64_t t1, int64_t mblocks) {
   tiles_impl<6, 16, 8>(g, t0, t1, mblocks);
 }
-ETFUSE_TARGET_AVX512 inline void tiles_avx512(const Args& g, int64_t t0, int64_t t1, int64_t mblocks) {
+ETFUSE_TARGET_AVX512 void tiles_avx512(const Args& g, int64_t t0, int64_t t1, int64_t mblocks) {
   tiles_impl<12, 32, 16>(g, t0, t1, mblocks);
 }
+#endif
 
 // Few rows with a transposed B whose columns are contiguous (linear's [N, K] weight): packing
 // B would copy the whole weight to use each element M times, so these run as dot products
@@ -207,7 +230,7 @@ inline bool use_dot(const Args& g) {
 template <int W>
 ETFUSE_ALWAYS_INLINE void dot_cols_impl(const Args& g, int64_t j0, int64_t j1) {
   typedef typename Vec<W>::type vf;
-  const bool act = g.relu;
+  const bool act = g.clamp;
   const float lo = g.act_min, hi = g.act_max;
   for (int64_t i = 0; i < g.M; ++i) {
     const float* a = g.A + i * g.a_rs;
@@ -231,6 +254,7 @@ ETFUSE_ALWAYS_INLINE void dot_cols_impl(const Args& g, int64_t j0, int64_t j1) {
         for (int w = 0; w < W; ++w) sum += acc[c][w];
         for (int64_t kk = k; kk < g.K; ++kk) sum += a[kk] * b[c][kk];
         const int64_t jj = j + c;
+        if (g.scale) sum *= g.scale[i * g.scale_rs + jj * g.scale_cs];
         if (g.bias) sum += g.bias[i * g.bias_rs + jj * g.bias_cs];
         g.C[i * g.c_rs + jj * g.c_cs] = act ? clamp_act(sum, lo, hi) : sum;
       }
@@ -238,15 +262,21 @@ ETFUSE_ALWAYS_INLINE void dot_cols_impl(const Args& g, int64_t j0, int64_t j1) {
   }
 }
 
-inline void dot_cols_baseline(const Args& g, int64_t j0, int64_t j1) {
+// Compiled once per library in core/kernels.cpp.
+void dot_cols_baseline(const Args& g, int64_t j0, int64_t j1);
+ETFUSE_TARGET_AVX2 void dot_cols_avx2(const Args& g, int64_t j0, int64_t j1);
+ETFUSE_TARGET_AVX512 void dot_cols_avx512(const Args& g, int64_t j0, int64_t j1);
+#if defined(ETFUSE_CORE_KERNELS)
+void dot_cols_baseline(const Args& g, int64_t j0, int64_t j1) {
   dot_cols_impl<4>(g, j0, j1);
 }
-ETFUSE_TARGET_AVX2 inline void dot_cols_avx2(const Args& g, int64_t j0, int64_t j1) {
+ETFUSE_TARGET_AVX2 void dot_cols_avx2(const Args& g, int64_t j0, int64_t j1) {
   dot_cols_impl<8>(g, j0, j1);
 }
-ETFUSE_TARGET_AVX512 inline void dot_cols_avx512(const Args& g, int64_t j0, int64_t j1) {
+ETFUSE_TARGET_AVX512 void dot_cols_avx512(const Args& g, int64_t j0, int64_t j1) {
   dot_cols_impl<16>(g, j0, j1);
 }
+#endif
 
 inline Kernel select_kernel() {
   if (use_avx512()) return Kernel{12, 32, &tiles_avx512};

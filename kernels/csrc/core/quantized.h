@@ -14,6 +14,7 @@
 #include <limits>
 #include <type_traits>
 
+#include "broadcast.h"
 #include "common.h"
 
 #if defined(__GNUC__) && (defined(__x86_64__) || defined(__i386__))
@@ -115,54 +116,11 @@ ETFUSE_ALWAYS_INLINE float clampf(float v, float lo, float hi) {
 
 // ---- element-wise binary (add / add_relu) and scalar add ----------------------------------
 
-// Simplified broadcast iteration space (dim 0 innermost), strides in elements.
-struct Plan {
-  int n = 0;
-  int64_t sz[kMaxDims];
-  int64_t sa[kMaxDims], sb[kMaxDims], so[kMaxDims];
-  int64_t total = 0;
-};
-
-inline Plan make_plan(const Layout& la, const Layout& lb, const Layout& lo) {
-  Plan p;
-  p.total = lo.numel();
-  for (int d = lo.ndim - 1; d >= 0; --d) {
-    const int64_t size = lo.sizes[d];
-    if (size == 1) continue;
-    const int64_t sa = broadcast_stride(la, lo.ndim, d);
-    const int64_t sb = broadcast_stride(lb, lo.ndim, d);
-    const int64_t so = lo.strides[d];
-    if (p.n > 0) {
-      const int i = p.n - 1;
-      if (sa == p.sa[i] * p.sz[i] && sb == p.sb[i] * p.sz[i] && so == p.so[i] * p.sz[i]) {
-        p.sz[i] *= size;
-        continue;
-      }
-    }
-    p.sz[p.n] = size;
-    p.sa[p.n] = sa;
-    p.sb[p.n] = sb;
-    p.so[p.n] = so;
-    ++p.n;
-  }
-  if (p.n == 0) {
-    p.n = 1;
-    p.sz[0] = 1;
-    p.sa[0] = p.sb[0] = p.so[0] = 0;
-  }
-  return p;
-}
+using broadcast::Plan;
+using broadcast::make_plan;
 
 inline bool check_out_shape(const char* op, const Layout& la, const Layout& lb, const Layout& lo, Status& st) {
-  int ndim = 0;
-  int64_t sizes[kMaxDims];
-  if (!broadcast_shapes(la, lb, ndim, sizes, op, st)) return false;
-  bool same = ndim == lo.ndim;
-  for (int d = 0; same && d < ndim; ++d) same = sizes[d] == lo.sizes[d];
-  if (!same) {
-    return st.fail("%s: out has shape %s, expected %s", op, ShapeStr(lo).c_str(), ShapeStr(sizes, ndim).c_str());
-  }
-  return true;
+  return broadcast::check_out(op, la, lb, lo, st);
 }
 
 template <class TA, class TB, class TO, bool kRelu>
@@ -300,35 +258,9 @@ void binary_range(
     const Plan& p, const TA* a, const TB* b, TO* o, int64_t e0, int64_t e1, const QParams& qa, const QParams& qb,
     const QParams& qo, bool avx2) {
   auto inner = avx2 ? &binary_inner_avx2<TA, TB, TO, kRelu> : &binary_inner_base<TA, TB, TO, kRelu>;
-  const int64_t L = p.sz[0];
-  int64_t idx[kMaxDims];
-  int64_t row = e0 / L, col = e0 % L;
-  int64_t oa = 0, ob = 0, oo = 0;
-  for (int d = 1; d < p.n; ++d) {
-    idx[d] = row % p.sz[d];
-    row /= p.sz[d];
-    oa += idx[d] * p.sa[d];
-    ob += idx[d] * p.sb[d];
-    oo += idx[d] * p.so[d];
-  }
-  int64_t remaining = e1 - e0;
-  while (remaining > 0) {
-    const int64_t len = (L - col) < remaining ? (L - col) : remaining;
-    inner(len, a + oa + col * p.sa[0], p.sa[0], b + ob + col * p.sb[0], p.sb[0], o + oo + col * p.so[0], p.so[0],
-          qa, qb, qo);
-    remaining -= len;
-    col = 0;
-    for (int d = 1; d < p.n; ++d) {
-      oa += p.sa[d];
-      ob += p.sb[d];
-      oo += p.so[d];
-      if (++idx[d] < p.sz[d]) break;
-      oa -= p.sa[d] * p.sz[d];
-      ob -= p.sb[d] * p.sz[d];
-      oo -= p.so[d] * p.sz[d];
-      idx[d] = 0;
-    }
-  }
+  broadcast::for_range(p, e0, e1, [&](int64_t len, int64_t oa, int64_t ia, int64_t ob, int64_t ib, int64_t oo, int64_t io) {
+    inner(len, a + oa, ia, b + ob, ib, o + oo, io, qa, qb, qo);
+  });
 }
 
 // out = q(dq(a) + dq(b)) [relu], broadcasting; the layouts are already validated.

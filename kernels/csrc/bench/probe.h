@@ -3,7 +3,7 @@
 // the fused kernel gets to what the machine can move.
 #pragma once
 
-#include "common.h"
+#include "core/common.h"
 
 namespace etfuse {
 namespace core {

@@ -1,0 +1,22 @@
+// The `float? min, float? max` arguments of the *_act ops as the GEMM epilogue's clamp.
+#pragma once
+
+#include "adapter.h"
+#include "core/gemm_entry.h"
+
+namespace etfuse {
+namespace adapter {
+
+inline bool clamp_of(const char* op, const std::optional<double>& min, const std::optional<double>& max,
+                     core::gemm_entry::Clamp& c, Status& st) {
+  const float lo = min.has_value() ? static_cast<float>(*min) : 0.0f;
+  const float hi = max.has_value() ? static_cast<float>(*max) : 0.0f;
+  if (min.has_value() && max.has_value() && lo > hi) {
+    return st.fail("%s: min %g is greater than max %g", op, (double)lo, (double)hi);
+  }
+  c = core::gemm_entry::Clamp::between(min.has_value(), lo, max.has_value(), hi);
+  return true;
+}
+
+}  // namespace adapter
+}  // namespace etfuse

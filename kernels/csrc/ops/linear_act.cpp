@@ -1,0 +1,21 @@
+// etfuse::linear_act.out: clamp(input @ weight.T + bias, min, max): the GEMM entry with the op's clamp.
+#include "ops/clamp_args.h"
+#include "ops/linear.h"
+
+namespace {
+
+using namespace etfuse::adapter;
+
+Tensor& linear_act_out(Context& ctx, const Tensor& input, const Tensor& weight, const OptTensor& bias,
+                       std::optional<double> min, std::optional<double> max, Tensor& out) {
+  constexpr const char* op = "etfuse::linear_act.out";
+  Status st;
+  etfuse::core::gemm_entry::Clamp c;
+  const bool ok = clamp_of(op, min, max, c, st);
+  ETFUSE_CHECK(ctx, ok, st, out);
+  return linear_into(ctx, op, input, weight, bias, c, true, out);
+}
+
+}  // namespace
+
+ETFUSE_REGISTER(etfuse, "linear_act.out", linear_act_out);

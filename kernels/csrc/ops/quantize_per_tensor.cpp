@@ -1,0 +1,39 @@
+// quantized_decomposed::quantize_per_tensor.out: clamp(rint(x / scale) + zp), float32 in,
+// int8/uint8 out (core/quantized.h). In the quantized runtime library (see quantized_add.cpp).
+#include "ops/quantized_args.h"
+
+namespace {
+
+using namespace etfuse::adapter;
+
+Tensor& quantize_per_tensor_out(Context& ctx, const Tensor& input, double scale, int64_t zp, int64_t qmin,
+                                int64_t qmax, ScalarType dtype, Tensor& out) {
+  constexpr const char* op = "quantized_decomposed::quantize_per_tensor.out";
+  Status st;
+  qc::QType t = qc::QType::kInt8;
+  qc::QParams p;
+  Layout li;
+  Out o(out);
+  bool ok = check_cpu(op, "input", input, st);
+  if (ok && input.scalar_type() != ScalarType::Float) {
+    ok = st.fail("%s: input must be float32, got %s", op, dtype_name(input.scalar_type()));
+  }
+  if (ok && out.scalar_type() != dtype) {
+    ok = st.fail("%s: out has dtype %s but dtype is %s", op, dtype_name(out.scalar_type()), dtype_name(dtype));
+  }
+  ok = ok && qtype_of(op, "dtype", dtype, t, st) && qc::make_qparams(op, "input", scale, zp, qmin, qmax, t, p, st) &&
+      layout_of(input, "input", li, st) && o.resize(op, li.ndim, li.sizes, st) &&
+      o.open({&input}, false, is_contiguous(o.layout()), st);
+  Input x(input, li);
+  if (ok && !is_contiguous(li)) x.make_contiguous();
+  ETFUSE_CHECK(ctx, ok, st, out);
+  with_qtype(t, [&](auto tag) {
+    using T = decltype(tag);
+    qc::quantize(x.data<float>(), o.data<T>(), li.numel(), p, Parallel{});
+  });
+  return o.finish();
+}
+
+}  // namespace
+
+ETFUSE_REGISTER(quantized_decomposed, "quantize_per_tensor.out", quantize_per_tensor_out);
