@@ -267,7 +267,7 @@ def _ninja_file(libraries: dict[str, list[str]]) -> str:
             lines += [f"build {obj}: cxx_{flavour} {shlex.quote(str(CSRC / 'entry.cpp'))}",
                       f"  defines = -DETFUSE_LIBRARY_PREFIX={ENTRY_PREFIX[lib]}"]
             objs.append(obj)
-        if lib in (EAGER_LIB, RUNTIME_LIB):
+        if lib in (EAGER_LIB, RUNTIME_LIB, PROBE_LIB):
             objs.append("core/kernels.o")
         lines.append(f"build {lib}: link_{flavour} {' '.join(objs)}")
     lines += ["", f"default {' '.join(LIBRARIES)}", ""]

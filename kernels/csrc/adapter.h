@@ -187,7 +187,13 @@ inline bool is_contiguous(const Layout& l) {
 // in both builds: a temporary buffer, filled once per call).
 class Input {
  public:
+  explicit Input(const Tensor& t) : t_(t) {}
   Input(const Tensor& t, const Layout& l) : t_(t), layout_(l) {}
+  // Takes the layout, copying into a contiguous buffer when `copy`.
+  void read(const Layout& l, bool copy) {
+    layout_ = l;
+    if (copy) make_contiguous();
+  }
   void make_contiguous() {
     const size_t es = element_size(t_);
     copy_.resize(static_cast<size_t>(layout_.numel()) * es);

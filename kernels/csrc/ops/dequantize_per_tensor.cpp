@@ -12,8 +12,8 @@ Tensor& dequantize_per_tensor_out(Context& ctx, const Tensor& input, double scal
   Status st;
   qc::QType t = qc::QType::kInt8;
   qc::QParams p;
-  Layout li;
   Out o(out);
+  Input q(input);
   bool ok = check_cpu(op, "input", input, st);
   if (ok && input.scalar_type() != dtype) {
     ok = st.fail("%s: input has dtype %s but dtype is %s", op, dtype_name(input.scalar_type()), dtype_name(dtype));
@@ -24,15 +24,11 @@ Tensor& dequantize_per_tensor_out(Context& ctx, const Tensor& input, double scal
   if (ok && out.scalar_type() != ScalarType::Float) {
     ok = st.fail("%s: out must be float32, got %s", op, dtype_name(out.scalar_type()));
   }
-  ok = ok && qtype_of(op, "dtype", dtype, t, st) && qc::make_qparams(op, "input", scale, zp, qmin, qmax, t, p, st) &&
-      layout_of(input, "input", li, st) && o.resize(op, li.ndim, li.sizes, st) &&
-      o.open({&input}, false, is_contiguous(o.layout()), st);
-  Input q(input, li);
-  if (ok && !is_contiguous(li)) q.make_contiguous();
+  ok = ok && per_tensor_args(op, input, dtype, scale, zp, qmin, qmax, t, p, q, o, st);
   ETFUSE_CHECK(ctx, ok, st, out);
   with_qtype(t, [&](auto tag) {
     using T = decltype(tag);
-    qc::dequantize(q.data<T>(), o.data<float>(), li.numel(), p, Parallel{});
+    qc::dequantize(q.data<T>(), o.data<float>(), q.layout().numel(), p, Parallel{});
   });
   return o.finish();
 }

@@ -12,8 +12,8 @@ Tensor& quantize_per_tensor_out(Context& ctx, const Tensor& input, double scale,
   Status st;
   qc::QType t = qc::QType::kInt8;
   qc::QParams p;
-  Layout li;
   Out o(out);
+  Input x(input);
   bool ok = check_cpu(op, "input", input, st);
   if (ok && input.scalar_type() != ScalarType::Float) {
     ok = st.fail("%s: input must be float32, got %s", op, dtype_name(input.scalar_type()));
@@ -21,15 +21,11 @@ Tensor& quantize_per_tensor_out(Context& ctx, const Tensor& input, double scale,
   if (ok && out.scalar_type() != dtype) {
     ok = st.fail("%s: out has dtype %s but dtype is %s", op, dtype_name(out.scalar_type()), dtype_name(dtype));
   }
-  ok = ok && qtype_of(op, "dtype", dtype, t, st) && qc::make_qparams(op, "input", scale, zp, qmin, qmax, t, p, st) &&
-      layout_of(input, "input", li, st) && o.resize(op, li.ndim, li.sizes, st) &&
-      o.open({&input}, false, is_contiguous(o.layout()), st);
-  Input x(input, li);
-  if (ok && !is_contiguous(li)) x.make_contiguous();
+  ok = ok && per_tensor_args(op, input, dtype, scale, zp, qmin, qmax, t, p, x, o, st);
   ETFUSE_CHECK(ctx, ok, st, out);
   with_qtype(t, [&](auto tag) {
     using T = decltype(tag);
-    qc::quantize(x.data<float>(), o.data<T>(), li.numel(), p, Parallel{});
+    qc::quantize(x.data<float>(), o.data<T>(), x.layout().numel(), p, Parallel{});
   });
   return o.finish();
 }

@@ -31,5 +31,17 @@ inline void with_qtype(qc::QType t, const F& fn) {
   }
 }
 
+// The per-tensor quantize / dequantize tail: dtype and qparams, `out` of input's shape, both
+// read and written contiguously (through a copy / a temporary otherwise).
+inline bool per_tensor_args(const char* op, const Tensor& input, ScalarType dtype, double scale, int64_t zp,
+                            int64_t qmin, int64_t qmax, qc::QType& t, qc::QParams& p, Input& x, Out& o, Status& st) {
+  Layout li;
+  const bool ok = qtype_of(op, "dtype", dtype, t, st) && qc::make_qparams(op, "input", scale, zp, qmin, qmax, t, p, st) &&
+      layout_of(input, "input", li, st) && o.resize(op, li.ndim, li.sizes, st) &&
+      o.open({&input}, false, is_contiguous(o.layout()), st);
+  if (ok) x.read(li, !is_contiguous(li));
+  return ok;
+}
+
 }  // namespace adapter
 }  // namespace etfuse
