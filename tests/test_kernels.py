@@ -1,5 +1,6 @@
 """etfuse.kernels: the compiled `.out` kernels, in torch eager and in the ExecuTorch runtime."""
 
+import dataclasses
 import importlib
 import sys
 import threading
@@ -529,3 +530,33 @@ def test_out_whose_strides_the_core_cannot_write_goes_through_a_temporary():
     qd = torch.ops.quantized_decomposed
     qd.quantize_per_tensor.out(torch.randn(6, 8), 0.05, 0, -128, 127, torch.int8, out=q)
     assert q.stride() == (1, 6)
+
+
+# --------------------------------------------------------------------------------------------
+# op lists and build sources come from the catalog
+
+
+def test_op_lists_and_sources_are_derived_from_the_catalog():
+    records = kbuild.kernel_ops()
+    assert {op.qualname for op in records} >= {op.qualname for op in (*bo.FLOAT_OPS, *bo.GEMM_CONV_OPS, *bo.QUANTIZED_OPS)}
+    assert set(kernels.EAGER_OPS) == {f"{op.namespace}::{op.out_name}" for op in records}
+    assert set(kernels.RUNTIME_OPS) == {f"{op.namespace}::{op.out_name}" for op in records if op.runtime_library == "runtime"}
+    assert set(kernels.QUANTIZED_RUNTIME_OPS) == {"quantized_decomposed::add.out", "quantized_decomposed::add_relu.out",
+                                                  "quantized_decomposed::add.scalar_out",
+                                                  "quantized_decomposed::embedding_byte.out",
+                                                  "quantized_decomposed::quantize_per_tensor.out",
+                                                  "quantized_decomposed::dequantize_per_tensor.out"}
+    libs = kbuild.library_sources()
+    files = sorted(f"ops/{p.name}" for p in (kbuild.CSRC / "ops").glob("*.cpp"))
+    assert libs[kbuild.EAGER_LIB] == files
+    assert sorted(libs[kbuild.RUNTIME_LIB] + libs[kbuild.QUANTIZED_RUNTIME_LIB]) == files
+
+
+def test_a_kernel_file_without_a_record_is_a_build_error(monkeypatch):
+    records = [op for op in kbuild.kernel_ops() if op.kernel != "add_relu"]
+    monkeypatch.setattr(kbuild, "kernel_ops", lambda: records)
+    with pytest.raises(kernels.KernelBuildError, match=r"kernel files without a catalog record: \['ops/add_relu.cpp'\]"):
+        kbuild.library_sources()
+    monkeypatch.setattr(kbuild, "kernel_ops", lambda: [*records, dataclasses.replace(bo.ADD_RELU, kernel="nowhere")])
+    with pytest.raises(kernels.KernelBuildError, match=r"catalog records naming missing kernel files: \['ops/nowhere.cpp'\]"):
+        kbuild.library_sources()
