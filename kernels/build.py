@@ -59,6 +59,7 @@ import shlex
 import shutil
 import subprocess
 import sys
+import tempfile
 import time
 import uuid
 import warnings
@@ -488,11 +489,27 @@ def _run_ninja(build_dir: Path, libraries: dict[str, list[str]], targets, clean:
     return text
 
 
+def _build_dir(root: Path, inputs: dict) -> Path:
+    """The build directory for `inputs`, created: next to the cache, or in the temporary folder
+    when that place is not writable (a cache folder one may write in a read-only parent)."""
+    name = _config_of(inputs)
+    for parent in (build_root(root), Path(tempfile.gettempdir()) / f"etfuse-kernel-build-{os.getuid()}"):
+        try:
+            _makedirs(parent)
+            if os.access(parent, os.W_OK):
+                return parent / name
+        except OSError:
+            pass
+    raise KernelBuildError(f"etfuse kernels: no writable build directory ({build_root(root)} nor the temporary folder)")
+
+
+def _build_lock(build_dir: Path) -> filelock.FileLock:
+    return filelock.FileLock(str(build_dir.parent / f".{build_dir.name}.lock"), mode=0o644)
+
+
 def _compile(tmp: Path, root: Path, inputs: dict, clean: bool, verbose: bool) -> None:
-    build_dir = build_root(root) / _config_of(inputs)
-    _makedirs(build_dir.parent)
-    lock = filelock.FileLock(str(build_dir.parent / f".{build_dir.name}.lock"), mode=0o644)
-    with lock.acquire(timeout=_lock_timeout()):
+    build_dir = _build_dir(root, inputs)
+    with _build_lock(build_dir).acquire(timeout=_lock_timeout()):
         text = _run_ninja(build_dir, inputs["libraries"], LIBRARIES, clean, verbose)
         for name in LIBRARIES:
             shutil.copyfile(build_dir / name, tmp / name)
@@ -505,10 +522,8 @@ def probe_library(verbose: bool = False) -> Path:
     """The benchmark-only library (`etfuse_probe_stream_add`, a STREAM-add loop on the ExecuTorch
     threadpool), built on demand in the build directory; production libraries do not hold it."""
     inputs = build_inputs()
-    root = cache_root()
-    build_dir = build_root(root) / _config_of(inputs)
-    _makedirs(build_dir.parent)
-    with filelock.FileLock(str(build_dir.parent / f".{build_dir.name}.lock"), mode=0o644).acquire(timeout=_lock_timeout()):
+    build_dir = _build_dir(cache_root(), inputs)
+    with _build_lock(build_dir).acquire(timeout=_lock_timeout()):
         _run_ninja(build_dir, inputs["libraries"], [PROBE_LIB], False, verbose)
     return build_dir / PROBE_LIB
 
