@@ -18,7 +18,7 @@ these by the pass (e.g. `a % b` is `a - (a // b) * b`: the runtime's `mod.Scalar
 
 from __future__ import annotations
 
-__all__ = ["PrimOp", "PRIMS", "BOOL_RESULT_EDGE_FORM", "RUNTIME_EXACT", "ensure_registered"]
+__all__ = ["PrimOp", "PRIMS", "BOOL_RESULT_EDGE_FORM", "RUNTIME_EXACT", "ensure_registered", "sym_ite"]
 
 import dataclasses
 import math
@@ -72,7 +72,7 @@ def _bor(x, y):
     return x if y is False else x | y
 
 
-def _sym_ite(b, t, f):
+def sym_ite(b, t, f):
     """`t if b else f` without evaluating a SymBool; branches may mix literals and symbols."""
     if isinstance(b, bool):
         return t if b else f
@@ -132,7 +132,7 @@ PRIMS: dict[str, PrimOp] = {p.name: p for p in [
     PrimOp("sym_max", "sym_max.Scalar" + _S2, _sym_max, rebind=True),
     PrimOp("sym_min", "sym_min.Scalar" + _S2, _sym_min, rebind=True),
     PrimOp("sym_not", "sym_not.Scalar(Scalar a) -> bool", _sym_not, rebind=True),
-    PrimOp("sym_ite", "sym_ite.Scalar(Scalar b, Scalar t, Scalar f) -> Scalar", _sym_ite, rebind=True),
+    PrimOp("sym_ite", "sym_ite.Scalar(Scalar b, Scalar t, Scalar f) -> Scalar", sym_ite, rebind=True),
 ]}
 
 # The prims whose schema returns `bool` turn a SymBool result into a Python bool when they are

@@ -27,7 +27,7 @@ import torch.fx as fx
 from etfuse.backend_ops.quantized_ops import EMBEDDING_BYTE, QUANTIZED_ADD, QUANTIZED_ADD_RELU, QUANTIZED_ADD_SCALAR
 
 from .constraints import all_of
-from .rule import LoweredPattern, Match, Rule, _lower
+from .rule import EdgePattern, Match, Rule, trace_edge_pattern
 
 aten = torch.ops.aten
 qd = torch.ops.quantized_decomposed
@@ -49,13 +49,13 @@ class QuantRule(Rule):
 
     dtypes: dict = dataclasses.field(default_factory=dict)
 
-    def lower(self) -> LoweredPattern:
-        return _lower_with_dtypes(self)
+    def edge_pattern(self) -> EdgePattern:
+        return _edge_pattern_with_dtypes(self)
 
 
 @functools.lru_cache(maxsize=None)
-def _lower_with_dtypes(rule: QuantRule) -> LoweredPattern:
-    lowered = _lower(rule)  # cached per rule, used only through this function
+def _edge_pattern_with_dtypes(rule: QuantRule) -> EdgePattern:
+    lowered = trace_edge_pattern(rule)  # cached per rule, used only through this function
     if not rule.dtypes:
         return lowered
     by_dtype = {v: k for k, v in rule.dtypes.items()}
@@ -79,7 +79,7 @@ def _lower_with_dtypes(rule: QuantRule) -> LoweredPattern:
     unused = [name for name, p in holders.items() if not p.users]
     if unused:
         raise ValueError(f"rule {rule.name!r}: dtype parameters {unused} do not occur in the lowered pattern")
-    return LoweredPattern(graph, lowered.params + list(rule.dtypes), lowered.anchor, lowered.ops)
+    return EdgePattern(graph, lowered.params + list(rule.dtypes), lowered.anchor, lowered.ops)
 
 
 # --- patterns ---------------------------------------------------------------------------------

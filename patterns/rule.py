@@ -1,7 +1,7 @@
 """A fusion rule is data: an ATen pattern, the backend op that replaces it, and a constraint.
 
-Rules are written once with ATen ops. `lower()` exports the pattern and runs it through
-`to_edge`, so it matches edge-dialect graphs exactly as the user's program was lowered
+Rules are written once with ATen ops. `edge_pattern()` exports the pattern and runs it through
+`to_edge` (once per rule and process), so it matches edge-dialect graphs exactly as the user's program was lowered
 (`aten.linear` becomes `permute_copy -> addmm`, constants are lifted, ...). A pattern that can
 never match an edge graph is a `PatternError` when it is lowered, not a silent no-op.
 """
@@ -47,7 +47,7 @@ Constraint = Callable[[Match], Optional[str]]  # returns why the match is declin
 
 
 @dataclasses.dataclass(eq=False)
-class LoweredPattern:
+class EdgePattern:
     graph: fx.Graph
     params: list[str]  # pattern parameter names, in placeholder order
     anchor: fx.Node  # the pattern's last op: where matching starts
@@ -72,15 +72,23 @@ class Rule:
     example_inputs: Callable[[], tuple]
     constraint: Optional[Constraint] = None
     arguments: Optional[Callable[[Match], tuple[tuple, dict]]] = None
+    # Names of rules with the same anchor op that this rule is tried before, whatever the
+    # pattern sizes (without it, the larger pattern is tried first). See passes/engine.py.
+    outranks: tuple[str, ...] = ()
 
     @classmethod
-    def for_op(cls, op: BackendOp, example_inputs, constraint=None, name=None) -> "Rule":
+    def for_op(cls, op: BackendOp, example_inputs, constraint=None, name=None, outranks=()) -> "Rule":
         """The common case: the backend op's own pattern is what the rule looks for."""
-        return cls(name or op.name, op.pattern, op, example_inputs, constraint)
+        return cls(name or op.name, op.pattern, op, example_inputs, constraint, outranks=tuple(outranks))
 
-    def lower(self) -> LoweredPattern:
-        """The pattern as an edge-dialect graph (cached per rule)."""
-        return _lower(self)
+    @property
+    def key(self) -> str:
+        """Unique in a rule table: `etfuse::add_relu` and `quantized_decomposed::add_relu` are two rules."""
+        return f"{self.replacement.namespace}::{self.name}"
+
+    def edge_pattern(self) -> EdgePattern:
+        """The pattern as an edge-dialect graph (traced once per rule and process)."""
+        return trace_edge_pattern(self)
 
     def replacement_call(self, m: Match) -> tuple[tuple, dict]:
         if self.arguments is not None:
@@ -151,7 +159,7 @@ def _bind_scalars(graph: fx.Graph, rule: "Rule", scalars: dict[str, Any]) -> Non
 
 
 @functools.lru_cache(maxsize=None)
-def _lower(rule: Rule) -> LoweredPattern:
+def trace_edge_pattern(rule: Rule) -> EdgePattern:
     from executorch.exir import EdgeCompileConfig, to_edge
 
     params = [p for p in inspect.signature(rule.pattern).parameters]
@@ -192,4 +200,4 @@ def _lower(rule: Rule) -> LoweredPattern:
     unused = [p.name for p in placeholders if not p.users]
     if unused:
         raise PatternError(f"rule {rule.name!r}: pattern parameters {unused} vanish when lowered to the edge dialect")
-    return LoweredPattern(graph, params, outputs[0], ops)
+    return EdgePattern(graph, params, outputs[0], ops)

@@ -7,7 +7,7 @@ from executorch.exir import to_edge
 from executorch.runtime import Runtime
 from torch._higher_order_ops.scan import scan
 
-from etfuse.passes.cond_views import CondViewCopyPass
+from etfuse.passes import CondViewCopyPass
 
 
 def _double(x):

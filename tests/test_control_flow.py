@@ -13,10 +13,9 @@ from torch._higher_order_ops.scan import scan
 from torch._higher_order_ops.while_loop import while_loop
 from torch.export import Dim, export
 
-from etfuse.passes.cond_outputs import CondOutputCopyPass
-from etfuse.passes.float_fusion import FloatFusionPass
-from etfuse.passes.loop_lowering import (
-    LoopLoweringError, LoopLoweringPass, SpecialisedShapeError, refuse_specialised, to_edge_control_flow,
+import etfuse
+from etfuse.passes import (
+    CondOutputCopyPass, FloatFusionPass, LoopLoweringError, LoopLoweringPass, SpecialisedShapeError, refuse_specialised,
 )
 
 
@@ -169,7 +168,7 @@ class ShapeArithmeticLoop(torch.nn.Module):
 def test_full_pipeline_in_a_loop_body_float_and_symint(kernels):
     """The passes in default-pipeline order; SymIntToPrimsPass emits no bool-returning prim, so a
     pass that retraces after it (LoopLoweringPass, executorch's SpecPropPass) cannot specialise."""
-    from etfuse.passes.symint_to_prims import SymIntToPrimsPass
+    from etfuse.passes import SymIntToPrimsPass
 
     ep = export(ShapeArithmeticLoop(), (torch.randn(5, 4),), dynamic_shapes=({0: Dim("n", min=1, max=9)},))
     fusion, prims = FloatFusionPass(), SymIntToPrimsPass()
@@ -420,7 +419,7 @@ def test_stock_to_edge_specialises_a_dynamic_map_and_etfuse_refuses_the_result()
 
 def test_map_stays_dynamic_fuses_and_runs_at_every_size(kernels):
     fusion = FloatFusionPass()
-    edge = to_edge_control_flow(_map_program()).transform([fusion])
+    edge = etfuse.to_edge(_map_program()).transform([fusion])
     assert [str(r) for r in edge.exported_program().range_constraints.values()] == ["VR[2, 16]"]
     refuse_specialised(edge.exported_program())  # nothing to refuse
     assert [f.rule for f in fusion.report.fused] == ["add_relu"]
@@ -434,7 +433,7 @@ def test_a_specialised_program_is_refused_not_lowered():
     ep = _map_program()
     to_edge(ep)  # stock lowering specialises n in the program's own shape environment
     with pytest.raises(SpecialisedShapeError, match=r"specialised the dynamic dimension\(s\) \['s\d+'\]"):
-        to_edge_control_flow(ep)
+        etfuse.to_edge(ep)
 
 
 # --- quantized fusion inside bodies ---------------------------------------------------------

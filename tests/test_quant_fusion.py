@@ -20,7 +20,7 @@ from etfuse.backend_ops.quantized_ops import (
     DEQUANTIZE_PER_TENSOR, EMBEDDING_BYTE, QUANTIZE_PER_TENSOR, QUANTIZED_ADD, QUANTIZED_ADD_RELU,
     QUANTIZED_ADD_SCALAR, decompositions,
 )
-from etfuse.passes.quant_fusion import QuantFusionPass
+from etfuse.passes import QuantFusionPass
 from etfuse.runtime import run
 from fusion_helpers import op_names
 

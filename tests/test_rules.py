@@ -23,7 +23,7 @@ def _rule(pattern, example_inputs, name="scaled"):
 
 class ScalarParametersTest(TestCase):
     def test_scalar_parameters_become_placeholders(self):
-        lowered = _rule(clamped_add, lambda: (torch.randn(4), torch.randn(4), -0.5, 6.0)).lower()
+        lowered = _rule(clamped_add, lambda: (torch.randn(4), torch.randn(4), -0.5, 6.0)).edge_pattern()
         self.assertExpectedInline(str(lowered.graph).strip(), """\
 graph():
     %self : [num_users=1] = placeholder[target=self]
@@ -65,8 +65,8 @@ graph():
 
     def test_scalar_parameters_need_distinct_example_values(self):
         with self.assertRaisesRegex(PatternError, "'low' and 'high' have the same example value 0.5"):
-            _rule(clamped_add, lambda: (torch.randn(2), torch.randn(2), 0.5, 0.5)).lower()
+            _rule(clamped_add, lambda: (torch.randn(2), torch.randn(2), 0.5, 0.5)).edge_pattern()
 
     def test_unsupported_example_input_is_named(self):
         with self.assertRaisesRegex(PatternError, r"parameters \['low'\] must have tensor, int or float"):
-            _rule(clamped_add, lambda: (torch.randn(2), torch.randn(2), "half", 1.0), name="bad").lower()
+            _rule(clamped_add, lambda: (torch.randn(2), torch.randn(2), "half", 1.0), name="bad").edge_pattern()
