@@ -9,7 +9,8 @@ that specialise a program when it is retraced (`t if b else f`, `not a`, `max(a,
 `int(a) % int(b)`, `float(a)` evaluate a SymBool/SymInt to a Python value, which adds a guard
 and bakes the example size into the graph). `ensure_registered()` rebinds those ops'
 CompositeImplicitAutograd kernels to the symbolic builtins (`torch.sym_ite`, `torch.sym_not`,
-...), so a program holding prims retraces to the same symbolic arithmetic.
+...), so a program holding prims retraces to the same symbolic arithmetic. That replaces
+executorch's kernels, so importing this module does not do it: `etfuse.backend_ops.install()` does.
 
 `RUNTIME_EXACT` records, per op, the operand kinds for which the runtime kernel gives exactly
 what Python gives (measured in tests/test_symint_prims.py). Everything else is composed from
@@ -181,6 +182,3 @@ def ensure_registered() -> dict[str, PrimOp]:
                 lib.impl(f"{p.name}.Scalar", p.pattern, "CompositeImplicitAutograd")
     _LIB = lib
     return PRIMS
-
-
-ensure_registered()

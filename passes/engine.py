@@ -32,7 +32,7 @@ import torch
 import torch.fx as fx
 from executorch.exir.dialects.edge._ops import EdgeOpOverload
 
-from etfuse.patterns.rule import EdgePattern, Match, Rule
+from etfuse.patterns.rule import EdgePattern, Match, Rule, edge_patterns
 from etfuse.errors import EtfuseError
 
 # (self, other) of these may be swapped: x + y == y + x. Keyed by the ATen overload so edge and
@@ -246,12 +246,11 @@ class RuleIndex:
     def __init__(self, rules: Iterable[Rule]):
         self.rules = list(rules)
         keys = [r.key for r in self.rules]
-        dup = {k for k in keys if keys.count(k) > 1}
+        dup = {r.name for r in self.rules if keys.count(r.key) > 1}
         if dup:
             raise ValueError(f"rule names must be unique; repeated: {sorted(dup)}")
         self.by_anchor: dict[Any, list[tuple[Rule, _Matcher]]] = defaultdict(list)
-        for rule in self.rules:
-            pattern = rule.edge_pattern()
+        for rule, pattern in zip(self.rules, edge_patterns(self.rules)):  # one export for all new ones
             self.by_anchor[pattern.anchor.target].append((rule, _Matcher(pattern)))
         anchor_of = {r.name: t for t, entries in self.by_anchor.items() for r, _ in entries}
         for rule in self.rules:

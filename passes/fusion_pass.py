@@ -26,8 +26,8 @@ from typing import Iterable, Optional
 import torch.fx as fx
 from executorch.exir.pass_base import ExportPass, PassResult
 
-from etfuse.backend_ops import FLOAT_OPS
-from etfuse.patterns import GEMM_CONV_RULES, RULES, QuantRule, Rule
+from etfuse.backend_ops import FLOAT_OPS, install
+from etfuse.patterns import FLOAT_RULES, GEMM_CONV_RULES, RULES, QuantRule, Rule
 
 from .engine import FusionReport, RuleIndex, apply_matches, find_matches, rebuild_with_matches
 from .graph_copy import copy_graph_module, graph_modules
@@ -42,6 +42,7 @@ class FusionPass(ExportPass):
 
     def __init__(self, rules: Optional[Iterable[Rule]] = None, near_misses: bool = False):
         super().__init__()
+        install()  # the quantized ops' handles and kernels are etfuse's from here on
         self.rules = list(RULES if rules is None else rules)
         self.near_misses = near_misses  # record FusionReport.near_misses (settable on any instance)
         self.index = RuleIndex(self.rules)  # traces every pattern now: a bad rule fails here
@@ -88,7 +89,7 @@ class FloatFusionPass(FusionPass):
     linear_relu, relu(addmm) -> addmm_relu."""
 
     def __init__(self, near_misses: bool = False):
-        super().__init__([r for r in RULES if r.replacement in FLOAT_OPS], near_misses)
+        super().__init__([*FLOAT_RULES, *(r for r in GEMM_CONV_RULES if r.replacement in FLOAT_OPS)], near_misses)
 
 
 class GemmConvFusionPass(FusionPass):

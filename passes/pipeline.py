@@ -24,6 +24,8 @@ from executorch.exir import EdgeProgramManager
 from executorch.exir.pass_base import ExportedProgramPassBase
 from torch.export import ExportedProgram
 
+from etfuse.backend_ops import install
+
 from .batch_norm_folding import BatchNormFoldPass
 from .compat.cond_outputs import CondOutputCopyPass
 from .compat.cond_views import CondViewCopyPass
@@ -111,6 +113,7 @@ def fuse(program: Program, passes: Optional[Sequence] = None) -> Program:
     raised by an etfuse pass arrives as itself (`LoopLoweringError`, `FusionError`, ...); any
     error leaves the caller's program as it was.
     """
+    install()
     passes = list(default_passes() if passes is None else passes)
     if isinstance(program, EdgeProgramManager):
         manager = program

@@ -6,12 +6,12 @@ taken first (the engine sweeps consumers first), and among rules ending at the s
 (passes/engine.py). No rule depends on the order of the families below.
 """
 
-from .rule import Constraint, EdgePattern, Match, PatternError, Rule, trace_edge_pattern
+from .rule import Constraint, EdgePattern, Match, PatternError, Rule, edge_patterns, trace_edge_pattern, trace_edge_patterns
 from .float_rules import FLOAT_RULES
 from .quant_rules import QUANT_RULES, QuantRule
 from .gemm_conv_rules import GEMM_CONV_RULES
 
 RULES = [*QUANT_RULES, *GEMM_CONV_RULES, *FLOAT_RULES]
 
-__all__ = ["Constraint", "EdgePattern", "Match", "PatternError", "Rule", "trace_edge_pattern", "FLOAT_RULES",
+__all__ = ["Constraint", "EdgePattern", "Match", "PatternError", "Rule", "edge_patterns", "trace_edge_pattern", "trace_edge_patterns", "FLOAT_RULES",
            "QUANT_RULES", "QuantRule", "GEMM_CONV_RULES", "RULES"]

@@ -27,7 +27,7 @@ import torch.fx as fx
 from etfuse.backend_ops.quantized_ops import EMBEDDING_BYTE, QUANTIZED_ADD, QUANTIZED_ADD_RELU, QUANTIZED_ADD_SCALAR
 
 from .constraints import all_of
-from .rule import EdgePattern, Match, Rule, trace_edge_pattern
+from .rule import EdgePattern, Match, Rule
 
 aten = torch.ops.aten
 qd = torch.ops.quantized_decomposed
@@ -49,13 +49,11 @@ class QuantRule(Rule):
 
     dtypes: dict = dataclasses.field(default_factory=dict)
 
-    def edge_pattern(self) -> EdgePattern:
-        return _edge_pattern_with_dtypes(self)
+    def bind_literals(self, traced: EdgePattern) -> EdgePattern:
+        return _bind_dtypes(self, traced)
 
 
-@functools.lru_cache(maxsize=None)
-def _edge_pattern_with_dtypes(rule: QuantRule) -> EdgePattern:
-    lowered = trace_edge_pattern(rule)  # cached per rule, used only through this function
+def _bind_dtypes(rule: QuantRule, lowered: EdgePattern) -> EdgePattern:
     if not rule.dtypes:
         return lowered
     by_dtype = {v: k for k, v in rule.dtypes.items()}

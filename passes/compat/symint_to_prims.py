@@ -53,11 +53,11 @@ import torch.fx as fx
 from executorch.exir.dialects.edge._ops import EdgeOpOverload
 from executorch.exir.pass_base import ExportPass, PassResult
 
-from etfuse.backend_ops.prims import BOOL_RESULT_EDGE_FORM, PRIMS, sym_ite, ensure_registered
+from etfuse.backend_ops import install
+from etfuse.backend_ops.prims import BOOL_RESULT_EDGE_FORM, PRIMS, sym_ite
 from etfuse.errors import EtfuseError
 from ..graph_copy import copy_graph, copy_graph_module
 
-ensure_registered()
 
 _SYM_TYPES = (torch.SymInt, torch.SymFloat, torch.SymBool)
 _PRIM_NAME = {**{p.backend: p.name for p in PRIMS.values()}, **{p.aten: p.name for p in PRIMS.values()}}
@@ -348,6 +348,7 @@ class SymIntToPrimsPass(ExportPass):
 
     def __init__(self):
         super().__init__()
+        install()  # prims retrace symbolically (backend_ops/prims.py)
         self.lowered: dict[str, int] = {}
 
     def call(self, graph_module: fx.GraphModule) -> PassResult:

@@ -145,11 +145,14 @@ def rule_ops() -> frozenset:
     """Base names (`add`, `convolution`, `quantize_per_tensor`, `conv2d_act`, ...) of the ops in
     any etfuse rule's pattern (`etfuse.patterns.RULES`, the batch-norm fold) and
     of the backend ops rules produce: the ops etfuse has a rule for."""
-    from etfuse.patterns import RULES
+    from etfuse.backend_ops import install
+    from etfuse.patterns import RULES, edge_patterns
+
+    install()
 
     names = {"_native_batch_norm_legit_no_training", "batch_norm"}  # BatchNormFoldPass
-    for rule in RULES:
-        for n in rule.edge_pattern().ops:
+    for rule, pattern in zip(RULES, edge_patterns(RULES)):
+        for n in pattern.ops:
             names.add(_target_base(n.target))
         for handle in (rule.replacement.backend, rule.replacement.aten):
             names.add(_target_base(handle))
