@@ -17,7 +17,6 @@ and a dtype mismatch is a *declined* match with its reason in the report, not a 
 from __future__ import annotations
 
 import dataclasses
-import functools
 import math
 from typing import Optional
 

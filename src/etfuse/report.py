@@ -28,8 +28,6 @@ import dataclasses
 import functools
 import html
 import os
-import statistics
-import time
 from typing import Any, Optional, Sequence
 
 import torch
