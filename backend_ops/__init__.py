@@ -1,13 +1,22 @@
-"""The etfuse op catalog: one `BackendOp` record per backend op (see registry.py)."""
+"""The etfuse op catalog: one `BackendOp` record per backend op (see registry.py).
+
+Importing it registers etfuse's own ops only; `install()` (executorch_overrides.py) makes the
+changes to executorch's registrations that fusing and running need.
+"""
 
 from .registry import BackendOp, BackendOpError, register, registered_ops
 from .float_ops import ADD_RELU, ADDMM_RELU, FLOAT_OPS, LINEAR_RELU
 from .prims import PRIMS, PrimOp
 from .gemm_conv_ops import CONV2D_ACT, GEMM_CONV_OPS, LINEAR_ACT
 from .quantized_ops import QDQ_OPS, QUANTIZED_OPS, decompositions
+from .executorch_overrides import install, installed
+
+# Every record, whether registered yet or not (the quantized ones register in `install()`): what
+# etfuse.kernels derives its op lists and build sources from.
+CATALOG = [*FLOAT_OPS, *GEMM_CONV_OPS, *QUANTIZED_OPS, *QDQ_OPS]
 
 __all__ = [
     "BackendOp", "BackendOpError", "register", "registered_ops",
     "ADD_RELU", "LINEAR_RELU", "ADDMM_RELU", "FLOAT_OPS", "PRIMS", "PrimOp", "CONV2D_ACT", "LINEAR_ACT", "GEMM_CONV_OPS",
-    "QUANTIZED_OPS", "QDQ_OPS", "decompositions",
+    "QUANTIZED_OPS", "QDQ_OPS", "decompositions", "install", "installed", "CATALOG",
 ]

@@ -9,7 +9,8 @@ that specialise a program when it is retraced (`t if b else f`, `not a`, `max(a,
 `int(a) % int(b)`, `float(a)` evaluate a SymBool/SymInt to a Python value, which adds a guard
 and bakes the example size into the graph). `ensure_registered()` rebinds those ops'
 CompositeImplicitAutograd kernels to the symbolic builtins (`torch.sym_ite`, `torch.sym_not`,
-...), so a program holding prims retraces to the same symbolic arithmetic.
+...), so a program holding prims retraces to the same symbolic arithmetic. That replaces
+executorch's kernels, so importing this module does not do it: `etfuse.backend_ops.install()` does.
 
 `RUNTIME_EXACT` records, per op, the operand kinds for which the runtime kernel gives exactly
 what Python gives (measured in tests/test_symint_prims.py). Everything else is composed from
@@ -18,7 +19,7 @@ these by the pass (e.g. `a % b` is `a - (a // b) * b`: the runtime's `mod.Scalar
 
 from __future__ import annotations
 
-__all__ = ["PrimOp", "PRIMS", "BOOL_RESULT_EDGE_FORM", "RUNTIME_EXACT", "ensure_registered"]
+__all__ = ["PrimOp", "PRIMS", "BOOL_RESULT_EDGE_FORM", "RUNTIME_EXACT", "ensure_registered", "sym_ite"]
 
 import dataclasses
 import math
@@ -72,7 +73,7 @@ def _bor(x, y):
     return x if y is False else x | y
 
 
-def _sym_ite(b, t, f):
+def sym_ite(b, t, f):
     """`t if b else f` without evaluating a SymBool; branches may mix literals and symbols."""
     if isinstance(b, bool):
         return t if b else f
@@ -132,7 +133,7 @@ PRIMS: dict[str, PrimOp] = {p.name: p for p in [
     PrimOp("sym_max", "sym_max.Scalar" + _S2, _sym_max, rebind=True),
     PrimOp("sym_min", "sym_min.Scalar" + _S2, _sym_min, rebind=True),
     PrimOp("sym_not", "sym_not.Scalar(Scalar a) -> bool", _sym_not, rebind=True),
-    PrimOp("sym_ite", "sym_ite.Scalar(Scalar b, Scalar t, Scalar f) -> Scalar", _sym_ite, rebind=True),
+    PrimOp("sym_ite", "sym_ite.Scalar(Scalar b, Scalar t, Scalar f) -> Scalar", sym_ite, rebind=True),
 ]}
 
 # The prims whose schema returns `bool` turn a SymBool result into a Python bool when they are
@@ -181,6 +182,3 @@ def ensure_registered() -> dict[str, PrimOp]:
                 lib.impl(f"{p.name}.Scalar", p.pattern, "CompositeImplicitAutograd")
     _LIB = lib
     return PRIMS
-
-
-ensure_registered()

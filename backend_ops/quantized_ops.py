@@ -9,6 +9,10 @@ imported with `executorch.exir`); the registry reuses them. What etfuse adds:
 * the `.out` variants `to_executorch` needs (`add.out`, `add.scalar_out`, `add_relu.out`; executorch
   only has `embedding_byte.out`) with reference and fake kernels; compiled kernels replace them.
 
+These ops live in a namespace executorch owns, and some of it replaces executorch's kernels, so
+importing this module declares the records and registers nothing: `install()` (called through
+`etfuse.backend_ops.install()`) does it all, once.
+
 Semantics, bit for bit (what the kernels implement): dequantize is `(float(q) - float(zp)) * float(scale)`,
 quantize is `clamp(rint(x * float(1.0 / scale)) + float(zp), qmin, qmax)` in float32 (round half to even).
 
@@ -28,7 +32,7 @@ import types
 import torch
 
 from . import registry
-from .registry import BackendOp, _library, _out_fake_kernel, register
+from .registry import BackendOp, library, out_fake_kernel, register
 
 aten = torch.ops.aten
 qd = torch.ops.quantized_decomposed
@@ -72,45 +76,46 @@ def _embedding_byte(weight, weight_scales, weight_zero_points, weight_quant_min,
     return aten.embedding.default(aten._to_copy.default(w, dtype=weight_scales.dtype), indices)
 
 
-def _register_with_pattern_kernel(op: BackendOp) -> BackendOp:
+def _register_with_pattern_kernel(op: BackendOp) -> None:
     """register(), making sure the CompositeImplicitAutograd kernel is etfuse's dtype-generic pattern.
 
     executorch binds its uint8-only patterns to add / add.scalar / add_relu the first time its
-    QuantFusionPass runs; if that happened before this module was imported, `register` keeps
-    executorch's kernel (bind_pattern_to_op never replaces one), and retracing an int8 program
-    would fail. Replace it then; in the other order executorch's binding leaves ours in place.
+    QuantFusionPass runs; if that happened before `install()`, `register` keeps executorch's
+    kernel (bind_pattern_to_op never replaces one), and retracing an int8 program would fail.
+    Replace it then; in the other order executorch's binding leaves ours in place.
     """
-    had_kernel = registry._has_kernel(op.qualname, "CompositeImplicitAutograd")
+    had_kernel = registry.has_kernel(op.qualname, "CompositeImplicitAutograd")
     register(op)
     if had_kernel:
-        _library(op.namespace).impl(op.name, op.pattern, "CompositeImplicitAutograd", allow_override=True)
-    return op
+        library(op.namespace).impl(op.name, op.pattern, "CompositeImplicitAutograd", allow_override=True)
 
 
 _BINARY_ARGS = ("Tensor a, float a_scale, int a_zero_point, int a_quant_min, int a_quant_max, "
                 "Tensor b, float b_scale, int b_zero_point, int b_quant_min, int b_quant_max, "
                 "float out_scale, int out_zero_point, int out_quant_min, int out_quant_max")
 
-QUANTIZED_ADD = _register_with_pattern_kernel(BackendOp(
+QUANTIZED_ADD = BackendOp(
     "quantized_decomposed", f"add({_BINARY_ARGS}) -> Tensor qc", _add,
     doc="q(dq(a) + dq(b)), per-tensor qparams, int8 or uint8 (a, b and the result share the dtype), broadcasting",
-    kernel="quantized_add", runtime_library="quantized_runtime", triton="quantized_add_op"))
-QUANTIZED_ADD_RELU = _register_with_pattern_kernel(BackendOp(
+    kernel="quantized_add", runtime_library="quantized_runtime", triton="quantized_add_op")
+QUANTIZED_ADD_RELU = BackendOp(
     "quantized_decomposed", f"add_relu({_BINARY_ARGS}) -> Tensor qc", _add_relu,
-    doc="q(relu(dq(a) + dq(b))), like add", kernel="quantized_add", runtime_library="quantized_runtime", triton="quantized_add_relu_op"))
-QUANTIZED_ADD_SCALAR = _register_with_pattern_kernel(BackendOp(
+    doc="q(relu(dq(a) + dq(b))), like add", kernel="quantized_add", runtime_library="quantized_runtime",
+    triton="quantized_add_relu_op")
+QUANTIZED_ADD_SCALAR = BackendOp(
     "quantized_decomposed",
     "add.scalar(Tensor qa, float a_scale, int a_zero_point, int a_quant_min, int a_quant_max, ScalarType a_dtype, "
     "Scalar b, float out_scale, int out_zero_point, int out_quant_min, int out_quant_max, ScalarType out_dtype) -> Tensor",
-    _add_scalar, doc="q(dq(qa) + b), b a Python scalar (float32 arithmetic)", kernel="quantized_add", runtime_library="quantized_runtime"))
-EMBEDDING_BYTE = register(BackendOp(
+    _add_scalar, doc="q(dq(qa) + b), b a Python scalar (float32 arithmetic)", kernel="quantized_add",
+    runtime_library="quantized_runtime")
+EMBEDDING_BYTE = BackendOp(
     "quantized_decomposed",
     "embedding_byte(Tensor weight, Tensor weight_scales, Tensor? weight_zero_points, int weight_quant_min, "
     "int weight_quant_max, Tensor indices) -> Tensor",
     _embedding_byte,
     doc="embedding(dq_per_row(weight), indices); weight int8/uint8 [N, D], scales [N] or [N, 1] float32/float16 "
         "(the output dtype), zero points None or one per row (any int or float dtype)",
-    kernel="embedding_byte", runtime_library="quantized_runtime", triton="embedding_byte"))
+    kernel="embedding_byte", runtime_library="quantized_runtime", triton="embedding_byte")
 
 QUANTIZED_OPS = [QUANTIZED_ADD, QUANTIZED_ADD_RELU, QUANTIZED_ADD_SCALAR, EMBEDDING_BYTE]
 
@@ -127,38 +132,19 @@ def _dequantize_per_tensor(input, scale, zero_point, quant_min, quant_max, dtype
     return qd.dequantize_per_tensor.default(input, scale, zero_point, quant_min, quant_max, dtype, out_dtype=out_dtype)
 
 
-QUANTIZE_PER_TENSOR = register(BackendOp(
+QUANTIZE_PER_TENSOR = BackendOp(
     "quantized_decomposed",
     "quantize_per_tensor(Tensor input, float scale, int zero_point, int quant_min, int quant_max, ScalarType dtype) -> Tensor",
     _quantize_per_tensor, doc="torch.ao's op; etfuse adds the .out variant and kernels",
-    kernel="quantize_per_tensor", runtime_library="quantized_runtime"))
-DEQUANTIZE_PER_TENSOR = register(BackendOp(
+    kernel="quantize_per_tensor", runtime_library="quantized_runtime")
+DEQUANTIZE_PER_TENSOR = BackendOp(
     "quantized_decomposed",
     "dequantize_per_tensor(Tensor input, float scale, int zero_point, int quant_min, int quant_max, ScalarType dtype, "
     "*, ScalarType? out_dtype=None) -> Tensor",
     _dequantize_per_tensor, doc="torch.ao's op; etfuse adds the .out variant and kernels",
-    kernel="dequantize_per_tensor", runtime_library="quantized_runtime"))
+    kernel="dequantize_per_tensor", runtime_library="quantized_runtime")
 
 QDQ_OPS = [QUANTIZE_PER_TENSOR, DEQUANTIZE_PER_TENSOR]
-
-# executorch's CompositeExplicitAutograd kernel for embedding_byte insists that zero points have
-# the scales' dtype; torchao's dequantize_affine graphs carry int8 zero points (and
-# dequantize_per_channel ones int64), which the edge verifier then rejects when it runs the op on
-# fake tensors. etfuse's pattern computes the same values for every dtype executorch accepts
-# (float32; for float16 scales it rounds once, where executorch's rounds after the subtraction
-# too: they differ only for fractional float16 zero points) and also takes integer zero points.
-if not getattr(torch.ops.quantized_decomposed.embedding_byte.default, "_etfuse_kernel", False):
-    _library("quantized_decomposed").impl("embedding_byte", _embedding_byte, "CompositeExplicitAutograd",
-                                          allow_override=True)
-    torch.ops.quantized_decomposed.embedding_byte.default._etfuse_kernel = True
-
-# executorch's fake kernel for embedding_byte.out returns a fresh tensor instead of `out`, so the
-# fake and real kernels disagree on aliasing (opcheck fails). The out variant's contract is
-# "returns out": etfuse's derived fake kernel replaces it.
-if not getattr(torch.ops.quantized_decomposed.embedding_byte.out, "_etfuse_fake", False):
-    torch.library.register_fake("quantized_decomposed::embedding_byte.out", _out_fake_kernel(EMBEDDING_BYTE),
-                                lib=_library("quantized_decomposed"), allow_override=True)
-    torch.ops.quantized_decomposed.embedding_byte.out._etfuse_fake = True
 
 
 def decompositions() -> dict:
@@ -169,30 +155,50 @@ def decompositions() -> dict:
 
 
 # executorch's stock quantized library (`import executorch.kernels.quantized`) *defines* add.out,
-# quantize_per_tensor.out, ... in a C++ static initializer. Imported after the schemas above exist,
-# that definition throws inside dlopen and the process aborts. Imported before, its schemas are
-# identical to etfuse's and are reused. So once etfuse's schemas exist, the module name gets a
+# quantize_per_tensor.out, ... in a C++ static initializer. Imported after `install()` defined the
+# same schemas, that definition throws inside dlopen and the process aborts. Imported before, its
+# schemas are identical to etfuse's and are reused. So `install()` gives the module name a
 # stand-in: a later `import executorch.kernels.quantized` does nothing instead of aborting.
-# (Import it before etfuse to use the stock kernels; etfuse.kernels then leaves its own quantized
-# runtime kernels out and says why.)
+# (Import it before `install()` to use the stock kernels; etfuse.kernels then leaves its own
+# quantized runtime kernels out and says why.)
 STOCK_QUANTIZED_MODULE = "executorch.kernels.quantized"
 
 
 class StockQuantizedStandIn(types.ModuleType):
     """Stands in for `executorch.kernels.quantized`, imported after etfuse defined the same
-    quantized_decomposed schemas: loading the real library now would abort the process
-    (duplicate schema definitions, then duplicate runtime kernels). etfuse's kernels cover
-    add/add_relu/add.scalar/embedding_byte and the per-tensor quantize/dequantize.
-    To use executorch's stock quantized kernels instead, import them before etfuse."""
+    quantized_decomposed schemas (`etfuse.backend_ops.install()`): loading the real library now
+    would abort the process (duplicate schema definitions, then duplicate runtime kernels).
+    etfuse's kernels cover add/add_relu/add.scalar/embedding_byte and the per-tensor
+    quantize/dequantize. To use executorch's stock quantized kernels instead, import them first."""
 
     __etfuse_guard__ = True
 
 
-if STOCK_QUANTIZED_MODULE not in sys.modules:
-    sys.modules[STOCK_QUANTIZED_MODULE] = StockQuantizedStandIn(STOCK_QUANTIZED_MODULE, StockQuantizedStandIn.__doc__)
-
-
 def stock_quantized_loaded() -> bool:
-    """True when executorch's real stock quantized library was imported (before etfuse)."""
+    """True when executorch's real stock quantized library was imported (before `install()`)."""
     mod = sys.modules.get(STOCK_QUANTIZED_MODULE)
     return mod is not None and not getattr(mod, "__etfuse_guard__", False)
+
+
+def install() -> None:
+    """Register the quantized ops and make etfuse's kernels theirs (not idempotent on its own:
+    `etfuse.backend_ops.install()` calls it once)."""
+    for op in (QUANTIZED_ADD, QUANTIZED_ADD_RELU, QUANTIZED_ADD_SCALAR):
+        _register_with_pattern_kernel(op)
+    for op in (EMBEDDING_BYTE, *QDQ_OPS):
+        register(op)
+    # executorch's CompositeExplicitAutograd kernel for embedding_byte insists that zero points have
+    # the scales' dtype; torchao's dequantize_affine graphs carry int8 zero points (and
+    # dequantize_per_channel ones int64), which the edge verifier then rejects when it runs the op on
+    # fake tensors. etfuse's pattern computes the same values for every dtype executorch accepts
+    # (float32; for float16 scales it rounds once, where executorch's rounds after the subtraction
+    # too: they differ only for fractional float16 zero points) and also takes integer zero points.
+    library("quantized_decomposed").impl("embedding_byte", _embedding_byte, "CompositeExplicitAutograd",
+                                         allow_override=True)
+    # executorch's fake kernel for embedding_byte.out returns a fresh tensor instead of `out`, so the
+    # fake and real kernels disagree on aliasing (opcheck fails). The out variant's contract is
+    # "returns out": etfuse's derived fake kernel replaces it.
+    torch.library.register_fake("quantized_decomposed::embedding_byte.out", out_fake_kernel(EMBEDDING_BYTE),
+                                lib=library("quantized_decomposed"), allow_override=True)
+    if STOCK_QUANTIZED_MODULE not in sys.modules:
+        sys.modules[STOCK_QUANTIZED_MODULE] = StockQuantizedStandIn(STOCK_QUANTIZED_MODULE, StockQuantizedStandIn.__doc__)

@@ -99,7 +99,8 @@ _LIBRARIES: dict[str, Library] = {}
 _REGISTERED: dict[str, BackendOp] = {}
 
 
-def _library(namespace: str) -> Library:
+def library(namespace: str) -> Library:
+    """etfuse's `Library` fragment for `namespace` (kept alive: a collected Library takes its registrations)."""
     # FRAGMENT, not DEF: torch.ao and executorch already own some namespaces we add ops to.
     if namespace not in _LIBRARIES:
         _LIBRARIES[namespace] = Library(namespace, "FRAGMENT")
@@ -129,7 +130,7 @@ def _define(lib: Library, op: BackendOp, schema: str) -> bool:
     return False
 
 
-def _has_kernel(qualname: str, key: str) -> bool:
+def has_kernel(qualname: str, key: str) -> bool:
     return torch._C._dispatch_has_kernel_for_dispatch_key(qualname, key)
 
 
@@ -142,7 +143,7 @@ def _out_reference_kernel(op: BackendOp):
     return kernel
 
 
-def _out_fake_kernel(op: BackendOp):
+def out_fake_kernel(op: BackendOp):
     def fake(*args, out, **kwargs):
         result = op.pattern(*args, **kwargs)
         if result.dtype != out.dtype:
@@ -165,7 +166,7 @@ def register(op: BackendOp) -> BackendOp:
         raise BackendOpError(
             f"backend op {op.qualname}: pattern parameters {params} must be the schema's arguments {op.arg_names}"
         )
-    lib = _library(op.namespace)
+    lib = library(op.namespace)
     _define(lib, op, op.schema)
     # bind_pattern_to_op installs the pattern as the CompositeImplicitAutograd kernel unless the
     # op already has one (or an explicit/Meta kernel); it always makes the backend-dialect handle.
@@ -173,10 +174,10 @@ def register(op: BackendOp) -> BackendOp:
 
     _define(lib, op, op.out_schema)
     out_qualname = f"{op.namespace}::{op.out_name}"
-    if not _has_kernel(out_qualname, "CompositeExplicitAutograd") and not _has_kernel(out_qualname, "CPU"):
+    if not has_kernel(out_qualname, "CompositeExplicitAutograd") and not has_kernel(out_qualname, "CPU"):
         lib.impl(op.out_name, _out_reference_kernel(op), "CompositeExplicitAutograd")
-    if not _has_kernel(out_qualname, "Meta") and torch._library.simple_registry.singleton.find(out_qualname).fake_impl.kernel is None:
-        torch.library.register_fake(out_qualname, _out_fake_kernel(op), lib=lib)
+    if not has_kernel(out_qualname, "Meta") and torch._library.simple_registry.singleton.find(out_qualname).fake_impl.kernel is None:
+        torch.library.register_fake(out_qualname, out_fake_kernel(op), lib=lib)
     _REGISTERED[op.qualname] = op
     return op
 

@@ -99,7 +99,7 @@ def repeated(gm: fx.GraphModule, blocks: int) -> fx.GraphModule:
 def rewriter_pattern_and_replacement():
     """Edge-dialect pattern/replacement graphs for replace_pattern (a traced Python function
     would record ATen ops and match nothing in an edge graph)."""
-    pattern = fx.GraphModule(torch.nn.Module(), copy.deepcopy(FloatFusionPass().index.rules[0].lower().graph))
+    pattern = fx.GraphModule(torch.nn.Module(), copy.deepcopy(FloatFusionPass().index.rules[0].edge_pattern().graph))
     g = fx.Graph()
     a, b = g.placeholder("self"), g.placeholder("other")
     g.output(g.call_function(ADD_RELU.backend, (a, b)))

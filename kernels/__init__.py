@@ -101,8 +101,9 @@ def load(verbose: bool = False) -> KernelInfo:
             return _INFO
         import torch
 
-        import etfuse.backend_ops  # noqa: F401  (schemas must exist before TORCH_LIBRARY_IMPL runs)
-        import etfuse.backend_ops.quantized_ops  # noqa: F401
+        import etfuse.backend_ops
+
+        etfuse.backend_ops.install()  # schemas must exist before TORCH_LIBRARY_IMPL runs
         from executorch.extension.pybindings import portable_lib  # noqa: F401  (loads libexecutorch.so)
 
         res: BuildResult = build.build(verbose=verbose)

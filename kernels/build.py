@@ -165,10 +165,9 @@ def sources() -> list[Path]:
 
 def kernel_ops() -> list:
     """The catalog's kernel-backed ops (BackendOp records whose `kernel` names a file of csrc/ops)."""
-    import etfuse.backend_ops  # noqa: F401  (declares every record)
-    from etfuse.backend_ops.registry import registered_ops
+    from etfuse.backend_ops import CATALOG
 
-    return [op for op in registered_ops() if getattr(op, "kernel", None)]
+    return [op for op in CATALOG if op.kernel]
 
 
 def library_sources() -> dict[str, list[str]]:

@@ -6,7 +6,11 @@ and each match is replaced by one node inserted at the anchor. Because a match's
 may have no users outside the match, every input of the match precedes the anchor, so inserting
 there can never create a cycle: the cycle check is free, bounded by node order.
 
-A sweep goes bottom-up (last node first) so the largest pattern ending at a node wins. One sweep
+Priority is data, never pass order. A sweep goes bottom-up (last node first), so a match ending
+later in the graph claims its nodes first: `q(relu(add(dq, dq)))` is the quantized add_relu
+(ending at the quantize), not the float one inside it (ending at the relu). At one node, rules
+are tried in `RuleIndex` order: a rule before those it names in `Rule.outranks`, otherwise the
+largest pattern first; the first accepted match wins. One sweep
 finds everything unless a rule's pattern consumes another rule's backend op (`RuleIndex.chains`);
 then sweeps repeat until nothing changes.
 
@@ -28,7 +32,7 @@ import torch
 import torch.fx as fx
 from executorch.exir.dialects.edge._ops import EdgeOpOverload
 
-from etfuse.patterns.rule import LoweredPattern, Match, Rule
+from etfuse.patterns.rule import EdgePattern, Match, Rule, edge_patterns
 from etfuse.errors import EtfuseError
 
 # (self, other) of these may be swapped: x + y == y + x. Keyed by the ATen overload so edge and
@@ -162,7 +166,7 @@ class _Matcher:
     that matched the most pattern ops failed: the first point of difference, for near misses.
     """
 
-    def __init__(self, pattern: LoweredPattern):
+    def __init__(self, pattern: EdgePattern):
         self.pattern = pattern
         self.pattern_args = {n: _schema_args(n) for n in pattern.ops}
         self.miss: Optional[tuple] = None
@@ -236,22 +240,44 @@ class _Matcher:
 
 
 class RuleIndex:
-    """Rules grouped by the target of their pattern's last op, largest pattern first."""
+    """Rules grouped by the target of their pattern's last op, in the order they are tried there:
+    a rule before those it `outranks`, otherwise the larger pattern first (then table order)."""
 
     def __init__(self, rules: Iterable[Rule]):
         self.rules = list(rules)
-        names = [r.name for r in self.rules]
-        dup = {n for n in names if names.count(n) > 1}
+        keys = [r.key for r in self.rules]
+        dup = {r.name for r in self.rules if keys.count(r.key) > 1}
         if dup:
             raise ValueError(f"rule names must be unique; repeated: {sorted(dup)}")
         self.by_anchor: dict[Any, list[tuple[Rule, _Matcher]]] = defaultdict(list)
+        for rule, pattern in zip(self.rules, edge_patterns(self.rules)):  # one export for all new ones
+            self.by_anchor[pattern.anchor.target].append((rule, _Matcher(pattern)))
+        anchor_of = {r.name: t for t, entries in self.by_anchor.items() for r, _ in entries}
         for rule in self.rules:
-            lowered = rule.lower()
-            self.by_anchor[lowered.anchor.target].append((rule, _Matcher(lowered)))
-        for entries in self.by_anchor.values():
-            entries.sort(key=lambda e: -e[1].pattern.size)
+            for other in rule.outranks:
+                if other in anchor_of and anchor_of[other] != anchor_of[rule.name]:
+                    raise ValueError(
+                        f"rule {rule.name!r} outranks {other!r}, which ends at another op: `outranks` orders rules "
+                        "ending at the same op (across ops, the match ending later in the graph is taken first)")
+        for target, entries in self.by_anchor.items():
+            self.by_anchor[target] = _rank(entries)
         produced = {_aten(r.replacement.backend) for r in self.rules}
-        self.chains = any(_aten(n.target) in produced for r in self.rules for n in r.lower().ops)
+        self.chains = any(_aten(n.target) in produced for r in self.rules for n in r.edge_pattern().ops)
+
+
+def _rank(entries: list) -> list:
+    """Larger patterns first, except that a rule comes before every rule it outranks."""
+    todo = sorted(entries, key=lambda e: -e[1].pattern.size)  # stable: table order among equals
+    ranked = []
+    while todo:
+        names = {r.name for r, _ in todo}
+        # the first entry that no remaining rule outranks
+        free = next((e for e in todo if not any(e[0].name in r.outranks for r, _ in todo if r is not e[0])), None)
+        if free is None:
+            raise ValueError(f"rules {sorted(names)} outrank each other in a cycle")
+        ranked.append(free)
+        todo.remove(free)
+    return ranked
 
 
 def _replacement_target(rule: Rule, anchor: fx.Node):

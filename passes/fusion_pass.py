@@ -1,5 +1,9 @@
 """`FusionPass`: an ExportPass that applies fusion rules everywhere in a program.
 
+By default it runs the one rule table (`etfuse.patterns.RULES`: quantized, GEMM/conv and float
+rules together; which rule wins is the rules' own data, see passes/engine.py). `FloatFusionPass`,
+`GemmConvFusionPass` and `QuantFusionPass` (quant_fusion.py) are the same pass over a part of it.
+
 It rewrites the top graph and every control-flow body (`torch.cond` branches, `while_loop`,
 `map` and `scan` bodies, nested), which `subgraph_rewriter.replace_pattern` never reaches. Body
 placeholders and HOP operands are never touched: a fusion replaces nodes strictly inside one
@@ -16,34 +20,55 @@ lowered. `report` says what was rewritten; with `near_misses=True` it also lists
 
 from __future__ import annotations
 
-from typing import Iterable
+import copy
+from typing import Iterable, Optional
 
 import torch.fx as fx
 from executorch.exir.pass_base import ExportPass, PassResult
 
-from etfuse.patterns.rule import Rule
+from etfuse.backend_ops import FLOAT_OPS, install
+from etfuse.patterns import FLOAT_RULES, GEMM_CONV_RULES, RULES, QuantRule, Rule
 
 from .engine import FusionReport, RuleIndex, apply_matches, find_matches, rebuild_with_matches
 from .graph_copy import copy_graph_module, graph_modules
+from .split_dequantize import has_shared_dequantize, split_dequantize
 
 _MAX_SWEEPS = 8
 
 
 class FusionPass(ExportPass):
-    """Rewrite each match of `rules` into its backend op; see `report` for what fused where."""
+    """Rewrite each match of `rules` (default: all of etfuse's) into its backend op; see `report`
+    for what fused where."""
 
-    def __init__(self, rules: Iterable[Rule], near_misses: bool = False):
+    def __init__(self, rules: Optional[Iterable[Rule]] = None, near_misses: bool = False):
         super().__init__()
-        self.rules = list(rules)
+        install()  # the quantized ops' handles and kernels are etfuse's from here on
+        self.rules = list(RULES if rules is None else rules)
         self.near_misses = near_misses  # record FusionReport.near_misses (settable on any instance)
-        self.index = RuleIndex(self.rules)  # lowers every pattern now: a bad rule fails here
+        self.index = RuleIndex(self.rules)  # traces every pattern now: a bad rule fails here
         self.report = FusionReport()
+        # Quantized rules hold a dequantize inside their pattern: a shared one must be split per use.
+        self._splits = any(isinstance(r, QuantRule) for r in self.rules)
 
     def call(self, graph_module: fx.GraphModule) -> PassResult:
+        if self._splits and has_shared_dequantize(graph_module):
+            split = copy.deepcopy(graph_module)
+            split_dequantize(split)
+            result, matched = self._fuse(split)
+            if any(isinstance(r, QuantRule) for r in matched):
+                return result
+            if not self.report.fused:
+                return PassResult(copy_graph_module(graph_module), True)
+            # the split served no quantized fusion: fuse the caller's graph as it is
+        return self._fuse(graph_module)[0]
+
+    def _fuse(self, graph_module: fx.GraphModule) -> tuple[PassResult, set]:
+        """The fused copy, and the rules that matched in the first sweep."""
         self.report = FusionReport()
         found = {id(gm): find_matches(gm.graph, self.index, path, self.report, self.near_misses)
                  for path, gm in graph_modules(graph_module)}
-        return PassResult(copy_graph_module(graph_module, lambda gm, path: self._fused_graph(gm, path, found)), True)
+        matched = {m.rule for ms in found.values() for m in ms}
+        return PassResult(copy_graph_module(graph_module, lambda gm, path: self._fused_graph(gm, path, found)), True), matched
 
     def _fused_graph(self, gm: fx.GraphModule, path: str, found: dict) -> fx.Graph:
         """A new graph for `gm` with the matches found in it fused."""
@@ -57,3 +82,19 @@ class FusionPass(ExportPass):
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}({[r.name for r in self.rules]})"
+
+
+class FloatFusionPass(FusionPass):
+    """The rules whose backend op is a float one: relu(add) -> add_relu, relu(linear) ->
+    linear_relu, relu(addmm) -> addmm_relu."""
+
+    def __init__(self, near_misses: bool = False):
+        super().__init__([*FLOAT_RULES, *(r for r in GEMM_CONV_RULES if r.replacement in FLOAT_OPS)], near_misses)
+
+
+class GemmConvFusionPass(FusionPass):
+    """The GEMM/conv rules: bias, activation and weight transpose into one `conv2d_act` /
+    `linear_act` / `linear_relu` (patterns/gemm_conv_rules.py). Run `BatchNormFoldPass` first."""
+
+    def __init__(self, near_misses: bool = False):
+        super().__init__(GEMM_CONV_RULES, near_misses)

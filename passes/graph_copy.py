@@ -27,6 +27,11 @@ def graph_modules(gm: fx.GraphModule) -> list[tuple[str, fx.GraphModule]]:
     return [(name, m) for name, m in gm.named_modules() if isinstance(m, fx.GraphModule)]
 
 
+def has_hop(gm: fx.GraphModule, hop) -> bool:
+    """Does `gm` or any nested body call the higher-order op `hop`?"""
+    return any(n.op == "call_function" and n.target is hop for _, m in graph_modules(gm) for n in m.graph.nodes)
+
+
 def copy_graph(graph: fx.Graph) -> fx.Graph:
     new = fx.Graph(tracer_cls=graph._tracer_cls)
     new._codegen = copy.deepcopy(graph._codegen)

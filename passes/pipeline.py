@@ -1,4 +1,4 @@
-"""The recommended pass list and `fuse`, the one-call entry point.
+"""The recommended pass list, `fuse` (the one-call entry point) and `to_edge`.
 
 Three routes run the same passes and give the same program (tests/test_routes.py):
 
@@ -24,36 +24,78 @@ from executorch.exir import EdgeProgramManager
 from executorch.exir.pass_base import ExportedProgramPassBase
 from torch.export import ExportedProgram
 
+from etfuse.backend_ops import install
+
 from .batch_norm_folding import BatchNormFoldPass
+from .compat.cond_outputs import CondOutputCopyPass
+from .compat.cond_views import CondViewCopyPass
+from .compat.map_to_scan import MapToScanPass, SpecialisedShapeError
+from .compat.symint_to_prims import SymIntToPrimsPass
 from .compat.typed_pass_errors import install_typed_pass_errors
-from .cond_outputs import CondOutputCopyPass
-from .cond_views import CondViewCopyPass
+from .compat.while_loop_to_scan import CONSTANT_VALUE, LoopLoweringPass
 from .constant_folding import ConstantFoldingPass, fold_constants
-from .float_fusion import FloatFusionPass
 from .fused_program import FusedEdgeProgramManager
-from .gemm_conv_fusion import GemmConvFusionPass
-from .graph_copy import copy_graph_module, graph_modules, program_with
-from .loop_lowering import CONSTANT_VALUE, LoopLoweringPass
-from .quant_fusion import QuantFusionPass
-from .symint_to_prims import SymIntToPrimsPass
+from .fusion_pass import FusionPass
+from .graph_copy import copy_graph_module, graph_modules, has_hop, program_with
 from .verify import verify_written_nodes
 
 
 def default_passes() -> list:
-    """etfuse's passes in the order they should run.
+    """etfuse's passes in the order their inputs require.
 
-    Loops are lowered first so fusion reaches their bodies; batch norms are folded into their
-    conv/linear before those fuse; quantized patterns before float ones (relu(add(dq, dq)) is a
-    quantized add_relu, not a float one); conv/linear epilogues before the generic float rules;
-    the cond-output and cond-view copies (executorch 1.5.1 memory bugs) and the SymInt lowering
-    on the final graph; last, the weight arithmetic passes wrote is folded into constants where
-    the route hands over the whole program (`fuse`, `transform`).
+    1. `LoopLoweringPass`: fusion must see loop bodies as scan bodies, which every later pass visits.
+    2. `BatchNormFoldPass`: conv/linear -> batch norm must be a plain conv/linear for the rules.
+    3. `FusionPass`: every rule (quantized, GEMM/conv, float) in one sweep; which rule wins is
+       the rules' data (`Rule.outranks`, passes/engine.py), not this order.
+    4. `CondOutputCopyPass`, `CondViewCopyPass`: they copy results read by the final ops, so they
+       run once those ops exist.
+    5. `SymIntToPrimsPass`: the builtins of every pass before it (loop bounds included) become prims.
+    6. `ConstantFoldingPass`: the weight arithmetic steps 2-3 wrote becomes constants (where the
+       route hands over the whole program: `fuse`, `transform`).
     """
     install_typed_pass_errors()  # so `edge.transform(default_passes())` raises etfuse's errors as themselves
     return [
-        LoopLoweringPass(), BatchNormFoldPass(), QuantFusionPass(), GemmConvFusionPass(), FloatFusionPass(),
-        CondOutputCopyPass(), CondViewCopyPass(), SymIntToPrimsPass(), ConstantFoldingPass(),
+        LoopLoweringPass(), BatchNormFoldPass(), FusionPass(), CondOutputCopyPass(), CondViewCopyPass(),
+        SymIntToPrimsPass(), ConstantFoldingPass(),
     ]
+
+
+def correctness_passes() -> list:
+    """What an unfused program needs to compute the right thing on executorch 1.5.1 (loops it can
+    run, the cond-result copies, symbolic builtins as prims): the stock baseline etfuse compares with."""
+    return [LoopLoweringPass(), CondOutputCopyPass(), CondViewCopyPass(), SymIntToPrimsPass()]
+
+
+def to_edge(program: ExportedProgram, compile_config=None, **kwargs) -> EdgeProgramManager:
+    """`executorch.exir.to_edge` that keeps control flow dynamic and shape arithmetic exact.
+
+    `map` becomes `scan` before lowering (`MapToScanPass`); lowering runs with the edge verifier
+    off, because it rejects `torch.sym_max/sym_min/sym_not/sym_ite/sym_float` before any pass can
+    rewrite them, then `SymIntToPrimsPass` makes symbolic builtins exact `executorch_prim` ops and
+    the result is verified with `compile_config` (checks on by default). If lowering still
+    specialised a `Dim` to a constant this raises `SpecialisedShapeError` naming it, rather than
+    returning a program that computes wrong values at other sizes.
+    """
+    import dataclasses
+
+    from executorch.exir import EdgeCompileConfig
+    from executorch.exir import to_edge as executorch_to_edge
+
+    before = {str(k): v for k, v in program.range_constraints.items()}
+    if has_hop(program.graph_module, torch.ops.higher_order.map_impl):
+        program = program._transform_do_not_use(MapToScanPass())
+    config = compile_config or EdgeCompileConfig()
+    edge = executorch_to_edge(program, compile_config=dataclasses.replace(config, _check_ir_validity=False), **kwargs)
+    edge = edge.transform([SymIntToPrimsPass()], compile_config=config)
+    after = {str(k) for k in edge.exported_program().range_constraints}
+    lost = {k: v for k, v in before.items() if k not in after and (v.lower != v.upper)}
+    if lost:
+        raise SpecialisedShapeError(
+            f"lowering specialised the dynamic dimension(s) {sorted(lost)} (ranges "
+            f"{[str(v) for v in lost.values()]}) to the example size; the program would compute wrong values "
+            "at other sizes. Something in the program guards on the size (a data-dependent branch, or a "
+            "control-flow operator that executorch unrolls).")
+    return edge
 
 
 Program = Union[EdgeProgramManager, ExportedProgram]
@@ -71,6 +113,7 @@ def fuse(program: Program, passes: Optional[Sequence] = None) -> Program:
     raised by an etfuse pass arrives as itself (`LoopLoweringError`, `FusionError`, ...); any
     error leaves the caller's program as it was.
     """
+    install()
     passes = list(default_passes() if passes is None else passes)
     if isinstance(program, EdgeProgramManager):
         manager = program

@@ -1,8 +1,17 @@
-"""Fusion rules as data: one module per family."""
+"""Fusion rules as data: one module per family, and `RULES`, the one table the fusion pass runs.
 
-from .rule import Constraint, LoweredPattern, Match, PatternError, Rule
+Which rule wins where two could match is data too: a match that ends later in the graph is
+taken first (the engine sweeps consumers first), and among rules ending at the same op a rule's
+`outranks` names the ones it is tried before, otherwise the larger pattern first
+(passes/engine.py). No rule depends on the order of the families below.
+"""
+
+from .rule import Constraint, EdgePattern, Match, PatternError, Rule, edge_patterns, trace_edge_pattern, trace_edge_patterns
 from .float_rules import FLOAT_RULES
 from .quant_rules import QUANT_RULES, QuantRule
 from .gemm_conv_rules import GEMM_CONV_RULES
 
-__all__ = ["Constraint", "LoweredPattern", "Match", "PatternError", "Rule", "FLOAT_RULES", "QUANT_RULES", "QuantRule", "GEMM_CONV_RULES"]
+RULES = [*QUANT_RULES, *GEMM_CONV_RULES, *FLOAT_RULES]
+
+__all__ = ["Constraint", "EdgePattern", "Match", "PatternError", "Rule", "edge_patterns", "trace_edge_pattern", "trace_edge_patterns", "FLOAT_RULES",
+           "QUANT_RULES", "QuantRule", "GEMM_CONV_RULES", "RULES"]

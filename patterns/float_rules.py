@@ -3,24 +3,21 @@
 | rule                | edge pattern                                        | backend op          |
 |---------------------|-----------------------------------------------------|---------------------|
 | add_relu            | relu(add(self, other))  (commutative, broadcasting) | etfuse::add_relu    |
-| linear_relu         | relu(addmm(bias, input, permute_copy(weight)))      | etfuse::linear_relu |
-| linear_relu_no_bias | relu(mm(input, permute_copy(weight)))               | etfuse::linear_relu |
 | addmm_relu          | relu(addmm(self, mat1, mat2))                       | etfuse::addmm_relu  |
+
+`relu` of an `nn.Linear` (`etfuse::linear_relu`) is a GEMM epilogue: its rules live in
+gemm_conv_rules.py and outrank `addmm_relu` there.
 """
 
 import torch
 
-from etfuse.backend_ops import ADD_RELU, ADDMM_RELU, LINEAR_RELU
+from etfuse.backend_ops import ADD_RELU, ADDMM_RELU
 
 from .constraints import all_of, output_dtype, ranks, tensors
 from .rule import Rule
 
 aten = torch.ops.aten
 F32 = (torch.float32,)
-
-
-def _linear_relu_no_bias(input, weight):
-    return aten.relu.default(aten.linear.default(input, weight))
 
 
 def _matmul_shapes(m):
@@ -37,16 +34,6 @@ FLOAT_RULES = [
         ADD_RELU,
         example_inputs=lambda: (torch.randn(4, 8), torch.randn(4, 8)),
         constraint=all_of(tensors(["self", "other"], F32), output_dtype(torch.float32)),
-    ),
-    Rule.for_op(
-        LINEAR_RELU,
-        example_inputs=lambda: (torch.randn(4, 8), torch.randn(16, 8), torch.randn(16)),
-        constraint=all_of(tensors(["input", "weight", "bias"], F32), ranks(input=2, weight=2, bias=1)),
-    ),
-    Rule(
-        "linear_relu_no_bias", _linear_relu_no_bias, LINEAR_RELU,
-        example_inputs=lambda: (torch.randn(4, 8), torch.randn(16, 8)),
-        constraint=all_of(tensors(["input", "weight"], F32), ranks(input=2, weight=2)),
     ),
     Rule.for_op(
         ADDMM_RELU,

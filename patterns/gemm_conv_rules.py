@@ -192,7 +192,11 @@ def _rules():
     ):
         op = LINEAR_RELU if act == "relu" else LINEAR_ACT
         name = "linear" if act == "none" else f"linear_{act}"
-        rules.append(Rule(name, with_bias, op, _linear_inputs(True, *extra), _LINEAR_CHECK, _linear_arguments(act)))
+        # relu(addmm(b, x, permute_copy(w))) is also float_rules' addmm_relu: the linear reads the
+        # weight as stored, so it wins (it would anyway, being larger; `outranks` says it).
+        outranks = ("addmm_relu",) if act == "relu" else ()
+        rules.append(Rule(name, with_bias, op, _linear_inputs(True, *extra), _LINEAR_CHECK, _linear_arguments(act),
+                          outranks=outranks))
         rules.append(Rule(f"{name}_no_bias", no_bias, op, _linear_inputs(False, *extra), _LINEAR_CHECK,
                           _linear_arguments(act)))
     return rules

@@ -17,7 +17,6 @@ and a dtype mismatch is a *declined* match with its reason in the report, not a 
 from __future__ import annotations
 
 import dataclasses
-import functools
 import math
 from typing import Optional
 
@@ -27,7 +26,7 @@ import torch.fx as fx
 from etfuse.backend_ops.quantized_ops import EMBEDDING_BYTE, QUANTIZED_ADD, QUANTIZED_ADD_RELU, QUANTIZED_ADD_SCALAR
 
 from .constraints import all_of
-from .rule import LoweredPattern, Match, Rule, _lower
+from .rule import EdgePattern, Match, Rule
 
 aten = torch.ops.aten
 qd = torch.ops.quantized_decomposed
@@ -49,13 +48,11 @@ class QuantRule(Rule):
 
     dtypes: dict = dataclasses.field(default_factory=dict)
 
-    def lower(self) -> LoweredPattern:
-        return _lower_with_dtypes(self)
+    def bind_literals(self, traced: EdgePattern) -> EdgePattern:
+        return _bind_dtypes(self, traced)
 
 
-@functools.lru_cache(maxsize=None)
-def _lower_with_dtypes(rule: QuantRule) -> LoweredPattern:
-    lowered = _lower(rule)  # cached per rule, used only through this function
+def _bind_dtypes(rule: QuantRule, lowered: EdgePattern) -> EdgePattern:
     if not rule.dtypes:
         return lowered
     by_dtype = {v: k for k, v in rule.dtypes.items()}
@@ -79,7 +76,7 @@ def _lower_with_dtypes(rule: QuantRule) -> LoweredPattern:
     unused = [name for name, p in holders.items() if not p.users]
     if unused:
         raise ValueError(f"rule {rule.name!r}: dtype parameters {unused} do not occur in the lowered pattern")
-    return LoweredPattern(graph, lowered.params + list(rule.dtypes), lowered.anchor, lowered.ops)
+    return EdgePattern(graph, lowered.params + list(rule.dtypes), lowered.anchor, lowered.ops)
 
 
 # --- patterns ---------------------------------------------------------------------------------

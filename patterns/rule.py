@@ -1,7 +1,7 @@
 """A fusion rule is data: an ATen pattern, the backend op that replaces it, and a constraint.
 
-Rules are written once with ATen ops. `lower()` exports the pattern and runs it through
-`to_edge`, so it matches edge-dialect graphs exactly as the user's program was lowered
+Rules are written once with ATen ops. `edge_pattern()` exports the pattern and runs it through
+`to_edge` (once per rule and process; `edge_patterns(rules)` traces many in one export), so it matches edge-dialect graphs exactly as the user's program was lowered
 (`aten.linear` becomes `permute_copy -> addmm`, constants are lifted, ...). A pattern that can
 never match an edge graph is a `PatternError` when it is lowered, not a silent no-op.
 """
@@ -9,8 +9,8 @@ never match an edge graph is a `PatternError` when it is lowered, not a silent n
 from __future__ import annotations
 
 import dataclasses
-import functools
 import inspect
+import re
 from typing import Any, Callable, Optional
 
 import torch
@@ -47,7 +47,7 @@ Constraint = Callable[[Match], Optional[str]]  # returns why the match is declin
 
 
 @dataclasses.dataclass(eq=False)
-class LoweredPattern:
+class EdgePattern:
     graph: fx.Graph
     params: list[str]  # pattern parameter names, in placeholder order
     anchor: fx.Node  # the pattern's last op: where matching starts
@@ -72,15 +72,30 @@ class Rule:
     example_inputs: Callable[[], tuple]
     constraint: Optional[Constraint] = None
     arguments: Optional[Callable[[Match], tuple[tuple, dict]]] = None
+    # Names of rules with the same anchor op that this rule is tried before, whatever the
+    # pattern sizes (without it, the larger pattern is tried first). See passes/engine.py.
+    outranks: tuple[str, ...] = ()
 
     @classmethod
-    def for_op(cls, op: BackendOp, example_inputs, constraint=None, name=None) -> "Rule":
+    def for_op(cls, op: BackendOp, example_inputs, constraint=None, name=None, outranks=()) -> "Rule":
         """The common case: the backend op's own pattern is what the rule looks for."""
-        return cls(name or op.name, op.pattern, op, example_inputs, constraint)
+        return cls(name or op.name, op.pattern, op, example_inputs, constraint, outranks=tuple(outranks))
 
-    def lower(self) -> LoweredPattern:
-        """The pattern as an edge-dialect graph (cached per rule)."""
-        return _lower(self)
+    @property
+    def key(self) -> str:
+        """Unique in a rule table: `etfuse::add_relu` and `quantized_decomposed::add_relu` are two rules."""
+        return f"{self.replacement.namespace}::{self.name}"
+
+    def edge_pattern(self) -> EdgePattern:
+        """The pattern as an edge-dialect graph (traced once per rule and process; `edge_patterns`
+        traces many rules at once)."""
+        if self not in _TRACED:
+            _TRACED[self] = self.bind_literals(trace_edge_pattern(self))
+        return _TRACED[self]
+
+    def bind_literals(self, traced: EdgePattern) -> EdgePattern:
+        """Turn literals the rule treats as parameters into placeholders (scalars already are)."""
+        return traced
 
     def replacement_call(self, m: Match) -> tuple[tuple, dict]:
         if self.arguments is not None:
@@ -150,10 +165,11 @@ def _bind_scalars(graph: fx.Graph, rule: "Rule", scalars: dict[str, Any]) -> Non
             n.kwargs = {k: substitute(v) for k, v in n.kwargs.items()}
 
 
-@functools.lru_cache(maxsize=None)
-def _lower(rule: Rule) -> LoweredPattern:
-    from executorch.exir import EdgeCompileConfig, to_edge
+_TRACED: dict["Rule", EdgePattern] = {}  # Rule.edge_pattern's cache (rules hash by identity)
 
+
+def _examples(rule: Rule) -> tuple[list, tuple, tuple, dict]:
+    """(parameter names, example inputs, the tensor ones, {scalar parameter: value}), checked."""
     params = [p for p in inspect.signature(rule.pattern).parameters]
     inputs = tuple(rule.example_inputs())
     if len(inputs) > len(params):
@@ -165,12 +181,23 @@ def _lower(rule: Rule) -> LoweredPattern:
     tensors = tuple(v for v in inputs if isinstance(v, torch.Tensor))
     scalars = {n: v for n, v in zip(params, inputs) if _is_scalar(v)}
     _scalars_by_value(rule, scalars)  # fail before the slow export
+    return params, inputs, tensors, scalars
+
+
+def _to_edge(module: torch.nn.Module, tensors: tuple):
+    from executorch.exir import EdgeCompileConfig, to_edge
+
+    ep = torch.export.export(module, tensors, strict=False)
+    return to_edge(ep, compile_config=EdgeCompileConfig(_check_ir_validity=False)).exported_program()
+
+
+def trace_edge_pattern(rule: Rule) -> EdgePattern:
+    """Export the rule's pattern and lower it with `to_edge`: its edge-dialect graph (not cached)."""
+    params, inputs, tensors, scalars = _examples(rule)
     try:
-        ep = torch.export.export(_PatternModule(rule.pattern, inputs), tensors, strict=False)
-        edge = to_edge(ep, compile_config=EdgeCompileConfig(_check_ir_validity=False))
+        lowered_ep = _to_edge(_PatternModule(rule.pattern, inputs), tensors)
     except Exception as e:  # noqa: BLE001 - re-raised with the rule's name
         raise PatternError(f"rule {rule.name!r}: its pattern does not export/lower to the edge dialect: {e}") from e
-    lowered_ep = edge.exported_program()
     graph = lowered_ep.graph_module.graph
     user_inputs = list(lowered_ep.graph_signature.user_inputs)
     placeholders = [n for n in graph.nodes if n.op == "placeholder"]
@@ -183,6 +210,10 @@ def _lower(rule: Rule) -> LoweredPattern:
     tensor_params = [n for n, v in zip(params, inputs) if isinstance(v, torch.Tensor)]
     for p, name in zip(placeholders, tensor_params):
         p.name = p.target = name  # bindings are named after the pattern's parameters
+    return _finish(rule, graph, params, scalars)
+
+
+def _finish(rule: Rule, graph: fx.Graph, params: list, scalars: dict) -> EdgePattern:
     _bind_scalars(graph, rule, scalars)
     placeholders = [n for n in graph.nodes if n.op == "placeholder"]
     outputs = next(n for n in graph.nodes if n.op == "output").args[0]
@@ -192,4 +223,88 @@ def _lower(rule: Rule) -> LoweredPattern:
     unused = [p.name for p in placeholders if not p.users]
     if unused:
         raise PatternError(f"rule {rule.name!r}: pattern parameters {unused} vanish when lowered to the edge dialect")
-    return LoweredPattern(graph, params, outputs[0], ops)
+    return EdgePattern(graph, params, outputs[0], ops)
+
+
+class _PatternsModule(torch.nn.Module):
+    """Several patterns side by side: inputs concatenated, one output per pattern."""
+
+    def __init__(self, parts: list[tuple[Callable, tuple]]):
+        super().__init__()
+        self.parts = [_PatternModule(fn, inputs) for fn, inputs in parts]
+        self.sizes = [sum(isinstance(v, torch.Tensor) for v in inputs) for _, inputs in parts]
+
+    def forward(self, *tensors):
+        out, start = [], 0
+        for part, size in zip(self.parts, self.sizes):
+            out.append(part(*tensors[start:start + size]))
+            start += size
+        return tuple(out)
+
+
+def trace_edge_patterns(rules: list[Rule]) -> dict[Rule, EdgePattern]:
+    """Trace many patterns with one export and one `to_edge` (each costs about a second however
+    small the graph): {rule: its edge-dialect graph}, not cached. A rule whose pattern cannot be
+    traced this way is left out (`trace_edge_pattern` then says why); so are all of them if the
+    export of the whole fails."""
+    try:
+        examples = [_examples(r) for r in rules]
+        module = _PatternsModule([(r.pattern, ex[1]) for r, ex in zip(rules, examples)])
+        lowered_ep = _to_edge(module, tuple(t for ex in examples for t in ex[2]))
+    except Exception:  # noqa: BLE001 - each rule is traced alone, and fails with its own message
+        return {}
+    graph = lowered_ep.graph_module.graph
+    user_inputs = set(lowered_ep.graph_signature.user_inputs)
+    placeholders = [n for n in graph.nodes if n.op == "placeholder" and n.name in user_inputs]
+    outputs = next(n for n in graph.nodes if n.op == "output").args[0]
+    if len(outputs) != len(rules):
+        return {}
+    traced, start = {}, 0
+    for rule, (params, inputs, tensors, scalars), out in zip(rules, examples, outputs):
+        mine = placeholders[start:start + len(tensors)]
+        start += len(tensors)
+        names = [n for n, v in zip(params, inputs) if isinstance(v, torch.Tensor)]
+        try:
+            traced[rule] = _finish(rule, _subgraph(graph, out, dict(zip(mine, names))), params, scalars)
+        except PatternError:
+            pass
+    return traced
+
+
+def _subgraph(graph: fx.Graph, out, inputs: dict[fx.Node, str]) -> fx.Graph:
+    """A new graph computing `out` from the placeholders `inputs` (renamed) and nothing else."""
+    if not isinstance(out, fx.Node):
+        raise PatternError("not a node")
+    needed, todo = set(), [out]
+    while todo:
+        n = todo.pop()
+        if n not in needed:
+            needed.add(n)
+            todo.extend(n.all_input_nodes)
+    new = fx.Graph()
+    env: dict[fx.Node, fx.Node] = {}
+    for p, name in inputs.items():
+        env[p] = new.placeholder(name)
+        env[p].name = name  # as trace_edge_pattern names them (fx would avoid builtins: `input_1`)
+        env[p].meta = dict(p.meta)
+    for n in graph.nodes:
+        if n not in needed or n in env:
+            continue
+        if n.op != "call_function":
+            raise PatternError(f"reads {n.op} {n.name}")
+        # the name a pattern traced alone would have: no suffix from the other patterns' nodes
+        env[n] = new.create_node("call_function", n.target, fx.map_arg(n.args, env.__getitem__),
+                                 fx.map_arg(n.kwargs, env.__getitem__), name=re.sub(r"_\d+$", "", n.name))
+        env[n].meta = dict(n.meta)
+    new.output((env[out],))
+    return new
+
+
+def edge_patterns(rules) -> list[EdgePattern]:
+    """`rule.edge_pattern()` for each rule, the ones not traced yet traced together."""
+    rules = list(rules)
+    todo = [r for r in dict.fromkeys(rules) if r not in _TRACED]
+    if len(todo) > 1:
+        for rule, traced in trace_edge_patterns(todo).items():
+            _TRACED[rule] = rule.bind_literals(traced)
+    return [r.edge_pattern() for r in rules]

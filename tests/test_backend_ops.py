@@ -86,3 +86,43 @@ def test_import_order_with_executorch(first):
     assert result.returncode == 0, result.stderr[-2000:]
     count, value = result.stdout.split()[-2:]
     assert int(count) >= 3 and float(value) == 2.0
+
+
+def test_importing_the_catalog_changes_nothing_until_install():
+    """`import etfuse.backend_ops` (and the rules and passes above it) registers etfuse's own ops
+    only and loads no runtime; `install()` replaces executorch's prim and quantized kernels and
+    guards the stock quantized module, once."""
+    code = textwrap.dedent("""
+        import json, sys, torch
+        import executorch.exir
+        names = ["executorch_prim::sym_max.Scalar", "executorch_prim::sym_ite.Scalar", "quantized_decomposed::add",
+                 "quantized_decomposed::embedding_byte", "quantized_decomposed::embedding_byte.out"]
+        def state():
+            return {n: torch._C._dispatch_dump(n) for n in names}
+        def ours(dumps):
+            return {n: "backend_ops" in d for n, d in dumps.items()}
+        stock = state()
+        import etfuse.backend_ops, etfuse.patterns, etfuse.passes
+        imported = state()
+        out = {"import_same": imported == stock, "import_ours": ours(imported),
+               "import_stand_in": "executorch.kernels.quantized" in sys.modules,
+               "runtime_loaded": [m for m in ("etfuse.runtime", "etfuse.kernels", "etfuse.compare") if m in sys.modules]}
+        etfuse.backend_ops.install()
+        installed = state()
+        out["install_ours"] = ours(installed)
+        out["install_stand_in"] = getattr(sys.modules.get("executorch.kernels.quantized"), "__etfuse_guard__", False)
+        etfuse.backend_ops.install()
+        out["twice_same"] = state() == installed
+        print(json.dumps(out))
+    """)
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+    assert result.returncode == 0, result.stderr[-2000:]
+    import json
+
+    out = json.loads(result.stdout.strip().splitlines()[-1])
+    names = ["executorch_prim::sym_max.Scalar", "executorch_prim::sym_ite.Scalar", "quantized_decomposed::add",
+             "quantized_decomposed::embedding_byte", "quantized_decomposed::embedding_byte.out"]
+    assert out["import_same"] and out["import_ours"] == dict.fromkeys(names, False) and not out["import_stand_in"]
+    assert out["runtime_loaded"] == []
+    assert out["install_ours"] == dict.fromkeys(names, True) and out["install_stand_in"]
+    assert out["twice_same"]

@@ -6,7 +6,7 @@ import time
 import pytest
 import torch
 
-from etfuse.passes.cli import main
+from etfuse.cli import main
 
 
 class SmallNet(torch.nn.Module):
@@ -101,7 +101,7 @@ import os
 import subprocess
 import sys
 
-from etfuse.passes.lowering import lower_and_compare
+from etfuse.compare import lower_and_compare
 
 
 class Relu2(torch.nn.Module):

@@ -7,7 +7,7 @@ from executorch.exir import to_edge
 from executorch.runtime import Runtime
 from torch._higher_order_ops.scan import scan
 
-from etfuse.passes.cond_views import CondViewCopyPass
+from etfuse.passes import CondViewCopyPass
 
 
 def _double(x):
@@ -61,9 +61,8 @@ X = torch.arange(24, dtype=torch.float32).reshape(2, 3, 4) / 3 - 2  # sum > 0: t
 
 
 @pytest.mark.parametrize("model", [CondFlattenRelu6, CondReshapeTwice])
-def test_stock_runtime_misreads_a_view_of_a_cond_result_and_the_pass_fixes_it(model):
-    stock = to_edge(torch.export.export(model(), (X,)))
-    assert _max_error(_execute(stock, X), model()(X)) > 1.0  # the upstream bug, silently wrong
+def test_the_pass_fixes_a_view_of_a_cond_result(model):
+    # stock executorch misreads this view (silently wrong values): tests/test_compat.py
     edge = to_edge(torch.export.export(model(), (X,)))  # to_executorch rewrites its program in place
     before = str(edge.exported_program().graph)
     p = CondViewCopyPass()

@@ -13,10 +13,9 @@ from torch._higher_order_ops.scan import scan
 from torch._higher_order_ops.while_loop import while_loop
 from torch.export import Dim, export
 
-from etfuse.passes.cond_outputs import CondOutputCopyPass
-from etfuse.passes.float_fusion import FloatFusionPass
-from etfuse.passes.loop_lowering import (
-    LoopLoweringError, LoopLoweringPass, SpecialisedShapeError, refuse_specialised, to_edge_control_flow,
+import etfuse
+from etfuse.passes import (
+    CondOutputCopyPass, FloatFusionPass, LoopLoweringError, LoopLoweringPass, SpecialisedShapeError, refuse_specialised,
 )
 
 
@@ -99,12 +98,6 @@ def onnx_loop():
     return lowering, _Loaded(edge)
 
 
-def test_stock_executorch_cannot_emit_while_loop():
-    ep = export(OnnxLoop(), (_int32(3), _int32(6), torch.tensor(True)))
-    with pytest.raises(Exception, match="Unsupported control flow operator"):
-        to_edge(ep).to_executorch()
-
-
 def test_onnx_loop_seed_gives_the_c_equivalent_results(onnx_loop):
     lowering, run = onnx_loop
     assert [(r.trip_bound, r.source) for r in lowering.report] == [(10, "counter arg0_1 < 10 from 0 step 1")]
@@ -169,7 +162,7 @@ class ShapeArithmeticLoop(torch.nn.Module):
 def test_full_pipeline_in_a_loop_body_float_and_symint(kernels):
     """The passes in default-pipeline order; SymIntToPrimsPass emits no bool-returning prim, so a
     pass that retraces after it (LoopLoweringPass, executorch's SpecPropPass) cannot specialise."""
-    from etfuse.passes.symint_to_prims import SymIntToPrimsPass
+    from etfuse.passes import SymIntToPrimsPass
 
     ep = export(ShapeArithmeticLoop(), (torch.randn(5, 4),), dynamic_shapes=({0: Dim("n", min=1, max=9)},))
     fusion, prims = FloatFusionPass(), SymIntToPrimsPass()
@@ -280,9 +273,9 @@ class TwoIfsAndAScan(torch.nn.Module):
 
 def test_an_if_result_survives_later_control_flow():
     """executorch runs every body in one shared arena and a cond's result points into it: the
-    next cond or scan overwrites it (stock lowering returns wrong values here)."""
+    next cond or scan overwrites it (stock lowering returns wrong values: tests/test_compat.py)."""
     ep = export(TwoIfsAndAScan(), (torch.ones(1), torch.randn(8), torch.randn(3, 8)))
-    stock, copies = _Loaded(to_edge(ep)), CondOutputCopyPass()
+    copies = CondOutputCopyPass()  # the stock bug itself: tests/test_compat.py
     edge = to_edge(ep)
     before = edge.exported_program().graph_module.code
     fixed_edge = edge.transform([copies])
@@ -295,7 +288,6 @@ def test_an_if_result_survives_later_control_flow():
     for p in (torch.ones(1), -torch.ones(1)):
         a, xs = torch.randn(8), torch.randn(3, 8)
         want = TwoIfsAndAScan()(p, a, xs)
-        assert not torch.allclose(stock(p, a, xs)[1], want[1])  # the stock bug, measured
         _assert_same(fixed(p, a, xs), want)
 
 
@@ -411,16 +403,15 @@ def _map_program():
     return export(MapRelu(), (torch.randn(4, 3), torch.randn(3)), dynamic_shapes=({0: Dim("n", min=2, max=16)}, None))
 
 
-def test_stock_to_edge_specialises_a_dynamic_map_and_etfuse_refuses_the_result():
-    edge = to_edge(_map_program())
-    assert [str(k) for k in edge.exported_program().range_constraints] == ["4"]  # n is now 4
+def test_etfuse_refuses_a_program_stock_to_edge_specialised():
+    edge = to_edge(_map_program())  # the stock bug itself: tests/test_compat.py
     with pytest.raises(SpecialisedShapeError, match=r"specialised during lowering \(4: VR\[4, 4\]\)"):
         refuse_specialised(edge.exported_program())
 
 
 def test_map_stays_dynamic_fuses_and_runs_at_every_size(kernels):
     fusion = FloatFusionPass()
-    edge = to_edge_control_flow(_map_program()).transform([fusion])
+    edge = etfuse.to_edge(_map_program()).transform([fusion])
     assert [str(r) for r in edge.exported_program().range_constraints.values()] == ["VR[2, 16]"]
     refuse_specialised(edge.exported_program())  # nothing to refuse
     assert [f.rule for f in fusion.report.fused] == ["add_relu"]
@@ -434,7 +425,7 @@ def test_a_specialised_program_is_refused_not_lowered():
     ep = _map_program()
     to_edge(ep)  # stock lowering specialises n in the program's own shape environment
     with pytest.raises(SpecialisedShapeError, match=r"specialised the dynamic dimension\(s\) \['s\d+'\]"):
-        to_edge_control_flow(ep)
+        etfuse.to_edge(ep)
 
 
 # --- quantized fusion inside bodies ---------------------------------------------------------

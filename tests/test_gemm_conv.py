@@ -11,9 +11,7 @@ from expecttest import TestCase
 
 import etfuse.backend_ops.gemm_conv_ops  # noqa: F401  (schemas before the kernels load)
 import etfuse.kernels as kernels
-from etfuse.passes import FloatFusionPass, fuse
-from etfuse.passes.batch_norm_folding import BatchNormFoldPass
-from etfuse.passes.gemm_conv_fusion import GemmConvFusionPass, gemm_conv_passes
+from etfuse.passes import BatchNormFoldPass, FloatFusionPass, FusionPass, GemmConvFusionPass, fuse
 from etfuse.runtime import load_method, run
 from fusion_helpers import edge_program, op_names
 
@@ -37,6 +35,11 @@ def _randomise_bn(model):
                 m.weight.data.copy_(torch.randn(m.num_features, generator=g))
                 m.bias.data.copy_(torch.randn(m.num_features, generator=g))
     return model.eval()
+
+
+def gemm_conv_passes():
+    """Batch norm folded into its conv/linear, then the one rule table."""
+    return [BatchNormFoldPass(), FusionPass()]
 
 
 def fused(model, args, passes=None):

@@ -20,7 +20,7 @@ from etfuse.backend_ops.quantized_ops import (
     DEQUANTIZE_PER_TENSOR, EMBEDDING_BYTE, QUANTIZE_PER_TENSOR, QUANTIZED_ADD, QUANTIZED_ADD_RELU,
     QUANTIZED_ADD_SCALAR, decompositions,
 )
-from etfuse.passes.quant_fusion import QuantFusionPass
+from etfuse.passes import QuantFusionPass
 from etfuse.runtime import run
 from fusion_helpers import op_names
 
@@ -79,7 +79,8 @@ result = {}
 import executorch.kernels.quantized  # the real stock library: only possible before etfuse is imported
 from executorch.exir.passes._quant_patterns_and_replacements import get_quant_patterns_and_replacements
 get_quant_patterns_and_replacements({})  # binds executorch's uint8-only patterns as the ops' kernels
-import etfuse.backend_ops.quantized_ops as q
+import etfuse.backend_ops, etfuse.backend_ops.quantized_ops as q
+etfuse.backend_ops.install()
 a = torch.randint(-128, 127, (64,), dtype=torch.int8)
 args = (a, 0.1, 3, -128, 127, a.flip(0), 0.2, -4, -128, 127, 0.3, 1, -128, 127)
 result["patterns_first"] = all(torch.equal(op.aten(*args), op.pattern(*args))

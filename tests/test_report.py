@@ -21,7 +21,7 @@ from torch import nn
 
 import etfuse
 import etfuse.report as R
-from etfuse.passes.cli import DemoModel
+from etfuse.cli import DemoModel
 from etfuse.profiling import OpProfile, op_base
 
 SECTIONS = ["Summary", "Fusions per rule", "Ops before -> after", "Declined", "Near misses",
@@ -411,7 +411,7 @@ def test_profile_takes_bytes_paths_and_programs(tmp_path):
 
 
 def test_write_report_from_a_lowering_result(tmp_path):
-    from etfuse.passes.lowering import lower_and_compare
+    from etfuse.compare import lower_and_compare
 
     model, inputs = PoolDominated().eval(), (torch.randn(1, 8, 16, 16),)
     ep = torch.export.export(model, inputs)

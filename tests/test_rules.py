@@ -23,7 +23,7 @@ def _rule(pattern, example_inputs, name="scaled"):
 
 class ScalarParametersTest(TestCase):
     def test_scalar_parameters_become_placeholders(self):
-        lowered = _rule(clamped_add, lambda: (torch.randn(4), torch.randn(4), -0.5, 6.0)).lower()
+        lowered = _rule(clamped_add, lambda: (torch.randn(4), torch.randn(4), -0.5, 6.0)).edge_pattern()
         self.assertExpectedInline(str(lowered.graph).strip(), """\
 graph():
     %self : [num_users=1] = placeholder[target=self]
@@ -65,8 +65,66 @@ graph():
 
     def test_scalar_parameters_need_distinct_example_values(self):
         with self.assertRaisesRegex(PatternError, "'low' and 'high' have the same example value 0.5"):
-            _rule(clamped_add, lambda: (torch.randn(2), torch.randn(2), 0.5, 0.5)).lower()
+            _rule(clamped_add, lambda: (torch.randn(2), torch.randn(2), 0.5, 0.5)).edge_pattern()
 
     def test_unsupported_example_input_is_named(self):
         with self.assertRaisesRegex(PatternError, r"parameters \['low'\] must have tensor, int or float"):
-            _rule(clamped_add, lambda: (torch.randn(2), torch.randn(2), "half", 1.0), name="bad").lower()
+            _rule(clamped_add, lambda: (torch.randn(2), torch.randn(2), "half", 1.0), name="bad").edge_pattern()
+
+
+class RuleTableTest(TestCase):
+    def test_patterns_traced_together_equal_patterns_traced_alone(self):
+        # FusionPass traces every rule of the table in one export; each pattern must be the graph
+        # its own export gives, node for node.
+        from etfuse.backend_ops import install
+        from etfuse.patterns import RULES, trace_edge_pattern, trace_edge_patterns
+
+        install()
+        together = trace_edge_patterns(RULES)
+        self.assertEqual(set(together), set(RULES))
+        for rule in RULES:
+            alone = rule.bind_literals(trace_edge_pattern(rule))
+            batch = rule.bind_literals(together[rule])
+            self.assertEqual(str(batch.graph), str(alone.graph), rule.name)
+            self.assertEqual((batch.params, batch.anchor.name, [n.name for n in batch.ops]),
+                             (alone.params, alone.anchor.name, [n.name for n in alone.ops]), rule.name)
+
+    def test_outranks_orders_rules_at_one_anchor(self):
+        from etfuse.passes.engine import RuleIndex
+        from etfuse.patterns import RULES
+
+        index = RuleIndex(RULES)
+        at_relu = next(e for e in index.by_anchor.values() if any(r.name == "addmm_relu" for r, _ in e))
+        relu = [r.name for r, _ in at_relu]
+        self.assertLess(relu.index("linear_relu"), relu.index("addmm_relu"))
+        known = {r.name for r in RULES}
+        self.assertTrue(all(o in known for r in RULES for o in r.outranks))
+
+    def test_outranks_beats_pattern_size(self):
+        from etfuse.backend_ops import ADDMM_RELU, LINEAR_RELU
+        from etfuse.passes import FusionPass
+
+        def addmm_relu(self, mat1, mat2):
+            return torch.relu(torch.addmm(self, mat1, mat2))
+
+        def linear_relu(input, weight, bias):
+            return torch.relu(torch.nn.functional.linear(input, weight, bias))
+
+        small = Rule("small", addmm_relu, ADDMM_RELU, lambda: (torch.randn(16), torch.randn(4, 8), torch.randn(8, 16)),
+                     outranks=("large",))
+        large = Rule("large", linear_relu, LINEAR_RELU, lambda: (torch.randn(4, 8), torch.randn(16, 8), torch.randn(16)))
+
+        class M(torch.nn.Module):
+            def __init__(self):
+                super().__init__()
+                self.linear = torch.nn.Linear(8, 16)
+
+            def forward(self, x):
+                return torch.relu(self.linear(x))
+
+        args = (torch.randn(4, 8),)
+        for rules, want in (([large, small], "etfuse.addmm_relu.default"),
+                            ([Rule("large", linear_relu, LINEAR_RELU, large.example_inputs),
+                              Rule("small", addmm_relu, ADDMM_RELU, small.example_inputs)], "etfuse.linear_relu.default")):
+            fused = edge_program(M(), args).transform([FusionPass(rules)])
+            self.assertIn(want, op_names(fused.exported_program().graph_module))

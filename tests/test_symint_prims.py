@@ -15,8 +15,9 @@ from executorch.runtime import Runtime
 from expecttest import assert_expected_inline
 from torch.export import Dim, export
 
+import etfuse
 from etfuse.backend_ops.prims import PRIMS
-from etfuse.passes.symint_to_prims import SymIntLoweringError, SymIntToPrimsPass, to_edge_with_prims
+from etfuse.passes import SymIntLoweringError, SymIntToPrimsPass
 
 N = Dim("n", min=2, max=40)
 SIZES = (2, 4, 5, 8, 9, 12, 17, 40)  # a = n - 9 runs from -7 through 0 to 31
@@ -79,7 +80,7 @@ class EveryBuiltin(torch.nn.Module):
 
 
 def test_every_builtin_matches_eager_on_the_runtime():
-    edge = to_edge_with_prims(_export(EveryBuiltin()))
+    edge = etfuse.to_edge(_export(EveryBuiltin()))
     gm = edge.exported_program().graph_module
     left = {n.target for n in gm.graph.nodes if n.op == "call_function"
             and not hasattr(n.target, "_schema") and n.target is not operator.getitem}
@@ -102,7 +103,7 @@ class ShapesFromBuiltins(torch.nn.Module):
 
 
 def test_shapes_through_builtins_match_eager_on_the_runtime():
-    method = _load(to_edge_with_prims(export(ShapesFromBuiltins(), (torch.randn(12),),
+    method = _load(etfuse.to_edge(export(ShapesFromBuiltins(), (torch.randn(12),),
                                              dynamic_shapes=({0: Dim("n", min=4, max=40)},))))
     for n in (4, 7, 9, 12, 40):
         x = torch.randn(n)
@@ -117,7 +118,7 @@ def test_graph_after():
             a = x.shape[0] - 9
             return x + 1, a % 4, a != 3, math.floor(a / 2), torch.sym_max(a, 2)
 
-    edge = to_edge_with_prims(_export(M()))
+    edge = etfuse.to_edge(_export(M()))
     assert_expected_inline(_graph(edge.exported_program().graph_module), """\
 sym_size = sym_size.int(x, 0)
 executorch_prim_sub_scalar = prim.sub.Scalar(sym_size, 9)
@@ -144,7 +145,7 @@ def test_modulo_is_exact_where_the_runtime_kernel_is_not():
 
     stock = _run(to_edge(_export(M())), sizes=(2,))
     assert stock[2][1:] == [-3, -2, -4]  # -7 % 4 wrong; -7 // 4 and round(-3.5) right
-    ours = _run(to_edge_with_prims(_export(M())), sizes=(2, 3, 4, 9, 14))
+    ours = _run(etfuse.to_edge(_export(M())), sizes=(2, 3, 4, 9, 14))
     assert ours[2][1:] == [1, -2, -4]
     _assert_matches_eager(M(), ours)
 
@@ -159,7 +160,7 @@ class DataScalars(torch.nn.Module):
 
 
 def test_negative_operands_of_every_sign_match_python():
-    method = _load(to_edge_with_prims(export(DataScalars(), (torch.tensor([7, 3]), torch.randn(2)))))
+    method = _load(etfuse.to_edge(export(DataScalars(), (torch.tensor([7, 3]), torch.randn(2)))))
     pairs = [(a, b) for a in (-9, -7, -5, -1, 0, 1, 5, 7, 13) for b in (-4, -3, -2, 1, 2, 3, 6)]
     for a, b in pairs:
         t, x = torch.tensor([a, b]), torch.randn(2)
@@ -219,7 +220,7 @@ def test_pass_never_mutates_its_input_and_is_idempotent():
 def test_prims_retrace_without_specialising():
     """The prims' patterns are symbolic builtins: a lowered program retraces to the same
     arithmetic, keeps its Dim range and computes the same values at every size."""
-    edge = to_edge_with_prims(_export(EveryBuiltin()))
+    edge = etfuse.to_edge(_export(EveryBuiltin()))
     retraced = edge.exported_program().run_decompositions()
     assert not any(str(n.target).startswith("executorch_prim") for n in retraced.graph.nodes)
     assert [str(r) for r in retraced.range_constraints.values()] == ["VR[2, 40]"]

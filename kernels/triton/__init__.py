@@ -64,6 +64,9 @@ def register() -> list[str]:
     global _REGISTERED
     if _REGISTERED is None:
         _require()
+        import etfuse.backend_ops
+
+        etfuse.backend_ops.install()
         from . import registration
 
         _REGISTERED = registration.register_all()

@@ -31,7 +31,6 @@ from __future__ import annotations
 import torch
 from torch.library import Library
 
-from etfuse.kernels import build
 
 from . import launch
 
@@ -88,10 +87,9 @@ def _out(op, launcher):
 def kernels() -> list:
     """(backend op, Triton launcher) for every catalog record with a `triton` launcher name
     (positional args = the op's schema arguments; `out=` keyword)."""
-    from etfuse.backend_ops.registry import registered_ops
+    from etfuse.backend_ops import CATALOG
 
-    build.kernel_ops()  # declares every record
-    return [(op, getattr(launch, op.triton)) for op in registered_ops() if getattr(op, "triton", None)]
+    return [(op, getattr(launch, op.triton)) for op in CATALOG if op.triton]
 
 
 KERNELS = kernels()

@@ -9,7 +9,7 @@
     etfuse.report.collect(model, inputs)      # what fused, what did not and why, where time goes
 
 `import etfuse` is cheap: `etfuse.passes`, `etfuse.kernels`, `etfuse.runtime`, `etfuse.backend_ops`,
-`etfuse.patterns`, `etfuse.profiling` and `etfuse.report` import (executorch with them) the first
+`etfuse.patterns`, `etfuse.profiling`, `etfuse.compare` and `etfuse.report` import (executorch with them) the first
 time they are used.
 """
 
@@ -19,7 +19,7 @@ from .errors import EtfuseError
 
 __version__ = "0.1.0"
 
-_SUBMODULES = ("backend_ops", "patterns", "passes", "kernels", "runtime", "errors", "profiling", "report")
+_SUBMODULES = ("backend_ops", "patterns", "passes", "kernels", "runtime", "errors", "profiling", "report", "compare")
 __all__ = ["fuse", "to_edge", "profile", "EtfuseError", *_SUBMODULES]
 
 
@@ -38,10 +38,10 @@ def fuse(program, passes=None):
 
 def to_edge(program, compile_config=None, **kwargs):
     """`executorch.exir.to_edge` that keeps `map` dynamic, lowers SymInt builtins exactly and
-    refuses to silently specialise a dynamic dimension. See `etfuse.passes.to_edge_control_flow`."""
-    from etfuse.passes import to_edge_control_flow
+    refuses to silently specialise a dynamic dimension. See `etfuse.passes.pipeline.to_edge`."""
+    from etfuse.passes import to_edge as _to_edge
 
-    return to_edge_control_flow(program, compile_config=compile_config, **kwargs)
+    return _to_edge(program, compile_config=compile_config, **kwargs)
 
 
 def profile(program, inputs, runs=10, warmup=1, method="forward", label=""):

@@ -358,13 +358,13 @@ def _example_inputs(ep: torch.export.ExportedProgram, shapes: Optional[list[str]
 
 # --- commands --------------------------------------------------------------------------------
 
-def _import_lowering():
+def _import_compare():
     """executorch's import prints warnings about optional torchao kernels; not for our users."""
     import logging
 
     for name in ("torchao", "torch.utils._pytree"):
         logging.getLogger(name).setLevel(logging.ERROR)
-    from etfuse.passes.lowering import lower_and_compare
+    from etfuse.compare import lower_and_compare
 
     return lower_and_compare
 
@@ -377,7 +377,7 @@ def demo(args) -> int:
     with progress("export"):
         exported = torch.export.export(model, inputs)
     with progress("importing executorch"):
-        lower_and_compare = _import_lowering()
+        lower_and_compare = _import_compare()
     result = lower_and_compare(exported, inputs, runs=args.bench, compare=True,
                                bench_seconds=args.bench_seconds, progress=progress)
     _print_summary(result, "etfuse demo: linear+relu, residual add+relu, torch.cond", detailed=True)
@@ -396,7 +396,7 @@ def fuse_file(args) -> int:
         ep = _load_exported(args.model)
     inputs = _example_inputs(ep, args.shape)
     with progress("importing executorch"):
-        lower_and_compare = _import_lowering()
+        lower_and_compare = _import_compare()
 
     try:
         result = lower_and_compare(ep, inputs, runs=args.bench, compare=args.compare or args.profile,

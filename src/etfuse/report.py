@@ -10,7 +10,7 @@ both timed, and both profiled per operator with ETDump (`etfuse.profile`). `writ
 writes Markdown (`.md`) or one self-contained HTML page (`.html`), and the chart of time by op,
 stock vs fused, as `<stem>.png` and `<stem>.svg` next to it (with matplotlib:
 `pip install "etfuse[report]"`; without it the report says so). `Report.from_result` takes the
-`LoweringResult` of `etfuse.passes.lowering.lower_and_compare` instead.
+`ComparisonResult` of `etfuse.compare.lower_and_compare` instead.
 
 The report, in order: a summary (fusions per rule, ops before -> after, runtime error, latency,
 where the time goes, what to fuse next), then fusions per rule and per control-flow body, ops
@@ -28,13 +28,11 @@ import dataclasses
 import functools
 import html
 import os
-import statistics
-import time
 from typing import Any, Optional, Sequence
 
 import torch
 
-from .profiling import OpProfile, OpTime, op_base, profile, pte_bytes
+from .profiling import OpProfile, OpTime, op_base, profile
 
 __all__ = [
     "Report", "ReportFiles", "collect", "write_report", "render_markdown", "render_html", "write_chart",
@@ -68,7 +66,7 @@ class Report:
 
     @classmethod
     def from_result(cls, result, title: str = "", **fields) -> "Report":
-        """From a `LoweringResult` (or anything with its attributes: ops_before, ops_after,
+        """From a `ComparisonResult` (or anything with its attributes: ops_before, ops_after,
         fused, declined, max_abs_error, latency_unfused_ms, latency_fused_ms; near_misses and
         max_rel_error if it has them). `fields` set or override any field."""
         if isinstance(result, Report):
@@ -77,8 +75,8 @@ class Report:
             title=title,
             ops_before=dict(getattr(result, "ops_before", {})), ops_after=dict(getattr(result, "ops_after", {})),
             fused=list(getattr(result, "fused", [])), declined=list(getattr(result, "declined", [])),
-            near_misses=list(getattr(result, "near_misses", [])),
-            near_misses_recorded=hasattr(result, "near_misses"),
+            near_misses=list(getattr(result, "near_misses", None) or []),
+            near_misses_recorded=getattr(result, "near_misses", None) is not None,
             max_abs_error=getattr(result, "max_abs_error", None), max_rel_error=getattr(result, "max_rel_error", None),
             latency_stock_ms=getattr(result, "latency_unfused_ms", getattr(result, "latency_stock_ms", None)),
             latency_fused_ms=getattr(result, "latency_fused_ms", None),
@@ -143,13 +141,16 @@ class ReportFiles:
 @functools.lru_cache(maxsize=1)
 def rule_ops() -> frozenset:
     """Base names (`add`, `convolution`, `quantize_per_tensor`, `conv2d_act`, ...) of the ops in
-    any etfuse rule's pattern (FLOAT_RULES, QUANT_RULES, GEMM_CONV_RULES, the batch-norm fold) and
+    any etfuse rule's pattern (`etfuse.patterns.RULES`, the batch-norm fold) and
     of the backend ops rules produce: the ops etfuse has a rule for."""
-    from etfuse.patterns import FLOAT_RULES, GEMM_CONV_RULES, QUANT_RULES
+    from etfuse.backend_ops import install
+    from etfuse.patterns import RULES, edge_patterns
+
+    install()
 
     names = {"_native_batch_norm_legit_no_training", "batch_norm"}  # BatchNormFoldPass
-    for rule in [*FLOAT_RULES, *QUANT_RULES, *GEMM_CONV_RULES]:
-        for n in rule.lower().ops:
+    for rule, pattern in zip(RULES, edge_patterns(RULES)):
+        for n in pattern.ops:
             names.add(_target_base(n.target))
         for handle in (rule.replacement.backend, rule.replacement.aten):
             names.add(_target_base(handle))
@@ -174,74 +175,22 @@ def what_to_fuse_next(prof: Optional[OpProfile], top: int = 5) -> list[OpTime]:
 
 # -- collecting ------------------------------------------------------------------------------------
 
-def _median_ms(method, inputs, runs: int) -> float:
-    method.execute(inputs)  # warm up
-    times = []
-    for _ in range(runs):
-        t0 = time.perf_counter()
-        method.execute(inputs)
-        times.append(time.perf_counter() - t0)
-    return 1e3 * statistics.median(times)
-
-
-def _flat(x) -> list[torch.Tensor]:
-    if isinstance(x, torch.Tensor):
-        return [x]
-    if isinstance(x, (list, tuple)):
-        return [t for v in x for t in _flat(v)]
-    return []
-
-
-def errors(outputs: Sequence[torch.Tensor], expected: Sequence[torch.Tensor]) -> tuple[float, float]:
-    """(max abs error, max abs error / max |expected|) over all outputs."""
-    abs_err, scale = 0.0, 0.0
-    for o, e in zip(outputs, expected):
-        if e.numel():
-            abs_err = max(abs_err, float((o.float() - e.detach().float()).abs().max()))
-            scale = max(scale, float(e.detach().float().abs().max()))
-    return abs_err, abs_err / scale if scale else abs_err
-
-
 def collect(model, inputs: Sequence[torch.Tensor], *, title: str = "", passes: Optional[list] = None,
             profile_ops: bool = True, runs: int = 10, latency_runs: int = 20) -> Report:
     """Fuse `model` (an `ExportedProgram`, or an `nn.Module` exported here with `inputs`), lower
     the stock and the fused program, check the fused one against eager on the ExecuTorch runtime,
-    time both (`latency_runs`), and with `profile_ops` profile both per operator (`runs`)."""
-    from executorch.exir import EdgeCompileConfig
-
-    from etfuse.passes import FusionPass, FusionReport, default_passes, fuse, to_edge_control_flow
-    from etfuse.passes.lowering import op_histogram
-    from etfuse.runtime import load_method
+    time both (`latency_runs`), and with `profile_ops` profile both per operator (`runs`).
+    The flow is `etfuse.compare.lower_and_compare`'s, with near misses recorded."""
+    from etfuse.compare import lower_and_compare
 
     inputs = tuple(inputs)
     exported = model if isinstance(model, torch.export.ExportedProgram) else torch.export.export(model, inputs)
-    with torch.no_grad():
-        expected = _flat(exported.module()(*inputs))
-    passes = default_passes() if passes is None else list(passes)
-    for p in passes:
-        if isinstance(p, FusionPass):
-            p.near_misses = True
-    edge = to_edge_control_flow(exported, compile_config=EdgeCompileConfig(_check_ir_validity=False))
-    fused = fuse(edge, passes)
-    reports = [p.report for p in passes if isinstance(getattr(p, "report", None), FusionReport)]
-    pte = fused.to_executorch().buffer
-    stock_pte = pte_bytes(edge)  # lowers a copy: `edge` stays as it was
-    fused_method, stock_method = load_method(pte), load_method(stock_pte)
-    abs_err, rel_err = errors(_flat(list(fused_method.execute(inputs))), expected)
-    report = Report(
-        title=title or type(model).__name__,
-        ops_before=op_histogram(edge.exported_program().graph_module),
-        ops_after=op_histogram(fused.exported_program().graph_module),
-        fused=[f for r in reports for f in r.fused], declined=[d for r in reports for d in r.declined],
-        near_misses=[m for r in reports for m in r.near_misses], near_misses_recorded=True,
-        max_abs_error=abs_err, max_rel_error=rel_err,
-        latency_stock_ms=_median_ms(stock_method, inputs, latency_runs),
-        latency_fused_ms=_median_ms(fused_method, inputs, latency_runs),
-        pte=pte, stock_pte=stock_pte,
-    )
+    result = lower_and_compare(exported, inputs, passes, runs=latency_runs, compare=True,
+                               bench_seconds=float("inf"), near_misses=True)
+    report = Report.from_result(result, title=title or type(model).__name__)
     if profile_ops:
-        report.stock_profile = profile(stock_pte, inputs, runs=runs, label="stock")
-        report.fused_profile = profile(pte, inputs, runs=runs, label="fused")
+        report.stock_profile = profile(report.stock_pte, inputs, runs=runs, label="stock")
+        report.fused_profile = profile(report.pte, inputs, runs=runs, label="fused")
     return report
 
 
@@ -574,7 +523,7 @@ def write_report(path: str, result, *, title: str = "", inputs: Optional[Sequenc
     """Write the report to `path`: Markdown for `.md` (or any other suffix), one self-contained
     page for `.html`/`.htm`; the chart goes next to it as `<stem>.png` and `<stem>.svg`.
 
-    `result` is a `Report` (`collect`) or a `LoweringResult` (`lower_and_compare`). With `inputs`,
+    `result` is a `Report` (`collect`) or a `ComparisonResult` (`lower_and_compare`). With `inputs`,
     a result that has no profile yet is profiled here: the fused `.pte` (`result.pte`) and the
     stock one (`stock_pte`, else `result.stock_pte`: bytes, a path or a program, see
     `etfuse.profiling.pte_bytes`). Returns where everything went (`ReportFiles`)."""

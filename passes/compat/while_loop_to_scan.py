@@ -1,7 +1,8 @@
 """LoopLoweringPass: `while_loop` (ONNX Loop) -> a bounded `scan` the ExecuTorch runtime runs.
 
-executorch 1.5.1 lowers `torch.cond`, `map` and `scan` but cannot emit `while_loop`
-("Unsupported control flow operator"). A loop whose trip count has a known bound B becomes
+Upstream (executorch 1.5.1): `to_edge` lowers `while_loop`, but `to_executorch` cannot emit it
+("Unsupported control flow operator: while_loop"); `torch.cond`, `map` and `scan` run.
+Delete this module when executorch emits `while_loop` (tests/test_compat.py shows the failure). A loop whose trip count has a known bound B becomes
 
     scan(step, init=carried, xs=[full([B], 0)], additional_inputs=additional)
     step(*carried, _, *additional):
@@ -24,16 +25,11 @@ The bound B comes from, in order:
 A loop with no bound is a `LoopLoweringError` naming the loop and why.
 
 The pass retraces the program (an `ExportPass`), so the caller's graph module is not modified.
-
-Also here, for `map` over a dynamic dimension (which executorch's `to_edge` specialises to the
-example size): `MapToScanPass` (map -> scan, run before `to_edge`), `to_edge_control_flow`
-(to_edge that applies it, lowers SymInt builtins to prims, and refuses a specialised result) and
-`refuse_specialised` (the check alone, for an edge program lowered elsewhere).
 """
 
 from __future__ import annotations
 
-__all__ = ["LoopLoweringPass", "LoopLoweringError", "LoweredLoop", "MapToScanPass", "SpecialisedShapeError", "refuse_specialised", "to_edge_control_flow"]
+__all__ = ["CONSTANT_VALUE", "LoopLoweringPass", "LoopLoweringError", "LoweredLoop"]
 
 import dataclasses
 import math
@@ -45,7 +41,7 @@ import torch.fx as fx
 from executorch.exir.dialects._ops import ops as exir_ops
 from executorch.exir.pass_base import ExportPass, PassResult, ProxyValue
 from etfuse.errors import EtfuseError
-from .graph_copy import copy_graph_module
+from ..graph_copy import copy_graph_module, has_hop
 
 aten = torch.ops.aten
 edge = exir_ops.edge.aten
@@ -64,11 +60,6 @@ class LoweredLoop:
     node: str  # the while_loop node's name
     trip_bound: int
     source: str  # "counter i < L" / "max_trip_count"
-
-
-def _has_hop(gm: fx.GraphModule, hop) -> bool:
-    return any(n.op == "call_function" and n.target is hop
-               for m in gm.modules() if isinstance(m, fx.GraphModule) for n in m.graph.nodes)
 
 
 def _aten(target):
@@ -272,7 +263,7 @@ class LoopLoweringPass(ExportPass):
         # values `etfuse.fuse` recorded for the program's one-element constants (lifted `torch.tensor(0)`)
         self._known = {n.name: n.meta[CONSTANT_VALUE] for n in graph_module.graph.nodes
                        if n.op == "placeholder" and CONSTANT_VALUE in n.meta}
-        if not _has_hop(graph_module, torch.ops.higher_order.while_loop):
+        if not has_hop(graph_module, torch.ops.higher_order.while_loop):
             return PassResult(copy_graph_module(graph_module), True)  # never the caller's module (graph_copy)
         # The retrace runs the graph on fake tensors; with grad enabled, a loop whose carry depends
         # on a parameter makes the scan's autograd tracing fail (an inference graph needs no grad).
@@ -311,116 +302,3 @@ class LoopLoweringPass(ExportPass):
             x_val = torch.empty((), dtype=torch.int64)
         step = _step_module(cond_fn, body_fn, len(carried_inputs), len(additional_inputs), x_val)
         return self.call_scan(step, list(carried_inputs), [xs], list(additional_inputs), meta)
-
-
-class _MapOutputs:
-    """What `call_map` returns: the scan's stacked outputs, read back by `getitem` index."""
-
-    def __init__(self, items):
-        self.items = items
-
-
-def _map_step_module(f: fx.GraphModule, n_mapped: int, carry_val, clone) -> fx.GraphModule:
-    """scan combine function for map: (carry, *x_slices, *operands) -> (carry copy, *f(...))."""
-    g = fx.Graph()
-    carry = g.placeholder("carry")
-    carry.meta["val"] = carry_val
-    f_phs = [n for n in f.graph.nodes if n.op == "placeholder"]
-    env = {}
-    for src in f_phs:
-        p = g.placeholder(src.name)
-        p.meta = dict(src.meta)
-        env[src] = p
-    root = torch.nn.Module()
-    outs = None
-    for n in f.graph.nodes:
-        if n.op == "placeholder":
-            continue
-        if n.op == "output":
-            outs = n.args[0]
-            break
-        if n.op == "get_attr":
-            setattr(root, n.target, getattr(f, n.target))
-        env[n] = g.node_copy(n, lambda a: env[a])
-    outs = outs if isinstance(outs, (list, tuple)) else (outs,)
-    g.output([g.call_function(clone, (carry,)), *[env[o] for o in outs]])
-    return fx.GraphModule(root, g, class_name="MapStep")
-
-
-class MapToScanPass(ExportPass):
-    """`map(f, xs, *operands)` -> `scan` with a dummy carry, so the mapped dimension stays dynamic.
-
-    executorch's `to_edge` retraces `map` by unstacking its input, which specialises a dynamic
-    mapped dimension to the example size: the program then bakes that size into every value that
-    depends on it (wrong values at other sizes) and refuses larger inputs. `scan` is retraced
-    from its body's placeholders and stays dynamic. Run this on the ATen program *before*
-    `to_edge` (`to_edge_control_flow` does); on an edge program it is too late for values that
-    were already specialised, which `to_edge_control_flow` reports as an error.
-    """
-
-    def call(self, graph_module: fx.GraphModule) -> PassResult:
-        if not _has_hop(graph_module, torch.ops.higher_order.map_impl):
-            return PassResult(copy_graph_module(graph_module), True)  # never the caller's module (graph_copy)
-        with torch.no_grad():  # as in LoopLoweringPass: an inference retrace needs no autograd
-            return PassResult(copy_graph_module(super().call(graph_module).graph_module), True)
-
-    def call_map(self, f, mapped_args, operands, meta):
-        from executorch.exir.dialects.edge._ops import EdgeOpOverload
-
-        is_edge = any(isinstance(n.target, EdgeOpOverload) for n in f.graph.nodes if n.op == "call_function")
-        clone = _CLONE if is_edge else aten.clone.default
-        full = edge.full.default if is_edge else aten.full.default
-        carry = self.call_operator(full, ([], 0), _FULL_KWARGS, meta)
-        step = _map_step_module(f, len(mapped_args), carry.data, clone)
-        result = self.call_scan(step, [carry], list(mapped_args), list(operands), meta)
-        n_out = len(result.data) - 1
-        return _MapOutputs([super(MapToScanPass, self).call_getitem(result, i + 1, meta) for i in range(n_out)])
-
-    def call_getitem(self, value, key, meta):
-        if isinstance(value, _MapOutputs):
-            return value.items[key]
-        return super().call_getitem(value, key, meta)
-
-
-class SpecialisedShapeError(EtfuseError, RuntimeError):
-    """`to_edge` turned a dynamic dimension into a constant."""
-
-
-def refuse_specialised(program) -> None:
-    """Raise `SpecialisedShapeError` if an edge program carries the mark of a `Dim` that lowering
-    turned into a constant: a range constraint keyed by a number (e.g. `{4: VR[4, 4]}` after
-    executorch's `to_edge` unstacked a dynamic `map`). Such a program bakes the example size into
-    values computed from it, so it would return wrong values at other sizes."""
-    import sympy
-
-    fixed = [f"{k}: {v}" for k, v in program.range_constraints.items() if isinstance(k, sympy.Number)]
-    if fixed:
-        raise SpecialisedShapeError(
-            f"this program was specialised during lowering ({', '.join(fixed)}): a dynamic dimension became "
-            "its example size. Lower it with etfuse.passes.loop_lowering.to_edge_control_flow, which keeps "
-            "`map` dynamic.")
-
-
-def to_edge_control_flow(program, compile_config=None, **kwargs):
-    """`executorch.exir.to_edge` that keeps control flow dynamic and exact.
-
-    `map` becomes `scan` before lowering (see `MapToScanPass`), symbolic scalar builtins become
-    exact `executorch_prim` ops (`SymIntToPrimsPass`), and if lowering still specialised a `Dim`
-    of the exported program to a constant this raises `SpecialisedShapeError` naming it, rather
-    than returning a program that computes wrong values at other sizes.
-    """
-    from .symint_to_prims import to_edge_with_prims
-
-    before = {str(k): v for k, v in program.range_constraints.items()}
-    if _has_hop(program.graph_module, torch.ops.higher_order.map_impl):
-        program = program._transform_do_not_use(MapToScanPass())
-    edge_manager = to_edge_with_prims(program, compile_config=compile_config, **kwargs)
-    after = {str(k) for k in edge_manager.exported_program().range_constraints}
-    lost = {k: v for k, v in before.items() if k not in after and (v.lower != v.upper)}
-    if lost:
-        raise SpecialisedShapeError(
-            f"lowering specialised the dynamic dimension(s) {sorted(lost)} (ranges "
-            f"{[str(v) for v in lost.values()]}) to the example size; the program would compute wrong values "
-            "at other sizes. Something in the program guards on the size (a data-dependent branch, or a "
-            "control-flow operator that executorch unrolls).")
-    return edge_manager

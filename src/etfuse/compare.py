@@ -1,6 +1,6 @@
 """Export -> edge -> fuse -> .pte -> run on the ExecuTorch runtime, compared with eager.
 
-Shared by `etfuse demo` and `etfuse fuse`: one function does the whole flow, stage by stage
+Shared by `etfuse demo`, `etfuse fuse` and `etfuse.report.collect`: one function does the whole flow, stage by stage
 (each stage can report its time through `progress`), and returns what a person wants to know
 about it (ops before/after, what fused where, error; optionally the stock program's error and
 both latencies, bounded by a time budget).
@@ -19,14 +19,9 @@ from typing import Callable, ContextManager, Optional, Sequence
 import torch
 from executorch.exir import EdgeCompileConfig
 
-from .batch_norm_folding import BatchNormFoldPass
-from .cond_outputs import CondOutputCopyPass
-from .cond_views import CondViewCopyPass
-from .fusion_pass import FusionPass, graph_modules
-from .engine import Fused
-from .loop_lowering import LoopLoweringPass, to_edge_control_flow
-from .pipeline import default_passes, fuse
-from .symint_to_prims import SymIntToPrimsPass
+from etfuse.passes import (
+    BatchNormFoldPass, Fused, FusionPass, correctness_passes, default_passes, fuse, graph_modules, to_edge,
+)
 
 Progress = Callable[[str], ContextManager]
 
@@ -35,21 +30,16 @@ def _no_progress(stage: str) -> ContextManager:
     return contextlib.nullcontext()
 
 
-def correctness_passes() -> list:
-    """What the stock program needs to compute the right thing on executorch 1.5.1 (loops it can
-    run, the cond-result copies, symbolic builtins as prims) and no fusion: the baseline that
-    `--compare` runs and times."""
-    return [LoopLoweringPass(), CondOutputCopyPass(), CondViewCopyPass(), SymIntToPrimsPass()]
-
-
 @dataclasses.dataclass
-class LoweringResult:
+class ComparisonResult:
     ops_before: dict[str, int]
     ops_after: dict[str, int]
     fused: list[Fused]
     declined: list
     max_abs_error: float
     pte: bytes
+    max_rel_error: float = 0.0  # max abs error / max |eager output|
+    near_misses: Optional[list] = None  # with near_misses=True
     # Only with compare=True / bench_runs > 0:
     stock_max_abs_error: Optional[float] = None
     latency_unfused_ms: Optional[float] = None
@@ -129,13 +119,20 @@ def _max_abs_error(got, expected) -> float:
     return error
 
 
+def _max_magnitude(expected) -> float:
+    return max((float(e.detach().double().abs().max()) for e in _flat(expected)
+                if isinstance(e, torch.Tensor) and e.numel()), default=0.0)
+
+
 def lower_and_compare(exported: torch.export.ExportedProgram, inputs: Sequence[torch.Tensor],
                       passes: Optional[list] = None, runs: int = 50, *, compare: bool = True,
-                      bench_seconds: float = 30.0, progress: Optional[Progress] = None) -> LoweringResult:
+                      bench_seconds: float = 30.0, progress: Optional[Progress] = None,
+                      near_misses: bool = False) -> ComparisonResult:
     """Lower and fuse `exported`, build its .pte, run it once on the runtime against eager.
 
     compare: also build the stock program (`correctness_passes()`, no fusion) and check it.
     runs: time each program up to this many runs (0: no timing), within `bench_seconds` in all.
+    near_misses: the fusion passes also record near misses (`ComparisonResult.near_misses`).
     """
     from etfuse.runtime import load_method
 
@@ -144,12 +141,16 @@ def lower_and_compare(exported: torch.export.ExportedProgram, inputs: Sequence[t
     if passes is None:
         with stage("preparing the fusion rules"):  # each rule's pattern is traced and lowered once per process
             passes = default_passes()
+    if near_misses:
+        for p in passes:
+            if isinstance(p, FusionPass):
+                p.near_misses = True
 
     with stage("eager reference run"):
         with torch.no_grad():
             expected = exported.module()(*inputs)
     with stage("lowering to the edge dialect"):
-        edge = to_edge_control_flow(exported, compile_config=EdgeCompileConfig(_check_ir_validity=False))
+        edge = to_edge(exported, compile_config=EdgeCompileConfig(_check_ir_validity=False))
         # to_executorch rewrites the program it lowers in place: the stock program gets its own copy.
         stock_edge = copy.deepcopy(edge) if compare else None
     with stage("fusion"):
@@ -167,10 +168,12 @@ def lower_and_compare(exported: torch.export.ExportedProgram, inputs: Sequence[t
         fused_method = load_method(pte)
         checked = fused_method.check_inputs(inputs)
         error = _max_abs_error(fused_method.execute_unchecked(checked), expected)
-    result = LoweringResult(
+    scale = _max_magnitude(expected)
+    result = ComparisonResult(
         ops_before=before, ops_after=after,
         fused=[f for r in report for f in r.fused], declined=[d for r in report for d in r.declined],
-        max_abs_error=error, pte=pte,
+        max_abs_error=error, pte=pte, max_rel_error=error / scale if scale else error,
+        near_misses=[m for r in report for m in r.near_misses] if near_misses else None,
     )
     unfused_method = None
     if compare:

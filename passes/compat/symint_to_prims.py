@@ -31,11 +31,16 @@ Integer-valued operands of `math.floor/ceil/trunc`, `round`, `int` are returned 
 Anything else on symbolic values (a shift by a symbolic amount, `a & b` of two symbolic ints,
 a float `%` or `//`, `round(x, n)`, `math.sqrt`, ...) is a `SymIntLoweringError` naming the node,
 its graph and why. The pass never modifies the graph module it is given.
+
+Upstream (executorch 1.5.1): `to_executorch` rejects `operator.pow/lshift/and_/or_/ne/abs` and
+`math.floor` on symbolic values, the edge verifier rejects `torch.sym_max/sym_min/sym_float/
+sym_not`, and the runtime's `mod.Scalar` is C's `%`. Delete this module when executorch emits
+every builtin exactly (tests/test_compat.py shows a rejected one).
 """
 
 from __future__ import annotations
 
-__all__ = ["SymIntToPrimsPass", "SymIntLoweringError", "LOWERINGS", "to_edge_with_prims"]
+__all__ = ["SymIntToPrimsPass", "SymIntLoweringError", "LOWERINGS"]
 
 import builtins
 import copy
@@ -48,11 +53,11 @@ import torch.fx as fx
 from executorch.exir.dialects.edge._ops import EdgeOpOverload
 from executorch.exir.pass_base import ExportPass, PassResult
 
-from etfuse.backend_ops.prims import BOOL_RESULT_EDGE_FORM, PRIMS, _sym_ite, ensure_registered
+from etfuse.backend_ops import install
+from etfuse.backend_ops.prims import BOOL_RESULT_EDGE_FORM, PRIMS, sym_ite
 from etfuse.errors import EtfuseError
-from .graph_copy import copy_graph, copy_graph_module
+from ..graph_copy import copy_graph, copy_graph_module
 
-ensure_registered()
 
 _SYM_TYPES = (torch.SymInt, torch.SymFloat, torch.SymBool)
 _PRIM_NAME = {**{p.backend: p.name for p in PRIMS.values()}, **{p.aten: p.name for p in PRIMS.values()}}
@@ -343,6 +348,7 @@ class SymIntToPrimsPass(ExportPass):
 
     def __init__(self):
         super().__init__()
+        install()  # prims retrace symbolically (backend_ops/prims.py)
         self.lowered: dict[str, int] = {}
 
     def call(self, graph_module: fx.GraphModule) -> PassResult:
@@ -417,19 +423,3 @@ def _target_name(t) -> str:
 
 def _arg_repr(a):
     return a.name if isinstance(a, fx.Node) else a
-
-
-def to_edge_with_prims(program, compile_config=None, **kwargs):
-    """`executorch.exir.to_edge` for programs with symbolic scalar arithmetic.
-
-    executorch's edge verifier rejects `torch.sym_max/sym_min/sym_not/sym_ite/sym_float` before
-    any pass can rewrite them. This lowers with the verifier off, runs `SymIntToPrimsPass`, then
-    verifies the result with `compile_config` (checks on by default).
-    """
-    import dataclasses
-
-    from executorch.exir import EdgeCompileConfig, to_edge
-
-    config = compile_config or EdgeCompileConfig()
-    edge = to_edge(program, compile_config=dataclasses.replace(config, _check_ir_validity=False), **kwargs)
-    return edge.transform([SymIntToPrimsPass()], compile_config=config)
