@@ -45,4 +45,43 @@ LINEAR_ACT = register(BackendOp(
     _linear_act,
     doc="clamp(input @ weight.T + bias, min, max), weight read as stored ([out, in])", kernel="linear_act"))
 
-GEMM_CONV_OPS = [CONV2D_ACT, LINEAR_ACT]
+
+
+# Batch norm (eval) after a convolution / linear, applied in the kernel's epilogue: the kernel
+# turns the statistics into one scale and shift per output channel (O(channels) per call), so
+# the op is as fast as conv2d_act / linear_act on the folded weights, in every route, including
+# `to_executorch(passes=...)`, where a pass only sees the graph module and cannot fold weights.
+def _batch_norm(x, bn_weight, bn_bias, running_mean, running_var, eps):
+    # the momentum (0.1) does not affect eval mode
+    return aten._native_batch_norm_legit_no_training.default(
+        x, bn_weight, bn_bias, running_mean, running_var, 0.1, eps)[0]
+
+
+def _conv2d_bn_act(input, weight, bias, bn_weight, bn_bias, running_mean, running_var, eps, stride, padding,
+                   dilation, groups, min=None, max=None):
+    conv = aten.conv2d.default(input, weight, bias, stride, padding, dilation, groups)
+    return _clamp(_batch_norm(conv, bn_weight, bn_bias, running_mean, running_var, eps), min, max)
+
+
+def _linear_bn_act(input, weight, bias, bn_weight, bn_bias, running_mean, running_var, eps, min=None, max=None):
+    linear = aten.linear.default(input, weight, bias)
+    return _clamp(_batch_norm(linear, bn_weight, bn_bias, running_mean, running_var, eps), min, max)
+
+
+_BN_ARGS = "Tensor? bn_weight, Tensor? bn_bias, Tensor running_mean, Tensor running_var, float eps"
+CONV2D_BN_ACT = register(BackendOp(
+    "etfuse",
+    f"conv2d_bn_act(Tensor input, Tensor weight, Tensor? bias, {_BN_ARGS}, int[2] stride, int[2] padding, "
+    "int[2] dilation, int groups, float? min=None, float? max=None) -> Tensor",
+    _conv2d_bn_act,
+    doc="clamp(batch_norm_eval(conv2d(...)), min, max), NCHW float32; the batch norm is a per-channel epilogue",
+    kernel="conv2d_bn_act"))
+LINEAR_BN_ACT = register(BackendOp(
+    "etfuse",
+    f"linear_bn_act(Tensor input, Tensor weight, Tensor? bias, {_BN_ARGS}, float? min=None, float? max=None) -> Tensor",
+    _linear_bn_act,
+    doc="clamp(batch_norm_eval(input @ weight.T + bias), min, max), input [N, in]; the batch norm is a "
+        "per-feature epilogue",
+    kernel="linear_bn_act"))
+
+GEMM_CONV_OPS = [CONV2D_ACT, LINEAR_ACT, CONV2D_BN_ACT, LINEAR_BN_ACT]

@@ -5,22 +5,20 @@ from .engine import Declined, Fused, FusionError, FusionReport, NearMiss, RuleIn
 from .graph_copy import copy_graph_module, graph_modules
 from .fusion_pass import FloatFusionPass, FusionPass, GemmConvFusionPass
 from .quant_fusion import QuantFusionPass
-from .batch_norm_folding import BatchNormFoldPass
 from .compat.symint_to_prims import SymIntLoweringError, SymIntToPrimsPass
 from .compat.while_loop_to_scan import LoopLoweringError, LoopLoweringPass
 from .compat.map_to_scan import MapToScanPass, SpecialisedShapeError, refuse_specialised
 from .compat.cond_outputs import CondOutputCopyPass
 from .compat.cond_views import CondViewCopyPass
-from .constant_folding import ConstantFoldingPass, fold_constants
 from .fused_program import FusedEdgeProgramManager
 from .verify import verify_written_nodes
 from .pipeline import correctness_passes, default_passes, fuse, to_edge
 
 __all__ = [
     "Declined", "Fused", "FusionError", "FusionReport", "NearMiss", "RuleIndex", "apply_matches", "find_matches",
-    "FusionPass", "graph_modules", "FloatFusionPass", "QuantFusionPass", "GemmConvFusionPass", "BatchNormFoldPass",
+    "FusionPass", "graph_modules", "FloatFusionPass", "QuantFusionPass", "GemmConvFusionPass",
     "SymIntLoweringError", "SymIntToPrimsPass", "LoopLoweringError", "LoopLoweringPass", "MapToScanPass",
     "SpecialisedShapeError", "refuse_specialised", "CondOutputCopyPass", "CondViewCopyPass", "default_passes",
-    "correctness_passes", "fuse", "to_edge", "copy_graph_module", "ConstantFoldingPass", "fold_constants",
+    "correctness_passes", "fuse", "to_edge", "copy_graph_module",
     "FusedEdgeProgramManager", "verify_written_nodes",
 ]

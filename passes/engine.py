@@ -280,16 +280,18 @@ def _rank(entries: list) -> list:
     return ranked
 
 
-def _replacement_target(rule: Rule, anchor: fx.Node):
-    # Edge-dialect graphs get the backend-dialect handle; anything else the plain torch op.
-    return rule.replacement.backend if isinstance(anchor.target, EdgeOpOverload) else rule.replacement.aten
+def _replacement_target(m: Match):
+    # Edge-dialect graphs get the backend-dialect handle; anything else the plain torch op. Any
+    # matched op tells which: the anchor may be a `getitem` (batch norm's output 0).
+    edge = any(isinstance(n.target, EdgeOpOverload) for n in m.nodes)
+    return m.rule.replacement.backend if edge else m.rule.replacement.aten
 
 
 def _rewrite(graph: fx.Graph, m: Match, graph_name: str) -> Fused:
     args, kwargs = m.rule.replacement_call(m)
     anchor = m.anchor
     with graph.inserting_before(anchor):
-        new = graph.call_function(_replacement_target(m.rule, anchor), args, kwargs)
+        new = graph.call_function(_replacement_target(m), args, kwargs)
     # The fused op computes exactly the anchor's value: its meta (val, stack_trace, ...) carries over.
     replaced = [n.name for n in m.nodes]
     new.meta = {**anchor.meta, "etfuse": {"rule": m.rule.name, "replaced": replaced}}
@@ -389,7 +391,7 @@ def rebuild_with_matches(graph: fx.Graph, matches: list[Match], graph_name: str,
             env[node] = new.node_copy(node, lookup)
             continue
         args, kwargs = m.rule.replacement_call(m)
-        fused = new.call_function(_replacement_target(m.rule, node), fx.map_arg(args, lookup), fx.map_arg(kwargs, lookup))
+        fused = new.call_function(_replacement_target(m), fx.map_arg(args, lookup), fx.map_arg(kwargs, lookup))
         replaced = [n.name for n in m.nodes]
         fused.meta = {**node.meta, "etfuse": {"rule": m.rule.name, "replaced": replaced}}
         env[node] = fused

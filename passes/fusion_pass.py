@@ -93,8 +93,8 @@ class FloatFusionPass(FusionPass):
 
 
 class GemmConvFusionPass(FusionPass):
-    """The GEMM/conv rules: bias, activation and weight transpose into one `conv2d_act` /
-    `linear_act` / `linear_relu` (patterns/gemm_conv_rules.py). Run `BatchNormFoldPass` first."""
+    """The GEMM/conv rules: bias, batch norm, activation and weight transpose into one `conv2d_act` /
+    `conv2d_bn_act` / `linear_act` / `linear_bn_act` / `linear_relu` (patterns/gemm_conv_rules.py)."""
 
     def __init__(self, near_misses: bool = False):
         super().__init__(GEMM_CONV_RULES, near_misses)

@@ -8,8 +8,7 @@ Three routes run the same passes and give the same program (tests/test_routes.py
 
 Every pass in `default_passes()` is an `ExportPass` that takes a graph module and returns a new
 one, so each route works with what it is given. `fuse` adds what only the whole program allows:
-it folds the weight arithmetic passes wrote into constants (`constant_folding.py`), verifies only
-the nodes etfuse wrote (`verify.py`), raises etfuse's errors as themselves, and returns a program
+it verifies only the nodes etfuse wrote (`verify.py`), raises etfuse's errors as themselves, and returns a program
 whose `to_executorch()` leaves it intact (`fused_program.py`).
 """
 
@@ -26,14 +25,12 @@ from torch.export import ExportedProgram
 
 from etfuse.backend_ops import install
 
-from .batch_norm_folding import BatchNormFoldPass
 from .compat.cond_outputs import CondOutputCopyPass
 from .compat.cond_views import CondViewCopyPass
 from .compat.map_to_scan import MapToScanPass, SpecialisedShapeError
 from .compat.symint_to_prims import SymIntToPrimsPass
 from .compat.typed_pass_errors import install_typed_pass_errors
 from .compat.while_loop_to_scan import CONSTANT_VALUE, LoopLoweringPass
-from .constant_folding import ConstantFoldingPass, fold_constants
 from .fused_program import FusedEdgeProgramManager
 from .fusion_pass import FusionPass
 from .graph_copy import copy_graph_module, graph_modules, has_hop, program_with
@@ -44,20 +41,14 @@ def default_passes() -> list:
     """etfuse's passes in the order their inputs require.
 
     1. `LoopLoweringPass`: fusion must see loop bodies as scan bodies, which every later pass visits.
-    2. `BatchNormFoldPass`: conv/linear -> batch norm must be a plain conv/linear for the rules.
-    3. `FusionPass`: every rule (quantized, GEMM/conv, float) in one sweep; which rule wins is
-       the rules' data (`Rule.outranks`, passes/engine.py), not this order.
-    4. `CondOutputCopyPass`, `CondViewCopyPass`: they copy results read by the final ops, so they
+    2. `FusionPass`: every rule (quantized, GEMM/conv with their batch norm, float) in one sweep;
+       which rule wins is the rules' data (`Rule.outranks`, passes/engine.py), not this order.
+    3. `CondOutputCopyPass`, `CondViewCopyPass`: they copy results read by the final ops, so they
        run once those ops exist.
-    5. `SymIntToPrimsPass`: the builtins of every pass before it (loop bounds included) become prims.
-    6. `ConstantFoldingPass`: the weight arithmetic steps 2-3 wrote becomes constants (where the
-       route hands over the whole program: `fuse`, `transform`).
+    4. `SymIntToPrimsPass`: the builtins of every pass before it (loop bounds included) become prims.
     """
     install_typed_pass_errors()  # so `edge.transform(default_passes())` raises etfuse's errors as themselves
-    return [
-        LoopLoweringPass(), BatchNormFoldPass(), FusionPass(), CondOutputCopyPass(), CondViewCopyPass(),
-        SymIntToPrimsPass(), ConstantFoldingPass(),
-    ]
+    return [LoopLoweringPass(), FusionPass(), CondOutputCopyPass(), CondViewCopyPass(), SymIntToPrimsPass()]
 
 
 def correctness_passes() -> list:
@@ -172,6 +163,6 @@ def _run(ep: ExportedProgram, passes: list, compile_config) -> ExportedProgram:
     for _, m in graph_modules(gm):
         for n in m.graph.find_nodes(op="placeholder"):
             n.meta.pop(CONSTANT_VALUE, None)
-    out = fold_constants(program_with(ep, gm))
+    out = program_with(ep, gm)
     verify_written_nodes(out.graph_module, compile_config)
     return out

@@ -26,7 +26,7 @@ import math
 import torch
 
 from etfuse.backend_ops.float_ops import LINEAR_RELU
-from etfuse.backend_ops.gemm_conv_ops import CONV2D_ACT, LINEAR_ACT
+from etfuse.backend_ops.gemm_conv_ops import CONV2D_ACT, CONV2D_BN_ACT, LINEAR_ACT, LINEAR_BN_ACT
 
 from .constraints import all_of, output_dtype, ranks, tensors
 from .rule import Match, Rule
@@ -199,6 +199,120 @@ def _rules():
                           outranks=outranks))
         rules.append(Rule(f"{name}_no_bias", no_bias, op, _linear_inputs(False, *extra), _LINEAR_CHECK,
                           _linear_arguments(act)))
+    rules.extend(_batch_norm_rules())
+    return rules
+
+
+# ---- batch norm (eval) after a convolution / linear: the *_bn_act ops ------------------------
+# The edge dialect's eval batch norm is `_native_batch_norm_legit_no_training(...)[0]`; its
+# momentum does nothing in eval mode, so any value matches.
+_BN_SCALARS = dict(momentum=0.375, eps=0.0625)  # example values no other scalar of the rule has
+
+
+def _bn(x, bn_weight, bn_bias, running_mean, running_var, momentum, eps):
+    return aten._native_batch_norm_legit_no_training.default(
+        x, bn_weight, bn_bias, running_mean, running_var, momentum, eps)[0]
+
+
+def _activation(act: str, x, lo=None, hi=None):
+    if act == "relu":
+        return aten.relu.default(x)
+    if act == "hardtanh":
+        return aten.hardtanh.default(x, lo, hi)
+    if act == "clamp":
+        return aten.clamp.default(x, lo, hi)
+    return x
+
+
+def _conv2d_bn_pattern(act: str):
+    def pattern(input, weight, bias, bn_weight, bn_bias, running_mean, running_var, s0, s1, p0, p1, d0, d1, groups,
+                momentum, eps, lo=None, hi=None):
+        conv = _conv(input, weight, bias, s0, s1, p0, p1, d0, d1, groups)
+        return _activation(act, _bn(conv, bn_weight, bn_bias, running_mean, running_var, momentum, eps), lo, hi)
+
+    return pattern
+
+
+def _linear_bn_pattern(act: str, bias: bool):
+    if bias:
+        def pattern(input, weight, bias, bn_weight, bn_bias, running_mean, running_var, momentum, eps, lo=None,
+                    hi=None):
+            linear = aten.linear.default(input, weight, bias)
+            return _activation(act, _bn(linear, bn_weight, bn_bias, running_mean, running_var, momentum, eps), lo, hi)
+    else:
+        def pattern(input, weight, bn_weight, bn_bias, running_mean, running_var, momentum, eps, lo=None, hi=None):
+            linear = aten.linear.default(input, weight)
+            return _activation(act, _bn(linear, bn_weight, bn_bias, running_mean, running_var, momentum, eps), lo, hi)
+    return pattern
+
+
+def _bn_stats(channels: int):
+    return (torch.rand(channels) + 0.5, torch.randn(channels), torch.randn(channels), torch.rand(channels) + 0.5)
+
+
+def _bn_scalars(m: Match):
+    for name in _BN_SCALARS:
+        v = m.bindings[name]
+        if isinstance(v, torch.fx.Node) or isinstance(v, bool) or not isinstance(v, (int, float)):
+            return f"{name} is {v!r}, not a constant number"
+    return None
+
+
+def _bn_channels(m: Match):
+    channels = m.value("weight").shape[0]
+    for name in ("bn_weight", "bn_bias", "running_mean", "running_var"):
+        if m.bindings.get(name) is not None and tuple(m.value(name).shape) != (channels,):
+            return f"{name} has shape {tuple(m.value(name).shape)}; the kernel takes [{channels}]"
+    return None
+
+
+_BN_TENSORS = tensors(["bn_weight", "bn_bias", "running_mean", "running_var"], F32, optional=["bn_weight", "bn_bias"])
+_CONV_BN_CHECK = all_of(_CONV_CHECK, _BN_TENSORS, _bn_scalars, _bn_channels)
+_LINEAR_BN_CHECK = all_of(_LINEAR_CHECK, _BN_TENSORS, _bn_scalars, _bn_channels)
+
+
+def _bn_arguments(m: Match) -> tuple:
+    b = m.bindings
+    return (b.get("bn_weight"), b.get("bn_bias"), b["running_mean"], b["running_var"], float(b["eps"]))
+
+
+def _conv2d_bn_arguments(act: str):
+    def arguments(m: Match):
+        b = m.bindings
+        lo, hi = _act_range(m, act)
+        return (b["input"], b["weight"], b.get("bias"), *_bn_arguments(m), [b["s0"], b["s1"]], [b["p0"], b["p1"]],
+                [b["d0"], b["d1"]], b["groups"], lo, hi), {}
+
+    return arguments
+
+
+def _linear_bn_arguments(act: str):
+    def arguments(m: Match):
+        b = m.bindings
+        lo, hi = _act_range(m, act)
+        return (b["input"], b["weight"], b.get("bias"), *_bn_arguments(m), lo, hi), {}
+
+    return arguments
+
+
+def _batch_norm_rules():
+    rules = []
+    acts = (("relu", ()), ("hardtanh", (_LO, _HI)), ("clamp", (_LO, _HI)), ("none", ()))
+    for act, extra in acts:
+        suffix = "" if act == "none" else f"_{act}"
+        conv_inputs = _conv_inputs()
+        rules.append(Rule(
+            f"conv2d_bn{suffix}", _conv2d_bn_pattern(act), CONV2D_BN_ACT,
+            lambda extra=extra, conv_inputs=conv_inputs: (
+                *conv_inputs()[:3], *_bn_stats(16), *_CONV_SCALARS.values(), *_BN_SCALARS.values(), *extra),
+            _CONV_BN_CHECK, _conv2d_bn_arguments(act)))
+        for with_bias in (True, False):
+            rules.append(Rule(
+                f"linear_bn{suffix}" + ("" if with_bias else "_no_bias"), _linear_bn_pattern(act, with_bias),
+                LINEAR_BN_ACT,
+                lambda extra=extra, with_bias=with_bias: (
+                    *_linear_inputs(with_bias)(), *_bn_stats(16), *_BN_SCALARS.values(), *extra),
+                _LINEAR_BN_CHECK, _linear_bn_arguments(act)))
     return rules
 
 

@@ -20,7 +20,7 @@ import torch
 from executorch.exir import EdgeCompileConfig
 
 from etfuse.passes import (
-    BatchNormFoldPass, Fused, FusionPass, correctness_passes, default_passes, fuse, graph_modules, to_edge,
+    Fused, FusionPass, correctness_passes, default_passes, fuse, graph_modules, to_edge,
 )
 
 Progress = Callable[[str], ContextManager]
@@ -157,7 +157,7 @@ def lower_and_compare(exported: torch.export.ExportedProgram, inputs: Sequence[t
         fused = fuse(edge, passes)
         before = op_histogram(edge.exported_program().graph_module)
         after = op_histogram(fused.exported_program().graph_module)
-        report = [p.report for p in passes if isinstance(p, (FusionPass, BatchNormFoldPass))]
+        report = [p.report for p in passes if isinstance(p, FusionPass)]
     with stage("building the .pte"):
         pte = fused.to_executorch().buffer
     with stage("loading the kernels"):

@@ -141,14 +141,14 @@ class ReportFiles:
 @functools.lru_cache(maxsize=1)
 def rule_ops() -> frozenset:
     """Base names (`add`, `convolution`, `quantize_per_tensor`, `conv2d_act`, ...) of the ops in
-    any etfuse rule's pattern (`etfuse.patterns.RULES`, the batch-norm fold) and
+    any etfuse rule's pattern (`etfuse.patterns.RULES`) and
     of the backend ops rules produce: the ops etfuse has a rule for."""
     from etfuse.backend_ops import install
     from etfuse.patterns import RULES, edge_patterns
 
     install()
 
-    names = {"_native_batch_norm_legit_no_training", "batch_norm"}  # BatchNormFoldPass
+    names = set()
     for rule, pattern in zip(RULES, edge_patterns(RULES)):
         for n in pattern.ops:
             names.add(_target_base(n.target))
