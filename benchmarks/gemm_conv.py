@@ -14,7 +14,7 @@ benchmarks/kernels.py):
   (`etfuse::conv2d_act.out`), the stock runtime's convolution + relu, torch eager.
 * end to end, models from executorch.examples.models.mlperf_tiny (ResNet8 and DS-CNN: CNNs;
   DeepAutoEncoder: linear + batch norm + relu MLP): the stock portable .pte, the etfuse-fused
-  .pte (BatchNormFoldPass, then FusionPass: every rule), the XNNPACK-delegated .pte
+  .pte (FusionPass: every rule, batch norm included), the XNNPACK-delegated .pte
   (`to_edge_transform_and_lower(..., partitioner=[XnnpackPartitioner()])`), torch eager; ms per
   forward.
 
@@ -59,12 +59,12 @@ def programs(model, args, workdir: Path, name: str, xnnpack: bool = False) -> di
     """{"etfuse": method, "stock": method[, "xnnpack": method]} and each program's op list."""
     from executorch.exir import to_edge, to_edge_transform_and_lower
 
-    from etfuse.passes import BatchNormFoldPass, FusionPass, fuse
+    from etfuse.passes import FusionPass, fuse
 
     ep = torch.export.export(model, args)
     edge = to_edge(ep)
     out = {}
-    fused = fuse(edge, [BatchNormFoldPass(), FusionPass()]).to_executorch()
+    fused = fuse(edge, [FusionPass()]).to_executorch()
     out["etfuse"] = fused
     out["stock"] = edge.to_executorch()
     if xnnpack:

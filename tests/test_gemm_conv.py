@@ -11,7 +11,7 @@ from expecttest import TestCase
 
 import etfuse.backend_ops.gemm_conv_ops  # noqa: F401  (schemas before the kernels load)
 import etfuse.kernels as kernels
-from etfuse.passes import BatchNormFoldPass, FloatFusionPass, FusionPass, GemmConvFusionPass, fuse
+from etfuse.passes import FloatFusionPass, FusionPass, GemmConvFusionPass, fuse
 from etfuse.runtime import load_method, run
 from fusion_helpers import edge_program, op_names
 
@@ -38,8 +38,8 @@ def _randomise_bn(model):
 
 
 def gemm_conv_passes():
-    """Batch norm folded into its conv/linear, then the one rule table."""
-    return [BatchNormFoldPass(), FusionPass()]
+    """The one rule table (batch norm included: conv2d_bn_act / linear_bn_act)."""
+    return [FusionPass()]
 
 
 def fused(model, args, passes=None):
@@ -206,19 +206,21 @@ class GraphTest(TestCase):
         ep = out.exported_program()
         self.assertExpectedInline(str(ep.graph).strip(), """\
 graph():
+    %p_conv_weight : [num_users=1] = placeholder[target=p_conv_weight]
+    %p_bn_weight : [num_users=1] = placeholder[target=p_bn_weight]
+    %p_bn_bias : [num_users=1] = placeholder[target=p_bn_bias]
+    %b_bn_running_mean : [num_users=1] = placeholder[target=b_bn_running_mean]
+    %b_bn_running_var : [num_users=1] = placeholder[target=b_bn_running_var]
     %b_bn_num_batches_tracked : [num_users=0] = placeholder[target=b_bn_num_batches_tracked]
-    %_etfuse_folded_aten_convolution_default_weight : [num_users=1] = placeholder[target=_etfuse_folded_aten_convolution_default_weight]
-    %_etfuse_folded_aten_convolution_default_bias : [num_users=1] = placeholder[target=_etfuse_folded_aten_convolution_default_bias]
     %x : [num_users=1] = placeholder[target=x]
-    %etfuse_conv2d_act_default : [num_users=1] = call_function[target=executorch.exir.dialects.backend._ops.etfuse.conv2d_act.default](args = (%x, %_etfuse_folded_aten_convolution_default_weight, %_etfuse_folded_aten_convolution_default_bias, [1, 1], [1, 1], [1, 1], 1, 0.0, None), kwargs = {})
-    return (etfuse_conv2d_act_default,)""")
-        # the folded tensors are constants of the program; the folded-away parameters are gone
-        self.assertEqual(sorted(ep.constants), [
-            "_etfuse_folded_aten_convolution_default_bias", "_etfuse_folded_aten_convolution_default_weight"])
-        self.assertEqual(sorted(ep.state_dict), ["bn.num_batches_tracked"])
+    %etfuse_conv2d_bn_act_default : [num_users=1] = call_function[target=executorch.exir.dialects.backend._ops.etfuse.conv2d_bn_act.default](args = (%x, %p_conv_weight, None, %p_bn_weight, %p_bn_bias, %b_bn_running_mean, %b_bn_running_var, 1e-05, [1, 1], [1, 1], [1, 1], 1, 0.0, None), kwargs = {})
+    return (etfuse_conv2d_bn_act_default,)""")
+        # the batch norm is the kernel's epilogue: the program keeps the parameters as they are
+        self.assertEqual(sorted(ep.constants), [])
+        self.assertEqual(sorted(ep.state_dict), sorted(model.state_dict()))
         self.assertEqual([(f.rule, f.replaced) for p in passes if hasattr(p, "report") for f in p.report.fused], [
-            ("batch_norm_fold", ["aten__native_batch_norm_legit_no_training_default", "getitem"]),
-            ("conv2d_relu", ["aten_convolution_default", "aten_relu_default"])])
+            ("conv2d_bn_relu", ["aten_convolution_default", "aten__native_batch_norm_legit_no_training_default",
+                                "getitem", "aten_relu_default"])])
         # the caller's program is untouched
         self.assertIn("aten._native_batch_norm_legit_no_training.default", op_names(edge.exported_program().graph_module))
         self.assertIn("conv.weight", edge.exported_program().state_dict)
@@ -232,7 +234,7 @@ graph():
             model = _randomise_bn(ConvBnRelu(act, bias=True))
             _, out, _ = fused(model, (x,))
             (node,) = [n for n in out.exported_program().graph.nodes if n.op == "call_function"]
-            self.assertEqual(op_names(out.exported_program().graph_module), ["etfuse.conv2d_act.default"])
+            self.assertEqual(op_names(out.exported_program().graph_module), ["etfuse.conv2d_bn_act.default"])
             self.assertEqual(tuple(node.args[-2:]), rng, act)
             torch.testing.assert_close(run(out.to_executorch(), (x,))[0], model(x), **TOL)
 
@@ -242,13 +244,13 @@ graph():
         _, out, passes = fused(model, (x,))
         gm = out.exported_program().graph_module
         self.assertEqual(op_names(gm), [
-            "etfuse.conv2d_act.default", "etfuse.conv2d_act.default", "etfuse.add_relu.default",
+            "etfuse.conv2d_bn_act.default", "etfuse.conv2d_bn_act.default", "etfuse.add_relu.default",
             "etfuse.conv2d_act.default", "aten.mean.dim", "etfuse.linear_act.default"])
         want = model(x)
         # retrace first: to_executorch rewrites the program's graph in place
         retraced = out.exported_program().run_decompositions()
         names = op_names(retraced.graph_module)
-        self.assertNotIn("etfuse.conv2d_act.default", names)
+        self.assertFalse([n for n in names if n.startswith("etfuse.")], names)
         self.assertIn("aten.convolution.default", names)
         torch.testing.assert_close(retraced.module()(x), want, **TOL)
         torch.testing.assert_close(run(out.to_executorch(), (x,))[0], want, **TOL)
@@ -258,7 +260,7 @@ graph():
         x = torch.randn(5, 17)
         _, out, _ = fused(model, (x,))
         self.assertEqual(op_names(out.exported_program().graph_module), [
-            "etfuse.linear_relu.default", "etfuse.linear_act.default", "etfuse.linear_act.default"])
+            "etfuse.linear_bn_act.default", "etfuse.linear_act.default", "etfuse.linear_act.default"])
         torch.testing.assert_close(run(out.to_executorch(), (x,))[0], model(x), **TOL)
 
     def test_pass_order_does_not_matter_for_linear_relu(self):
@@ -270,7 +272,7 @@ graph():
 
 
 class DeclineTest(TestCase):
-    def test_bn_with_input_statistics_folds_as_graph_ops(self):
+    def test_bn_with_input_statistics_is_fused_too(self):
         class M(torch.nn.Module):
             def __init__(self):
                 super().__init__()
@@ -281,17 +283,14 @@ class DeclineTest(TestCase):
 
         args = (torch.randn(1, 3, 6, 6), torch.randn(4), torch.rand(4) + 1)
         model = M()
-        fold = BatchNormFoldPass()
-        _, out, _ = fused(model, args, [fold, GemmConvFusionPass()])
-        self.assertEqual([f.rule for f in fold.report.fused], ["batch_norm_fold"])
-        # the statistics are inputs, not constants: the fold stays as per-channel graph ops before the fused conv
-        names = op_names(out.exported_program().graph_module)
-        self.assertEqual(names[-1], "etfuse.conv2d_act.default")
-        self.assertIn("aten.rsqrt.default", names)
-        self.assertNotIn("aten._native_batch_norm_legit_no_training.default", names)
+        p = GemmConvFusionPass()
+        _, out, _ = fused(model, args, [p])
+        # the statistics are inputs, not constants: the kernel reads them per call all the same
+        self.assertEqual([f.rule for f in p.report.fused], ["conv2d_bn_relu"])
+        self.assertEqual(op_names(out.exported_program().graph_module), ["etfuse.conv2d_bn_act.default"])
         torch.testing.assert_close(run(out.to_executorch(), args)[0], model(*args), **TOL)
 
-    def test_conv_output_with_other_users_is_not_folded(self):
+    def test_conv_output_with_other_users_keeps_its_batch_norm(self):
         class M(torch.nn.Module):
             def __init__(self):
                 super().__init__()
@@ -302,10 +301,13 @@ class DeclineTest(TestCase):
                 y = self.conv(x)
                 return self.bn(y) + y
 
-        fold = BatchNormFoldPass()
-        fused(_randomise_bn(M()), (torch.randn(1, 3, 6, 6),), [fold])
-        self.assertEqual([d.reason for d in fold.report.declined],
-                         ["the batch norm input has other users (folding would change them)"])
+        model, x = _randomise_bn(M()), torch.randn(1, 3, 6, 6)
+        _, out, _ = fused(model, (x,))
+        # the conv's output is read twice: it is fused alone, the batch norm stays
+        self.assertEqual(op_names(out.exported_program().graph_module), [
+            "etfuse.conv2d_act.default", "aten._native_batch_norm_legit_no_training.default", "getitem",
+            "aten.add.Tensor"])
+        torch.testing.assert_close(run(out.to_executorch(), (x,))[0], model(x), **TOL)
 
     def test_dtype_the_kernel_lacks_is_declined(self):
         model = torch.nn.Sequential(torch.nn.Conv2d(3, 4, 3), torch.nn.ReLU()).double()
@@ -372,10 +374,9 @@ class XnnpackTest(TestCase):
         names = op_names(gm)
         self.assertNotIn("etfuse.conv2d_act.default", names)
         self.assertIn("etfuse.linear_act.default", names)  # the head: permute_copy + addmm
-        # batch norm after a delegate cannot fold (its input is the delegate's output): reported
-        fold = passes[0]
-        self.assertTrue(fold.report.declined)
-        self.assertTrue(all("not a convolution or linear" in d.reason for d in fold.report.declined))
+        # a batch norm after a delegate has no convolution to join (its input is the delegate's output)
+        self.assertNotIn("etfuse.conv2d_bn_act.default", names)
+        self.assertIn("aten._native_batch_norm_legit_no_training.default", names)
         torch.testing.assert_close(run(out.to_executorch(), (x,))[0], model(x), **TOL)
 
     def test_fully_delegated_program_is_left_alone(self):

@@ -204,13 +204,13 @@ def test_per_op_shares_sum_to_100_percent(collected, name):
 def test_mobilenet_v2_style_fuses_conv_bn_relu6_and_depthwise(collected):
     report, files = collected["mobilenet_v2"]
     per_rule = {r: sum(g.values()) for r, g in report.fused_per_rule().items()}
-    assert per_rule["batch_norm_fold"] == 11  # every conv's batch norm
-    assert per_rule["conv2d_hardtanh"] == 8  # conv + bn + relu6, depthwise included
-    assert report.fused_profile.rows[0].op == "etfuse::conv2d_act"
+    assert per_rule["conv2d_bn_hardtanh"] == 8  # conv + bn + relu6, depthwise included
+    assert per_rule["conv2d_bn"] == 3  # the linear bottlenecks (no activation)
+    assert "batch_norm_fold" not in per_rule and "conv2d_hardtanh" not in per_rule  # every conv has its batch norm
+    assert report.fused_profile.rows[0].op == "etfuse::conv2d_bn_act"
     assert report.stock_profile.get("aten::convolution") is not None
     text = open(files.report).read()
-    assert "| conv2d_hardtanh | 8 |" in text
-    assert per_rule["conv2d"] == 3  # the linear bottlenecks (no activation)
+    assert "| conv2d_bn_hardtanh | 8 |" in text
 
 
 def test_cond_report_counts_fusions_per_body(collected):
