@@ -12,10 +12,13 @@ weight transpose, so the stock runtime's slow convolution / permute_copy + addmm
 | linear_hardtanh(_no_bias) | hardtanh(addmm(b, x, permute_copy(w)) / mm(...), lo, hi)  | etfuse::linear_act |
 | linear_clamp(_no_bias)    | clamp(addmm(...) / mm(...), lo, hi)                       | etfuse::linear_act |
 | linear(_no_bias)      | addmm(b, x, permute_copy(w)) / mm(x, permute_copy(w))         | etfuse::linear_act |
+| conv2d_bn[_relu/_hardtanh/_clamp] | act(bn(convolution(...)))  (bn: `_native_batch_norm_legit_no_training(...)[0]`) | etfuse::conv2d_bn_act |
+| linear_bn[...][_no_bias] | act(bn(addmm(...) / mm(...)))                             | etfuse::linear_bn_act |
 
 `convolution` here is the 2-D, non-transposed one (`transposed=False`, `output_padding=[0, 0]`
-are literals of the pattern; conv1d/conv3d have other list lengths and never match). Batch
-norm is folded into the convolution / linear before these rules run (`BatchNormFoldPass`); a
+are literals of the pattern; conv1d/conv3d have other list lengths and never match). An eval
+batch norm between the convolution / linear and its activation becomes the kernel's per-channel
+epilogue (the `*_bn_act` ops: no weights rewritten, so every route gives the same program); a
 residual `relu(add(conv(x), skip))` becomes `conv2d_act` + the foundation's `add_relu`.
 """
 
