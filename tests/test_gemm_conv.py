@@ -121,6 +121,72 @@ def test_linear_act_kernel_matches_eager(m, k, n):
             torch.testing.assert_close(out, want, **TOL)
 
 
+def _bn_stats(c, g, affine=True):
+    stats = dict(running_mean=torch.randn(c, generator=g), running_var=torch.rand(c, generator=g) + 0.5)
+    stats["bn_weight"] = torch.randn(c, generator=g) if affine else None
+    stats["bn_bias"] = torch.randn(c, generator=g) if affine else None
+    return stats
+
+
+def _eval_bn(y, s, eps):
+    return F.batch_norm(y, s["running_mean"], s["running_var"], s["bn_weight"], s["bn_bias"], False, 0.0, eps)
+
+
+@pytest.mark.parametrize("case", CONV_CASES, ids=lambda c: "x".join(map(str, c[:5])) + f"_g{c[-1]}")
+def test_conv2d_bn_act_kernel_matches_eager(case):
+    """Batch norm as the conv kernel's per-channel epilogue (GEMM and depthwise paths)."""
+    n, c, h, w, cout, kh, kw, stride, padding, dilation, groups = case
+    g = torch.Generator().manual_seed(sum(case[:7]))
+    x = torch.randn(n, c, h, w, generator=g)
+    weight, bias = torch.randn(cout, c // groups, kh, kw, generator=g), torch.randn(cout, generator=g)
+    for b, affine, (lo, hi) in ((bias, True, (0.0, None)), (None, True, (0.0, 6.0)), (None, False, (None, None))):
+        s, eps = _bn_stats(cout, g, affine), 1e-3
+        want = _eval_bn(F.conv2d(x, weight, b, stride, padding, dilation, groups), s, eps)
+        if lo is not None or hi is not None:
+            want = want.clamp(lo, hi)
+        args = (weight, b, s["bn_weight"], s["bn_bias"], s["running_mean"], s["running_var"], eps, list(stride),
+                list(padding), list(dilation), groups, lo, hi)
+        out = torch.empty(0)
+        ops.conv2d_bn_act.out(x, *args, out=out)
+        torch.testing.assert_close(out, want, **TOL)
+        torch.testing.assert_close(ops.conv2d_bn_act(x, *args), want, **TOL)  # the pattern
+
+
+@pytest.mark.parametrize("m,k,n", [(1, 1, 1), (3, 17, 257), (64, 256, 256), (257, 3, 17)])
+def test_linear_bn_act_kernel_matches_eager(m, k, n):
+    g = torch.Generator().manual_seed(m + k + n)
+    x, w, b = torch.randn(m, k, generator=g), torch.randn(n, k, generator=g), torch.randn(n, generator=g)
+    for bias, affine, (lo, hi) in ((b, True, (None, None)), (None, True, (0.0, None)), (b, False, (-0.5, 0.5))):
+        s, eps = _bn_stats(n, g, affine), 1e-5
+        want = _eval_bn(F.linear(x, w, bias), s, eps)
+        if lo is not None or hi is not None:
+            want = want.clamp(lo, hi)
+        out = torch.empty(0)
+        ops.linear_bn_act.out(x, w, bias, s["bn_weight"], s["bn_bias"], s["running_mean"], s["running_var"], eps, lo,
+                              hi, out=out)
+        torch.testing.assert_close(out, want, **TOL)
+
+
+def test_bn_act_ops_pass_opcheck():
+    g = torch.Generator().manual_seed(0)
+    s = _bn_stats(6, g)
+    bn = (s["bn_weight"], s["bn_bias"], s["running_mean"], s["running_var"], 1e-5)
+    conv = (torch.randn(2, 3, 7, 7), torch.randn(6, 3, 3, 3), torch.randn(6), *bn, [1, 1], [1, 1], [1, 1], 1, 0.0, 6.0)
+    linear = (torch.randn(4, 5), torch.randn(6, 5), None, *bn, None, None)
+    for op, args, shape in ((ops.conv2d_bn_act, conv, (2, 6, 7, 7)), (ops.linear_bn_act, linear, (4, 6))):
+        torch.library.opcheck(op.default, args)
+        # out variants: aot_dispatch cannot functionalize `Tensor(a!)` returns (as for every `.out` op)
+        torch.library.opcheck(op.out, args, {"out": torch.empty(shape)},
+                              test_utils=("test_schema", "test_autograd_registration", "test_faketensor"))
+
+
+def test_bn_act_bad_statistics_raise_not_abort():
+    x, w = torch.randn(1, 4, 8, 8), torch.randn(6, 4, 3, 3)
+    with pytest.raises(RuntimeError, match=r"etfuse::conv2d_bn_act.out: running_var must be \[N\]"):
+        ops.conv2d_bn_act.out(x, w, None, None, None, torch.randn(6), torch.rand(5), 1e-5, [1, 1], [0, 0], [1, 1], 1,
+                              None, None, out=torch.empty(0))
+
+
 def test_bad_shapes_raise_not_abort():
     x, w = torch.randn(1, 4, 8, 8), torch.randn(6, 4, 3, 3)
     out = torch.empty(0)
