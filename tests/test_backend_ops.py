@@ -126,3 +126,13 @@ def test_importing_the_catalog_changes_nothing_until_install():
     assert out["runtime_loaded"] == []
     assert out["install_ours"] == dict.fromkeys(names, True) and out["install_stand_in"]
     assert out["twice_same"]
+
+
+def test_readme_op_table_is_the_catalog():
+    """The README's op table is derived from the records (`python -m etfuse.backend_ops`)."""
+    from pathlib import Path
+
+    from etfuse.backend_ops.__main__ import op_table
+
+    readme = (Path(__file__).resolve().parent.parent / "README.md").read_text()
+    assert op_table() in readme, "README.md's op table is stale: paste `python -m etfuse.backend_ops` into it"
