@@ -195,13 +195,13 @@ ETFUSE_ALWAYS_INLINE void depthwise_planes(const Problem& pb, int64_t t0, int64_
         }
       }
     }
+    // The plane's weights are copied anyway: the per-channel scale is folded into the copy, so
+    // clamp(conv(x, w) * s + b) costs what clamp(conv(x, w) + b) does.
     const float* wk = pb.w + co * pb.lw.strides[0];
-    for (int64_t kh = 0; kh < KH; ++kh)
-      for (int64_t kw = 0; kw < KW; ++kw) wl[kh * KW + kw] = wk[kh * pb.lw.strides[2] + kw * pb.lw.strides[3]];
-    const float b = pb.bias ? pb.bias[co * pb.bias_s] : 0.0f;
-    // With a scale the bias is added after it (acc * s + b); without, it seeds the accumulator.
     const float s = pb.scale ? pb.scale[co * pb.scale_s] : 1.0f;
-    const float seed = pb.scale ? 0.0f : b, post = pb.scale ? b : 0.0f;
+    for (int64_t kh = 0; kh < KH; ++kh)
+      for (int64_t kw = 0; kw < KW; ++kw) wl[kh * KW + kw] = wk[kh * pb.lw.strides[2] + kw * pb.lw.strides[3]] * s;
+    const float seed = pb.bias ? pb.bias[co * pb.bias_s] : 0.0f;  // the bias seeds the accumulator
     float* oplane = pb.out + n * pb.lo.strides[0] + co * pb.lo.strides[1];
     for (int64_t oh = 0; oh < OH; ++oh) {
       const float* top = padded + oh * sh * PW;
@@ -231,9 +231,7 @@ ETFUSE_ALWAYS_INLINE void depthwise_planes(const Problem& pb, int64_t t0, int64_
       }
       float* orow = oplane + oh * pb.lo.strides[2];
       const int64_t os = pb.lo.strides[3];
-      if (pb.scale) {
-        for (int64_t i = 0; i < OW; ++i) orow[i * os] = gemm::clamp_act(acc[i] * s + post, lo_v, hi_v);
-      } else if (os == 1) {
+      if (os == 1) {
         for (int64_t i = 0; i < OW; ++i) orow[i] = gemm::clamp_act(acc[i], lo_v, hi_v);
       } else {
         for (int64_t i = 0; i < OW; ++i) orow[i * os] = gemm::clamp_act(acc[i], lo_v, hi_v);

@@ -114,6 +114,16 @@ ETFUSE_ALWAYS_INLINE void store_tile(
     if (g.scale) {  // every K slice is scaled: sum(t_s) * s == sum(t_s * s)
       const float* sc = g.scale + (i0 + i) * g.scale_rs + j0 * g.scale_cs;
       const float* bias = g.bias ? g.bias + (i0 + i) * g.bias_rs + j0 * g.bias_cs : nullptr;
+      if (g.c_cs == 1 && g.scale_cs == 0 && (!bias || g.bias_cs == 0)) {
+        // one scale and bias per row (conv2d_bn_act: per output channel): a loop GCC vectorises
+        const float s = sc[0], b = bias ? bias[0] : 0.0f;
+        if (first) {
+          for (int64_t j = 0; j < nr; ++j) c[j] = act ? clamp_act(t[j] * s + b, lo, hi) : t[j] * s + b;
+        } else {
+          for (int64_t j = 0; j < nr; ++j) c[j] = act ? clamp_act(t[j] * s + c[j], lo, hi) : t[j] * s + c[j];
+        }
+        continue;
+      }
       for (int64_t j = 0; j < nr; ++j) {
         float v = t[j] * sc[j * g.scale_cs];
         v += first ? (bias ? bias[j * g.bias_cs] : 0.0f) : c[j * g.c_cs];
