@@ -333,7 +333,7 @@ def test_html_report_is_one_self_contained_page(collected, out_dir):
     assert page.tags.count("table") >= 6
     assert page.external == []  # no script, stylesheet or image outside the page
     text = open(files.report, encoding="utf-8").read()
-    assert "<code>etfuse::conv2d_act</code>" in text
+    assert "<code>etfuse::conv2d_bn_act</code>" in text
 
 
 def test_html_report_in_a_headless_browser(collected, out_dir):
