@@ -25,6 +25,11 @@ from etfuse.backend_ops import BackendOp
 from etfuse.errors import EtfuseError
 
 
+# meta key of a placeholder whose real value `etfuse.fuse` knows (a weight, a lifted constant):
+# graph-module passes see only fake tensors otherwise
+CONSTANT_VALUE = "etfuse_constant_value"
+
+
 class PatternError(EtfuseError, ValueError):
     """A rule's pattern cannot be lowered to something that matches edge-dialect graphs."""
 
@@ -52,8 +57,9 @@ class Match:
 
     def constant(self, name: str) -> Optional[torch.Tensor]:
         """The real tensor bound to parameter `name` when the program knows it (a constant the
-        fake tensor carries, a `get_attr` of the graph's module, or a placeholder in the pass's
-        `node_value_dict`), else None. For constraints that depend on weight values."""
+        fake tensor carries, a `get_attr` of the graph's module, a placeholder in the pass's
+        `node_value_dict` or one `etfuse.fuse` gave its value), else None. For constraints that
+        depend on weight values."""
         bound = self.bindings.get(name)
         if not isinstance(bound, fx.Node):
             return bound if isinstance(bound, torch.Tensor) else None
@@ -61,8 +67,11 @@ class Match:
             owner = bound.graph.owning_module
             value = getattr(owner, str(bound.target), None) if owner is not None else None
             return value if isinstance(value, torch.Tensor) else None
-        if bound.op == "placeholder" and self.known_values and bound.name in self.known_values:
-            return self.known_values[bound.name]
+        if bound.op == "placeholder":
+            if self.known_values and bound.name in self.known_values:
+                return self.known_values[bound.name]
+            if CONSTANT_VALUE in bound.meta:
+                return bound.meta[CONSTANT_VALUE]
         return getattr(bound.meta.get("val"), "constant", None)
 
 
