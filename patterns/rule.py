@@ -45,6 +45,10 @@ class Match:
     # placeholder name -> real tensor, for graphs whose weights are placeholders (a pass's
     # `node_value_dict`, as executorch's QuantFusionPass takes it)
     known_values: Optional[dict] = None
+    # the graph nodes of the pattern's outputs, in the pattern's order (the anchor is one of them)
+    outputs: list[fx.Node] = dataclasses.field(default_factory=list)
+    # where the replacement goes: the anchor, or an earlier outside user of another output
+    insert_before: Optional[fx.Node] = None
 
     def value(self, name: str):
         """The bound value: `meta["val"]` (a fake tensor or SymInt) for nodes, else the literal."""
@@ -84,6 +88,13 @@ class EdgePattern:
     params: list[str]  # pattern parameter names, in placeholder order
     anchor: fx.Node  # the pattern's last op: where matching starts
     ops: list[fx.Node]  # call_function nodes in topological order
+    # what the pattern returns, in order; a pattern with several outputs returns nodes the anchor
+    # depends on (they may have users outside a match)
+    outputs: list[fx.Node] = dataclasses.field(default_factory=list)
+
+    def __post_init__(self):
+        if not self.outputs:
+            self.outputs = [self.anchor]
 
     @property
     def size(self) -> int:
@@ -136,7 +147,12 @@ class Rule:
         if isinstance(self.replacement, BackendOp):
             return None
         if self not in _TRACED_REPLACEMENTS:
-            _TRACED_REPLACEMENTS[self] = self.bind_literals(trace_replacement(self), replacement=True)
+            traced = self.bind_literals(trace_replacement(self), replacement=True)
+            wanted = len(self.edge_pattern().outputs)
+            if len(traced.outputs) != wanted:
+                raise PatternError(f"rule {self.name!r}: the pattern returns {wanted} value(s) and the replacement "
+                                   f"{len(traced.outputs)}; they must return as many, in the same order")
+            _TRACED_REPLACEMENTS[self] = traced
         return _TRACED_REPLACEMENTS[self]
 
     def produces(self) -> list:
@@ -149,8 +165,14 @@ class Rule:
         """The pattern as an edge-dialect graph (traced once per rule and process; `edge_patterns`
         traces many rules at once)."""
         if self not in _TRACED:
-            _TRACED[self] = self.bind_literals(trace_edge_pattern(self))
+            _TRACED[self] = self._checked(self.bind_literals(trace_edge_pattern(self)))
         return _TRACED[self]
+
+    def _checked(self, traced: EdgePattern) -> EdgePattern:
+        if len(traced.outputs) > 1 and isinstance(self.replacement, BackendOp):
+            raise PatternError(f"rule {self.name!r}: the pattern returns {len(traced.outputs)} values but a BackendOp "
+                               "returns one; use a function replacement that returns as many")
+        return traced
 
     def bind_literals(self, traced: EdgePattern, replacement: bool = False) -> EdgePattern:
         """Turn literals the rule treats as parameters into placeholders (scalars already are).
@@ -304,17 +326,37 @@ def _finish(rule: Rule, graph: fx.Graph, params: list, scalars: dict, replacemen
     placeholders = [n for n in graph.nodes if n.op == "placeholder"]
     outputs = next(n for n in graph.nodes if n.op == "output").args[0]
     what = "replacement" if replacement else "pattern"
-    if len(outputs) != 1 or not isinstance(outputs[0], fx.Node) or outputs[0].op != "call_function":
-        raise PatternError(f"rule {rule.name!r}: a {what} must compute exactly one tensor from its inputs, got {outputs}")
+    if not outputs or any(not isinstance(o, fx.Node) or o.op != "call_function" for o in outputs):
+        raise PatternError(f"rule {rule.name!r}: a {what} must compute its results from its inputs, got {outputs}")
+    if len(set(outputs)) != len(outputs):
+        raise PatternError(f"rule {rule.name!r}: the {what} returns the same value twice")
+    anchor = outputs[0] if replacement else _last_output(rule, outputs)
     ops = [n for n in graph.nodes if n.op == "call_function"]
     unused = [p.name for p in placeholders if not p.users]
     if unused and not replacement:
         raise PatternError(f"rule {rule.name!r}: pattern parameters {unused} vanish when lowered to the edge dialect")
-    return EdgePattern(graph, params, outputs[0], ops)
+    return EdgePattern(graph, params, anchor, ops, list(outputs))
+
+
+def _last_output(rule: Rule, outputs) -> fx.Node:
+    """The output every other output feeds: matching starts there and walks backwards, so a
+    pattern's outputs must all be reachable from one of them."""
+    for candidate in outputs:
+        seen, todo = set(), [candidate]
+        while todo:
+            n = todo.pop()
+            if n not in seen:
+                seen.add(n)
+                todo.extend(n.all_input_nodes)
+        if all(o in seen for o in outputs):
+            return candidate
+    raise PatternError(f"rule {rule.name!r}: the pattern's outputs {[o.name for o in outputs]} are not all inputs "
+                       "of one of them; etfuse matches backwards from an output that the others feed")
 
 
 class _PatternsModule(torch.nn.Module):
-    """Several patterns side by side: inputs concatenated, one output per pattern."""
+    """Several patterns side by side: inputs concatenated, one output (a tensor or a tuple) per
+    pattern; the exported program's output spec tells how many values each returned."""
 
     def __init__(self, parts: list[tuple[Callable, tuple]]):
         super().__init__()
@@ -343,26 +385,28 @@ def trace_edge_patterns(rules: list[Rule]) -> dict[Rule, EdgePattern]:
     graph = lowered_ep.graph_module.graph
     user_inputs = set(lowered_ep.graph_signature.user_inputs)
     placeholders = [n for n in graph.nodes if n.op == "placeholder" and n.name in user_inputs]
-    outputs = next(n for n in graph.nodes if n.op == "output").args[0]
-    if len(outputs) != len(rules):
+    outputs = list(next(n for n in graph.nodes if n.op == "output").args[0])
+    arities = [spec.num_leaves for spec in lowered_ep.call_spec.out_spec.children_specs]
+    if len(arities) != len(rules) or len(outputs) != sum(arities):
         return {}
     traced, start = {}, 0
-    for rule, (params, inputs, tensors, scalars), out in zip(rules, examples, outputs):
+    for rule, (params, inputs, tensors, scalars), arity in zip(rules, examples, arities):
         mine = placeholders[start:start + len(tensors)]
         start += len(tensors)
+        outs, outputs = outputs[:arity], outputs[arity:]
         names = [n for n, v in zip(params, inputs) if isinstance(v, torch.Tensor)]
         try:
-            traced[rule] = _finish(rule, _subgraph(graph, out, dict(zip(mine, names))), params, scalars)
+            traced[rule] = _finish(rule, _subgraph(graph, outs, dict(zip(mine, names))), params, scalars)
         except PatternError:
             pass
     return traced
 
 
-def _subgraph(graph: fx.Graph, out, inputs: dict[fx.Node, str]) -> fx.Graph:
-    """A new graph computing `out` from the placeholders `inputs` (renamed) and nothing else."""
-    if not isinstance(out, fx.Node):
+def _subgraph(graph: fx.Graph, outs: list, inputs: dict[fx.Node, str]) -> fx.Graph:
+    """A new graph computing `outs` from the placeholders `inputs` (renamed) and nothing else."""
+    if not all(isinstance(o, fx.Node) for o in outs):
         raise PatternError("not a node")
-    needed, todo = set(), [out]
+    needed, todo = set(), list(outs)
     while todo:
         n = todo.pop()
         if n not in needed:
@@ -383,7 +427,7 @@ def _subgraph(graph: fx.Graph, out, inputs: dict[fx.Node, str]) -> fx.Graph:
         env[n] = new.create_node("call_function", n.target, fx.map_arg(n.args, env.__getitem__),
                                  fx.map_arg(n.kwargs, env.__getitem__), name=re.sub(r"_\d+$", "", n.name))
         env[n].meta = dict(n.meta)
-    new.output((env[out],))
+    new.output(tuple(env[o] for o in outs))
     return new
 
 
@@ -393,5 +437,5 @@ def edge_patterns(rules) -> list[EdgePattern]:
     todo = [r for r in dict.fromkeys(rules) if r not in _TRACED]
     if len(todo) > 1:
         for rule, traced in trace_edge_patterns(todo).items():
-            _TRACED[rule] = rule.bind_literals(traced)
+            _TRACED[rule] = rule._checked(rule.bind_literals(traced))
     return [r.edge_pattern() for r in rules]
