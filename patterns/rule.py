@@ -109,6 +109,8 @@ class Rule:
     `arguments` maps a match to the replacement's (args, kwargs) itself. A function replacement
     takes the pattern's parameters (it may ignore some) and may call any ops, backend ops
     included; it is lowered like the pattern and inlined at the match with the same bindings.
+    Scalar parameters are found in the lowered graphs by their example value, so each needs a
+    value that no other scalar parameter and no literal of the pattern or replacement has.
     """
 
     name: str
