@@ -132,12 +132,15 @@ def _scalar_bounds(m: Match):
     return None
 
 
-def _conv_scalars(m: Match):
-    for name in _CONV_SCALARS:
-        v = m.bindings[name]
-        if isinstance(v, torch.fx.Node) or not isinstance(v, int):
-            return f"{name} is {v!r}, not a constant int (symbolic conv parameters are not fused)"
-    return None
+def _int_scalars(names):
+    def check(m: Match):
+        for name in names:
+            v = m.bindings[name]
+            if isinstance(v, torch.fx.Node) or not isinstance(v, int):
+                return f"{name} is {v!r}, not a constant int (symbolic conv parameters are not fused)"
+        return None
+
+    return check
 
 
 def _conv_bias(m: Match):
@@ -150,7 +153,7 @@ def _conv_bias(m: Match):
 
 _CONV_CHECK = all_of(
     tensors(["input", "weight", "bias"], F32, optional=["bias"]), ranks(input=4, weight=4),
-    _conv_scalars, _conv_bias, _scalar_bounds, output_dtype(torch.float32))
+    _int_scalars(_CONV_SCALARS), _conv_bias, _scalar_bounds, output_dtype(torch.float32))
 _LINEAR_CHECK = all_of(
     tensors(["input", "weight", "bias"], F32), ranks(input=2, weight=2, bias=1), _scalar_bounds,
     output_dtype(torch.float32))
@@ -368,17 +371,9 @@ def _conv1d_replacement(act: str, bn: bool):
     return replacement if bn else plain
 
 
-def _conv1d_scalars(m: Match):
-    for name in _CONV1D_SCALARS:
-        v = m.bindings[name]
-        if isinstance(v, torch.fx.Node) or not isinstance(v, int):
-            return f"{name} is {v!r}, not a constant int (symbolic conv parameters are not fused)"
-    return None
-
-
 _CONV1D_CHECK = all_of(
     tensors(["input", "weight", "bias"], F32, optional=["bias"]), ranks(input=3, weight=3),
-    _conv1d_scalars, _conv_bias, _scalar_bounds, output_dtype(torch.float32))
+    _int_scalars(_CONV1D_SCALARS), _conv_bias, _scalar_bounds, output_dtype(torch.float32))
 
 
 def _conv1d_rules():

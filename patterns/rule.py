@@ -279,48 +279,37 @@ def _to_edge(module: torch.nn.Module, tensors: tuple, preserve_ops=()):
 
 def trace_edge_pattern(rule: Rule) -> EdgePattern:
     """Export the rule's pattern and lower it with `to_edge`: its edge-dialect graph (not cached)."""
+    return _trace(rule, rule.pattern, "pattern")
+
+
+def trace_replacement(rule: Rule) -> EdgePattern:
+    """Export the rule's function replacement with the pattern's example inputs and lower it with
+    `to_edge` (not cached; `Rule.replacement_graph` caches). Backend ops stay themselves
+    (`to_edge` would decompose them into their patterns)."""
+    from etfuse.backend_ops import CATALOG
+
+    return _trace(rule, rule.replacement, "replacement", [op.aten for op in CATALOG])
+
+
+def _trace(rule: Rule, fn: Callable, what: str, preserve_ops=()) -> EdgePattern:
     params, inputs, tensors, scalars = _examples(rule)
     try:
-        lowered_ep = _to_edge(_PatternModule(rule.pattern, inputs), tensors)
+        lowered_ep = _to_edge(_PatternModule(fn, inputs), tensors, preserve_ops)
     except Exception as e:  # noqa: BLE001 - re-raised with the rule's name
-        raise PatternError(f"rule {rule.name!r}: its pattern does not export/lower to the edge dialect: {e}") from e
+        raise PatternError(f"rule {rule.name!r}: its {what} does not export/lower to the edge dialect: {e}") from e
     graph = lowered_ep.graph_module.graph
     user_inputs = list(lowered_ep.graph_signature.user_inputs)
     placeholders = [n for n in graph.nodes if n.op == "placeholder"]
     extra = [n.name for n in placeholders if n.name not in user_inputs]
     if extra:
         raise PatternError(
-            f"rule {rule.name!r}: the lowered pattern reads constants or parameters {extra}; a pattern may only "
-            "read its own inputs (pass tensors in as parameters)"
+            f"rule {rule.name!r}: the lowered {what} reads constants or parameters {extra}; a {what} may only "
+            "read the pattern's inputs (pass tensors in as parameters)"
         )
     tensor_params = [n for n, v in zip(params, inputs) if isinstance(v, torch.Tensor)]
     for p, name in zip(placeholders, tensor_params):
         p.name = p.target = name  # bindings are named after the pattern's parameters
-    return _finish(rule, graph, params, scalars)
-
-
-def trace_replacement(rule: Rule) -> EdgePattern:
-    """Export the rule's function replacement with the pattern's example inputs and lower it with
-    `to_edge` (not cached; `Rule.replacement_graph` caches)."""
-    params, inputs, tensors, scalars = _examples(rule)
-    try:
-        # backend ops stay themselves (to_edge would decompose them into their patterns)
-        from etfuse.backend_ops import CATALOG
-
-        lowered_ep = _to_edge(_PatternModule(rule.replacement, inputs), tensors, [op.aten for op in CATALOG])
-    except Exception as e:  # noqa: BLE001 - re-raised with the rule's name
-        raise PatternError(f"rule {rule.name!r}: its replacement does not export/lower to the edge dialect: {e}") from e
-    graph = lowered_ep.graph_module.graph
-    user_inputs = list(lowered_ep.graph_signature.user_inputs)
-    placeholders = [n for n in graph.nodes if n.op == "placeholder"]
-    extra = [n.name for n in placeholders if n.name not in user_inputs]
-    if extra:
-        raise PatternError(f"rule {rule.name!r}: the lowered replacement reads constants or parameters {extra}; "
-                           "a replacement may only read the pattern's parameters")
-    tensor_params = [n for n, v in zip(params, inputs) if isinstance(v, torch.Tensor)]
-    for p, name in zip(placeholders, tensor_params):
-        p.name = p.target = name
-    return _finish(rule, graph, params, scalars, replacement=True)
+    return _finish(rule, graph, params, scalars, replacement=what == "replacement")
 
 
 def _finish(rule: Rule, graph: fx.Graph, params: list, scalars: dict, replacement: bool = False) -> EdgePattern:
