@@ -385,7 +385,9 @@ def _rewrite_module(m: fx.GraphModule, rewrites: list[_Rewrite], results: list[l
             current, env = _copy_module(m)
             matches = [_moved(x, env) for x in matches]
         results[k] += _apply(current, matches, rw)
-    for name, child in list(m.named_children()):
+    # every name a child is held under (`named_children` lists a shared child once)
+    children = [(n, c) for n, c in m.named_modules(remove_duplicate=False) if n and "." not in n]
+    for name, child in children:
         if not isinstance(child, fx.GraphModule):
             continue
         if id(child) not in done:
