@@ -73,3 +73,45 @@ def executorch_quant_fusion(gm: fx.GraphModule, node_value_dict=None, fix_node_m
     from executorch.exir.passes.quant_fusion_pass import QuantFusionPass
 
     return QuantFusionPass(_fix_node_meta_val=fix_node_meta_val, node_value_dict=node_value_dict)(gm).graph_module
+
+
+# --- quantized edge programs, built the way executorch's tests build them ------------------------
+
+
+def fx_quantized_edge(model: torch.nn.Module, args: tuple, qconfig_mapping=None):
+    """`prepare_fx` + `_convert_to_reference_decomposed_fx` (uint8, qnnpack qconfig), exported and
+    lowered to edge, as in executorch's test_quant_fusion_pass.py."""
+    from executorch.exir import EdgeCompileConfig, to_edge
+    from torch.ao.quantization import get_default_qconfig_mapping
+    from torch.ao.quantization.backend_config.executorch import get_executorch_backend_config
+    from torch.ao.quantization.quantize_fx import _convert_to_reference_decomposed_fx, prepare_fx
+
+    qconfig_mapping = qconfig_mapping or get_default_qconfig_mapping("qnnpack")
+    m = prepare_fx(model.eval(), qconfig_mapping, args, backend_config=get_executorch_backend_config())
+    m(*args)
+    m = _convert_to_reference_decomposed_fx(m)
+    return to_edge(torch.export.export(m, args, strict=True), compile_config=EdgeCompileConfig(_check_ir_validity=False))
+
+
+def pt2e_quantized_edge(model: torch.nn.Module, args: tuple, dtype=torch.uint8):
+    """PT2E with executorch's XNNPACK quantizer, activations per tensor in `dtype` (uint8: the
+    dtype executorch's patterns are written for; int8: the quantizer's default), min/max
+    observers (fast)."""
+    from executorch.backends.xnnpack.quantizer.xnnpack_quantizer import (
+        XNNPACKQuantizer, get_symmetric_quantization_config,
+    )
+    from executorch.backends.xnnpack.quantizer.xnnpack_quantizer_utils import QuantizationConfig
+    from executorch.exir import EdgeCompileConfig, to_edge
+    from torchao.quantization.pt2e import MinMaxObserver
+    from torchao.quantization.pt2e.quantize_pt2e import convert_pt2e, prepare_pt2e
+    from torchao.quantization.pt2e.quantizer import QuantizationSpec
+
+    info = torch.iinfo(dtype)
+    act = QuantizationSpec(dtype=dtype, quant_min=info.min, quant_max=info.max, qscheme=torch.per_tensor_affine,
+                           is_dynamic=False, observer_or_fake_quant_ctr=MinMaxObserver.with_args(eps=2**-12))
+    weights = get_symmetric_quantization_config()
+    m = torch.export.export(model.eval(), args).module()
+    m = prepare_pt2e(m, XNNPACKQuantizer().set_global(QuantizationConfig(act, act, weights.weight, weights.bias)))
+    m(*args)
+    m = convert_pt2e(m)
+    return to_edge(torch.export.export(m, args), compile_config=EdgeCompileConfig(_check_ir_validity=False))
