@@ -258,6 +258,74 @@ def test_bodies_without_matches_are_kept():
     assert dict(gm.named_children()) == before
 
 
+# --- edge graphs with the patterns executorch uses ---------------------------------------------------
+
+
+def quantized_edge_graph(seed: int, blocks: int = 24) -> fx.GraphModule:
+    """An edge-dialect uint8 graph of the chains executorch's pattern list rewrites, in random
+    order and variety: dq -> add [-> relu] -> q, add of a scalar, a dequantize shared by both
+    operands (`x + x`) or used outside the chain, dq -> slice -> q, dq -> embedding."""
+    from executorch.exir.dialects._ops import ops as exir_ops
+
+    e = exir_ops.edge
+    qd, u8 = e.quantized_decomposed, torch.uint8
+    rng = random.Random(seed)
+    g = fx.Graph()
+    x, y = g.placeholder("x"), g.placeholder("y")
+    weight, scales, indices = g.placeholder("weight"), g.placeholder("scales"), g.placeholder("indices")
+    qparams = [(0.02, 128), (0.05, 100), (0.1, 3)]
+
+    def q(v, p):
+        return g.call_function(qd.quantize_per_tensor.default, (v, *p, 0, 255, u8))
+
+    def dq(v, p):
+        return g.call_function(qd.dequantize_per_tensor.default, (v, *p, 0, 255, u8))
+
+    values = [(q(x, qparams[0]), qparams[0]), (q(y, qparams[1]), qparams[1])]
+    outputs = []
+    for _ in range(blocks):
+        (a, pa), (b, pb) = rng.choice(values), rng.choice(values)
+        po = rng.choice(qparams)
+        kind = rng.choice(["add", "add_relu", "scalar", "shared", "leak", "slice", "embedding"])
+        if kind in ("add", "add_relu", "leak"):
+            da, db = dq(a, pa), dq(b, pb)
+            out = g.call_function(e.aten.add.Tensor, (da, db))
+            if kind == "add_relu":
+                out = g.call_function(e.aten.relu.default, (out,))
+            if kind == "leak":
+                outputs.append(da)
+        elif kind == "scalar":
+            out = g.call_function(e.aten.add.Tensor, (dq(a, pa), rng.choice([1.0, 2, -0.5])))
+        elif kind == "shared":
+            da = dq(a, pa)
+            out = g.call_function(e.aten.add.Tensor, (da, da))
+        elif kind == "slice":
+            out, po = g.call_function(e.aten.slice_copy.Tensor, (dq(a, pa), 0, 0, 1)), pa
+        else:
+            w = g.call_function(qd.dequantize_per_channel.default, (weight, scales, None, 0, 0, 255, u8))
+            outputs.append(g.call_function(e.aten.embedding.default, (w, indices)))
+            continue
+        values.append((q(out, po), po))
+    g.output(tuple(outputs + [v for v, _ in values[-3:]]))
+    return fx.GraphModule(torch.nn.Module(), g)
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_executorchs_quant_patterns_on_edge_graphs(seed):
+    from executorch.exir.passes._quant_patterns_and_replacements import get_quant_patterns_and_replacements
+
+    ours = quantized_edge_graph(seed)
+    theirs = copy.deepcopy(ours)
+    fused = 0
+    for pattern, replacement, filters in get_quant_patterns_and_replacements({}):
+        want = subgraph_rewriter.replace_pattern_with_filters(theirs, pattern, replacement, filters)
+        got = replace_pattern(ours, pattern, replacement, filters)
+        assert ours.code == theirs.code
+        assert summary(got) == summary(want)
+        fused += len(got)
+    assert fused >= 5
+
+
 # --- random graphs from the fuzz generator --------------------------------------------------------
 
 
