@@ -26,7 +26,8 @@ Control flow: after the graph of `gm`, every nested `GraphModule` (cond branches
 bodies) is rewritten too. `gm`'s own graph is rewritten in place, as torch does; a body is never:
 it may be shared with another program (executorch copies programs shallowly), so a body with
 something to rewrite is copied first, and its parent (copied too, unless it is `gm`) points at the
-copy. A body used under two names stays one (copied) module.
+copy. A body used under two names stays one (copied) module. A body's match filters see the body's
+graph as it was before the copy (the same nodes, the same values).
 
 Differences from torch, all where torch fails or loses work: a pattern whose anchor has no
 candidate finds nothing (torch raises KeyError when the other anchors match); a match in which
@@ -64,13 +65,15 @@ def replace_pattern(gm: fx.GraphModule, pattern: PatternLike, replacement: Patte
 
 def replace_patterns(gm: fx.GraphModule,
                      patterns: Sequence[tuple[PatternLike, PatternLike, Optional[Sequence[MatchFilter]]]],
-                     ignore_literals: bool = False) -> list[list[ReplacedPatterns]]:
+                     ignore_literals: bool = False, *, recompile: bool = True) -> list[list[ReplacedPatterns]]:
     """`replace_pattern` for each `(pattern, replacement, match_filters)` in list order, the same
     as calling it once per entry, with each pattern and replacement traced once for the whole
-    program. Returns one list of replacements per entry."""
+    program and each rewritten graph module recompiled once. Returns one list of replacements
+    per entry. `recompile=False` leaves the recompiling (regenerating `gm.code` and `forward`:
+    seconds at 16,000 nodes) to the caller, for a pipeline whose next step recompiles anyway."""
     prepared = [_Rewrite(_Pattern(p, ignore_literals), r, list(f or [])) for p, r, f in patterns]
     results: list[list[ReplacedPatterns]] = [[] for _ in prepared]
-    _rewrite_module(gm, prepared, results, is_top=True, done={})
+    _rewrite_module(gm, prepared, results, is_top=True, done={}, recompile=recompile)
     return results
 
 
@@ -99,8 +102,15 @@ class _Pattern:
         self.placeholders = [n for n in graph.nodes if n.op == "placeholder"]
         output = next(iter(reversed(graph.nodes)))
         self.returning = output.all_input_nodes
+        self.returning_set = set(self.returning)
         self.anchors = [n for n in self.returning if len(n.users) == 1]
         self.ops = [n for n in graph.nodes if n.op not in ("placeholder", "output")]
+        self._spelled = {n: [*n.args, *n.kwargs.values()] for n in self.ops}  # args as written
+        first = self.anchors[0] if self.anchors else None
+        self._first_inputs = None  # see `_may_match`
+        if first is not None and first.op == "call_function" and not first.kwargs and not ignore_literals:
+            self._first_inputs = [a.target if isinstance(a, fx.Node) and a.op == "call_function" else None
+                                  for a in first.args]
         # For anchor i > 0: (a pattern node reached from anchors < i, the path from it to anchor i)
         self.paths: list[Optional[list[fx.Node]]] = [None]
         reached: set[fx.Node] = set()
@@ -125,6 +135,8 @@ class _Pattern:
         for gn in candidates[0]:
             if gn in claimed and self.anchors[0].op != "placeholder":
                 continue  # every match at gn overlaps an earlier one
+            if not self._may_match(gn):
+                continue
             nodes_map: dict = {}
             if not self._match_node(self.anchors[0], gn, nodes_map, _used(nodes_map)):
                 continue
@@ -133,6 +145,18 @@ class _Pattern:
                 out.append(found)
                 claimed.update(v for k, v in found.nodes_map.items() if k.op != "placeholder")
         return out
+
+    def _may_match(self, gn: fx.Node) -> bool:
+        """A cheap necessary condition, checked before a match is built: where the first anchor's
+        arguments are spelled as the pattern's, each argument the pattern computes with an op is
+        a node with that op (most candidates fail here)."""
+        wanted = self._first_inputs
+        if wanted is None or len(gn.args) != len(wanted) or gn.kwargs:
+            return True
+        for g, target in zip(gn.args, wanted):
+            if target is not None and not (isinstance(g, fx.Node) and g.op == "call_function" and g.target == target):
+                return False
+        return True
 
     def _complete(self, candidates: list, i: int, nodes_map: dict, claimed: set) -> Optional[InternalMatch]:
         """The first acceptable match extending `nodes_map` (anchors < i matched), trying anchor
@@ -181,12 +205,11 @@ class _Pattern:
             return False  # ignore_literals let a pattern op stand for a literal (torch: KeyError)
         if any(gn in claimed for gn in inside):
             return False
-        returning = set(self.returning)
         outside_users = []
         for gn, pn in inside.items():
             for u in gn.users:
                 if u not in inside:
-                    if pn not in returning:
+                    if pn not in self.returning_set:
                         return False  # an interior value used outside the match
                     outside_users.append(u)
         return not _forms_cycle(inside, outside_users)
@@ -215,7 +238,10 @@ class _Pattern:
         used.add(gn)
         if pn.op == "placeholder":
             return True
-        pargs, gargs = _flat_args(pn, gn)
+        if len(pn.args) == len(gn.args) and list(pn.kwargs) == list(gn.kwargs):
+            pargs, gargs = self._spelled[pn], [*gn.args, *gn.kwargs.values()]
+        else:
+            pargs, gargs = _flat_args(pn, gn)
         return pargs is not None and self._match_args(pargs, gargs, nodes_map, used)
 
     def _match_args(self, pargs, gargs, nodes_map: dict, used: set) -> bool:
@@ -372,10 +398,10 @@ class _Rewrite:
 
 
 def _rewrite_module(m: fx.GraphModule, rewrites: list[_Rewrite], results: list[list], is_top: bool,
-                    done: dict) -> fx.GraphModule:
+                    done: dict, recompile: bool) -> fx.GraphModule:
     """Rewrite `m` (in place if `is_top`, else on a copy made when there is something to rewrite)
     and its nested graph modules; returns the module its parent should hold."""
-    current = m
+    current, changed = m, False
     for k, rw in enumerate(rewrites):
         matches = rw.pattern.matches(current.graph)
         matches = [x for x in matches if all(f(x, current.graph, rw.pattern.graph) for f in rw.filters)]
@@ -385,18 +411,21 @@ def _rewrite_module(m: fx.GraphModule, rewrites: list[_Rewrite], results: list[l
             current, env = _copy_module(m)
             matches = [_moved(x, env) for x in matches]
         results[k] += _apply(current, matches, rw)
+        changed = True
     # every name a child is held under (`named_children` lists a shared child once)
     children = [(n, c) for n, c in m.named_modules(remove_duplicate=False) if n and "." not in n]
     for name, child in children:
         if not isinstance(child, fx.GraphModule):
             continue
         if id(child) not in done:
-            done[id(child)] = _rewrite_module(child, rewrites, results, False, done)
+            done[id(child)] = _rewrite_module(child, rewrites, results, False, done, recompile)
         new = done[id(child)]
         if new is not child:
             if current is m and not is_top:
                 current, _ = _copy_module(m)
             setattr(current, name, new)
+    if changed and (recompile or not is_top):  # a body copy is new: nothing else recompiles it
+        current.recompile()  # once for all the patterns
     return current
 
 
@@ -465,7 +494,6 @@ def _apply(gm: fx.GraphModule, matches: list[InternalMatch], rw: _Rewrite) -> li
         out.append(ReplacedPatterns(anchor=match.anchors[0], nodes_map=match.nodes_map, replacements=new_nodes))
         if isinstance(rw.replacement, torch.nn.Module):
             _copy_attributes(gm, rw.replacement, new_nodes)
-    gm.recompile()
     return out
 
 

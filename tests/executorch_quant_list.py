@@ -29,17 +29,15 @@ def quant_fusion(gm: fx.GraphModule, node_value_dict=None, fix_node_meta_val: bo
     the list, if already built (executorch builds it on every call)."""
     if patterns is None:
         patterns = get_quant_patterns_and_replacements(node_value_dict)
-    replace_patterns(gm, patterns)
+    replace_patterns(gm, patterns, recompile=False)  # `_remove_dtype_getattr_nodes` recompiles
     _fuse_quantized_cat(gm)
     if fix_node_meta_val:
         for n in gm.graph.nodes:
             if n.op == "call_function" and "val" not in n.meta:
                 args, kwargs = pytree.tree_map_only(fx.Node, lambda x: x.meta["val"], (n.args, n.kwargs))
                 n.meta["val"] = n.target(*args, **kwargs)
-    _remove_dtype_getattr_nodes(gm)
-    gm.graph.lint()
-    gm.graph.eliminate_dead_code()
-    return gm
+    _remove_dtype_getattr_nodes(gm)  # drops dead code, lints, recompiles
+    return gm  # (executorch lints and drops dead code once more here: nothing is left to drop)
 
 
 def _fuse_quantized_cat(gm: fx.GraphModule) -> None:
