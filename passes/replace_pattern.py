@@ -184,6 +184,8 @@ class _Pattern:
             return list(graph.nodes)  # a placeholder anchor matches anything
         if anchor.op == "call_function":
             return graph.find_nodes(op="call_function", target=anchor.target)
+        if anchor.op == "get_attr":  # any constant tensor matches, whatever its name
+            return [n for n in graph.find_nodes(op="get_attr") if self._same_op(anchor, n)]
         return graph.find_nodes(op=anchor.op, target=anchor.target)
 
     def _later_candidates(self, everywhere: list[fx.Node], i: int, nodes_map: dict) -> list[fx.Node]:

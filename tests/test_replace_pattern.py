@@ -185,6 +185,23 @@ def test_pattern_and_replacement_as_graphs_and_graph_modules():
     assert len(assert_same_as_torch(traced(f), pattern.graph, replacement.graph)) == 2
 
 
+class AddConstant(torch.nn.Module):
+    def __init__(self, name: str, relu: bool):
+        super().__init__()
+        self.register_buffer(name, torch.ones(3))
+        self.name, self.relu = name, relu
+
+    def forward(self, x):
+        y = x + getattr(self, self.name)
+        return torch.relu(y) if self.relu else y
+
+
+def test_constant_attributes_match_any_tensor_attribute():
+    gm = fx.symbolic_trace(AddConstant("weight", relu=True))
+    pattern = fx.symbolic_trace(AddConstant("c", relu=False))
+    assert len(assert_same_as_torch(gm, pattern, lambda x: torch.sigmoid(x))) == 1
+
+
 def test_replace_patterns_equals_one_call_per_entry():
     def f(x, y):
         return torch.relu(torch.relu(x + y)) * (x + x)
