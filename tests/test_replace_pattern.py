@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import copy
 import random
+from typing import Optional
 
 import pytest
 import torch
@@ -31,9 +32,11 @@ def summary(replaced) -> list:
             for r in replaced]
 
 
-def assert_same_as_torch(gm: fx.GraphModule, pattern, replacement, filters=None, ignore_literals=False) -> list:
+def assert_same_as_torch(gm: fx.GraphModule, pattern, replacement, filters=None, ignore_literals=False,
+                         per_graph: Optional[dict] = None) -> list:
     """Run both on copies of `gm`; each graph module (the top one and every body) must come out
-    the same as torch's rewriter run on that graph module alone. Returns etfuse's replacements."""
+    the same as torch's rewriter run on that graph module alone. Returns etfuse's replacements
+    (and fills `per_graph`, if given: graph module path -> replacements there)."""
     ours = copy.deepcopy(gm)
     got = replace_pattern(ours, pattern, replacement, filters, ignore_literals)
     want = []
@@ -41,7 +44,10 @@ def assert_same_as_torch(gm: fx.GraphModule, pattern, replacement, filters=None,
     for name, m in graph_modules(gm):
         theirs = copy.deepcopy(m)
         try:
-            want += subgraph_rewriter.replace_pattern_with_filters(theirs, pattern, replacement, filters, ignore_literals)
+            here = subgraph_rewriter.replace_pattern_with_filters(theirs, pattern, replacement, filters, ignore_literals)
+            want += here
+            if per_graph is not None:
+                per_graph[name] = len(here)
         except KeyError:
             # torch fails when one anchor of a multi-output pattern has no candidate and the
             # others match; nothing can match there, and etfuse finds nothing
@@ -394,25 +400,29 @@ def fuzz_specs(n: int, control_flow: bool) -> list:
     return out
 
 
-def _check_all(graphs, patterns) -> int:
-    matched = 0
+def _check_all(graphs, patterns) -> tuple[int, int]:
+    """Matches in all graphs, and in control-flow bodies alone."""
+    matched = in_bodies = 0
     for spec, gm in graphs:
         for k, (pattern, replacement, ignore) in enumerate(patterns):
+            per_graph: dict = {}
             try:
-                matched += len(assert_same_as_torch(gm, pattern, replacement, ignore_literals=ignore))
+                matched += len(assert_same_as_torch(gm, pattern, replacement, ignore_literals=ignore, per_graph=per_graph))
             except AssertionError as e:
                 raise AssertionError(f"pattern {k} on\n{spec}\n{e}") from e
-    return matched
+            in_bodies += sum(n for name, n in per_graph.items() if name)
+    return matched, in_bodies
 
 
 def test_random_graphs():
     graphs = [(spec, traced_model(spec)) for spec in fuzz_specs(36, control_flow=False)]
-    assert _check_all(graphs, TRACED_PATTERNS) >= 30  # the patterns do fire on these graphs
+    assert _check_all(graphs, TRACED_PATTERNS)[0] >= 30  # the patterns do fire on these graphs
 
 
 def test_random_graphs_with_control_flow():
     graphs = []
-    for spec in fuzz_specs(3, control_flow=True):
+    for spec in fuzz_specs(3, control_flow=True)[1:]:  # while + cond, while + scan
         with torch.no_grad():
             graphs.append((spec, torch.export.export(FuzzModel(spec), example_inputs(spec)).graph_module))
-    assert _check_all(graphs, EXPORTED_PATTERNS) >= 1
+    matched, in_bodies = _check_all(graphs, EXPORTED_PATTERNS)
+    assert in_bodies >= 1  # (the ATen patterns fire mostly in the bodies of these graphs)
