@@ -12,6 +12,7 @@ from .compat.cond_outputs import CondOutputCopyPass
 from .compat.cond_views import CondViewCopyPass
 from .fused_program import FusedEdgeProgramManager
 from .verify import verify_written_nodes
+from .replace_pattern import replace_pattern, replace_patterns
 from .pipeline import correctness_passes, default_passes, fuse, to_edge
 
 __all__ = [
@@ -20,5 +21,5 @@ __all__ = [
     "SymIntLoweringError", "SymIntToPrimsPass", "LoopLoweringError", "LoopLoweringPass", "MapToScanPass",
     "SpecialisedShapeError", "refuse_specialised", "CondOutputCopyPass", "CondViewCopyPass", "default_passes",
     "correctness_passes", "fuse", "to_edge", "copy_graph_module",
-    "FusedEdgeProgramManager", "verify_written_nodes",
+    "FusedEdgeProgramManager", "verify_written_nodes", "replace_pattern", "replace_patterns",
 ]
