@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import copy
 import dataclasses
+import functools
 from collections import defaultdict
 from typing import Any, Iterable, Optional
 
@@ -261,7 +262,7 @@ class RuleIndex:
                         "ending at the same op (across ops, the match ending later in the graph is taken first)")
         for target, entries in self.by_anchor.items():
             self.by_anchor[target] = _rank(entries)
-        produced = {_aten(r.replacement.backend) for r in self.rules}
+        produced = {t for r in self.rules for t in r.produces()}
         self.chains = any(_aten(n.target) in produced for r in self.rules for n in r.edge_pattern().ops)
 
 
@@ -280,32 +281,92 @@ def _rank(entries: list) -> list:
     return ranked
 
 
-def _replacement_target(m: Match):
-    # Edge-dialect graphs get the backend-dialect handle; anything else the plain torch op. Any
-    # matched op tells which: the anchor may be a `getitem` (batch norm's output 0).
-    edge = any(isinstance(n.target, EdgeOpOverload) for n in m.nodes)
-    return m.rule.replacement.backend if edge else m.rule.replacement.aten
+def _is_edge(m: Match) -> bool:
+    # Edge-dialect graphs get backend-dialect handles; anything else plain torch ops. Any matched
+    # op tells which: the anchor may be a `getitem` (batch norm's output 0).
+    return any(isinstance(n.target, EdgeOpOverload) for n in m.nodes)
+
+
+def _emit(graph: fx.Graph, m: Match, lookup) -> fx.Node:
+    """Insert what replaces match `m` into `graph` (at its insertion point) and return the node
+    that computes the anchor's value. `lookup` maps a node of the matched graph to `graph`'s."""
+    edge = _is_edge(m)
+    replacement = m.rule.replacement_graph()
+    if replacement is None:
+        args, kwargs = m.rule.replacement_call(m)
+        op = m.rule.replacement
+        out = graph.call_function(op.backend if edge else op.aten, fx.map_arg(args, lookup), fx.map_arg(kwargs, lookup))
+        out.meta = {**m.anchor.meta, "etfuse": {"rule": m.rule.name, "replaced": [n.name for n in m.nodes]}}
+        return out
+    return _inline(graph, m, replacement, lookup, edge)
+
+
+def _inline(graph: fx.Graph, m: Match, replacement, lookup, edge: bool) -> fx.Node:
+    """Copy a function replacement's lowered graph into `graph`, its parameters bound as the
+    pattern's were. Each new node gets its fake value from its inputs' (the replacement was traced
+    on example shapes); the output carries the anchor's meta, as a backend op would."""
+    env: dict[fx.Node, Any] = {}
+    for p in replacement.graph.nodes:
+        if p.op == "placeholder":
+            bound = m.bindings[p.name]
+            env[p] = lookup(bound) if isinstance(bound, fx.Node) else bound
+    info = {"rule": m.rule.name, "replaced": [n.name for n in m.nodes]}
+    out = None
+    for n in replacement.ops:
+        target = _backend_handle(n.target) if edge else _aten(n.target)
+        args, kwargs = fx.map_arg(n.args, env.__getitem__), fx.map_arg(n.kwargs, env.__getitem__)
+        new = graph.call_function(target, args, kwargs)
+        if n is replacement.anchor:
+            new.meta = {**m.anchor.meta, "etfuse": info}
+            out = new
+        else:
+            new.meta = {"etfuse": info, **_fake_value(m, target, args, kwargs)}
+        env[n] = new
+    return out
+
+
+def _backend_handle(target):
+    """A catalog op in a lowered replacement (edge dialect after `to_edge`) becomes its backend-dialect
+    handle, as a BackendOp replacement's would; other ops stay as lowered."""
+    op = _catalog_by_aten().get(_aten(target))
+    return op.backend if op is not None else target
+
+
+@functools.lru_cache(maxsize=1)
+def _catalog_by_aten() -> dict:
+    from etfuse.backend_ops import CATALOG
+
+    return {op.aten: op for op in CATALOG}
+
+
+def _fake_value(m: Match, target, args, kwargs) -> dict:
+    def val(a):
+        return a.meta.get("val") if isinstance(a, fx.Node) else a
+
+    fake_args, fake_kwargs = fx.node.map_aggregate(args, val), fx.node.map_aggregate(kwargs, val)
+    try:
+        return {"val": target(*fake_args, **fake_kwargs)}
+    except Exception as e:  # noqa: BLE001 - re-raised naming the rule and node
+        raise FusionError(f"rule {m.rule.name!r}: its replacement's {_op_name(target)} fails on the shapes at node "
+                          f"{m.anchor.name!r}: {type(e).__name__}: {e}") from e
 
 
 def _rewrite(graph: fx.Graph, m: Match, graph_name: str) -> Fused:
-    args, kwargs = m.rule.replacement_call(m)
-    anchor = m.anchor
-    with graph.inserting_before(anchor):
-        new = graph.call_function(_replacement_target(m), args, kwargs)
-    # The fused op computes exactly the anchor's value: its meta (val, stack_trace, ...) carries over.
+    with graph.inserting_before(m.anchor):
+        new = _emit(graph, m, lambda n: n)
     replaced = [n.name for n in m.nodes]
-    new.meta = {**anchor.meta, "etfuse": {"rule": m.rule.name, "replaced": replaced}}
-    anchor.replace_all_uses_with(new)
+    m.anchor.replace_all_uses_with(new)
     for n in reversed(m.nodes):  # users before producers
         graph.erase_node(n)
     return Fused(m.rule.name, graph_name, new.name, replaced)
 
 
 def find_matches(graph: fx.Graph, index: RuleIndex, graph_name: str, report: FusionReport,
-                 near_misses: bool = False) -> list[Match]:
+                 near_misses: bool = False, known_values: Optional[dict] = None) -> list[Match]:
     """One bottom-up sweep: non-overlapping accepted matches, consumers first. Pure: the graph is
     not touched, so a failing constraint leaves everything as it was. With `near_misses`, each
-    anchor no rule fused adds the rules that failed there to `report.near_misses`."""
+    anchor no rule fused adds the rules that failed there to `report.near_misses`.
+    `known_values` ({placeholder name: tensor}) is what `Match.constant` can see of weights."""
     order = {n: i for i, n in enumerate(graph.nodes)}
     candidates = [n for target in index.by_anchor for n in graph.find_nodes(op="call_function", target=target, sort=False)]
     candidates.sort(key=order.__getitem__, reverse=True)
@@ -331,7 +392,7 @@ def find_matches(graph: fx.Graph, index: RuleIndex, graph_name: str, report: Fus
                                            "part of another fusion", f"{taken.name} is already part of another fusion",
                                            matcher.pattern.size, matcher.pattern.size))
                 continue
-            m = Match(rule, anchor, nodes, bindings)
+            m = Match(rule, anchor, nodes, bindings, known_values)
             try:
                 reason = rule.constraint(m) if rule.constraint else None
             except Exception as e:  # noqa: BLE001 - a broken constraint names itself
@@ -390,10 +451,7 @@ def rebuild_with_matches(graph: fx.Graph, matches: list[Match], graph_name: str,
         if m is None:
             env[node] = new.node_copy(node, lookup)
             continue
-        args, kwargs = m.rule.replacement_call(m)
-        fused = new.call_function(_replacement_target(m), fx.map_arg(args, lookup), fx.map_arg(kwargs, lookup))
-        replaced = [n.name for n in m.nodes]
-        fused.meta = {**node.meta, "etfuse": {"rule": m.rule.name, "replaced": replaced}}
+        fused = _emit(new, m, lookup)
         env[node] = fused
-        report.fused.append(Fused(m.rule.name, graph_name, fused.name, replaced))
+        report.fused.append(Fused(m.rule.name, graph_name, fused.name, [n.name for n in m.nodes]))
     return new

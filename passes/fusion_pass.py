@@ -40,11 +40,15 @@ class FusionPass(ExportPass):
     """Rewrite each match of `rules` (default: all of etfuse's) into its backend op; see `report`
     for what fused where."""
 
-    def __init__(self, rules: Optional[Iterable[Rule]] = None, near_misses: bool = False):
+    def __init__(self, rules: Optional[Iterable[Rule]] = None, near_misses: bool = False,
+                 node_value_dict: Optional[dict] = None):
         super().__init__()
         install()  # the quantized ops' handles and kernels are etfuse's from here on
         self.rules = list(RULES if rules is None else rules)
         self.near_misses = near_misses  # record FusionReport.near_misses (settable on any instance)
+        # {placeholder name: tensor}: weight values rules may look at (`Match.constant`), for
+        # graphs whose weights are placeholders; executorch's `_get_node_value_dict(program)` makes one
+        self.node_value_dict = node_value_dict
         self.index = RuleIndex(self.rules)  # traces every pattern now: a bad rule fails here
         self.report = FusionReport()
         # Quantized rules hold a dequantize inside their pattern: a shared one must be split per use.
@@ -65,7 +69,7 @@ class FusionPass(ExportPass):
     def _fuse(self, graph_module: fx.GraphModule) -> tuple[PassResult, set]:
         """The fused copy, and the rules that matched in the first sweep."""
         self.report = FusionReport()
-        found = {id(gm): find_matches(gm.graph, self.index, path, self.report, self.near_misses)
+        found = {id(gm): find_matches(gm.graph, self.index, path, self.report, self.near_misses, self.node_value_dict)
                  for path, gm in graph_modules(graph_module)}
         matched = {m.rule for ms in found.values() for m in ms}
         return PassResult(copy_graph_module(graph_module, lambda gm, path: self._fused_graph(gm, path, found)), True), matched
@@ -74,7 +78,7 @@ class FusionPass(ExportPass):
         """A new graph for `gm` with the matches found in it fused."""
         graph = rebuild_with_matches(gm.graph, found[id(gm)], path, self.report)
         for _ in range(_MAX_SWEEPS if self.index.chains and found[id(gm)] else 0):
-            more = find_matches(graph, self.index, path, self.report)  # rules that consume fused ops
+            more = find_matches(graph, self.index, path, self.report, known_values=self.node_value_dict)  # rules that consume fused ops
             if not more:
                 break
             apply_matches(graph, more, path, self.report)

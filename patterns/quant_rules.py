@@ -48,11 +48,11 @@ class QuantRule(Rule):
 
     dtypes: dict = dataclasses.field(default_factory=dict)
 
-    def bind_literals(self, traced: EdgePattern) -> EdgePattern:
-        return _bind_dtypes(self, traced)
+    def bind_literals(self, traced: EdgePattern, replacement: bool = False) -> EdgePattern:
+        return _bind_dtypes(self, traced, replacement)
 
 
-def _bind_dtypes(rule: QuantRule, lowered: EdgePattern) -> EdgePattern:
+def _bind_dtypes(rule: QuantRule, lowered: EdgePattern, replacement: bool = False) -> EdgePattern:
     if not rule.dtypes:
         return lowered
     by_dtype = {v: k for k, v in rule.dtypes.items()}
@@ -74,7 +74,7 @@ def _bind_dtypes(rule: QuantRule, lowered: EdgePattern) -> EdgePattern:
         n.args = substitute(n.args)
         n.kwargs = {k: substitute(v) for k, v in n.kwargs.items()}
     unused = [name for name, p in holders.items() if not p.users]
-    if unused:
+    if unused and not replacement:
         raise ValueError(f"rule {rule.name!r}: dtype parameters {unused} do not occur in the lowered pattern")
     return EdgePattern(graph, lowered.params + list(rule.dtypes), lowered.anchor, lowered.ops)
 

@@ -1,9 +1,14 @@
-"""A fusion rule is data: an ATen pattern, the backend op that replaces it, and a constraint.
+"""A fusion rule is data: an ATen pattern, what replaces it (a backend op, or any function of
+ops), and a constraint.
 
 Rules are written once with ATen ops. `edge_pattern()` exports the pattern and runs it through
 `to_edge` (once per rule and process; `edge_patterns(rules)` traces many in one export), so it matches edge-dialect graphs exactly as the user's program was lowered
 (`aten.linear` becomes `permute_copy -> addmm`, constants are lifted, ...). A pattern that can
 never match an edge graph is a `PatternError` when it is lowered, not a silent no-op.
+
+A replacement that is a function (not one `BackendOp`) is exported and lowered the same way, with
+the same example inputs and the same parameters (scalars and `QuantRule` dtypes included), and the
+engine inlines its graph at the match (`Rule.replacement_graph()`).
 """
 
 from __future__ import annotations
@@ -11,7 +16,7 @@ from __future__ import annotations
 import dataclasses
 import inspect
 import re
-from typing import Any, Callable, Optional
+from typing import Any, Callable, Optional, Union
 
 import torch
 import torch.fx as fx
@@ -32,6 +37,9 @@ class Match:
     anchor: fx.Node
     nodes: list[fx.Node]  # the graph nodes the pattern's ops matched, in pattern order
     bindings: dict[str, Any]  # pattern parameter name -> graph node or literal
+    # placeholder name -> real tensor, for graphs whose weights are placeholders (a pass's
+    # `node_value_dict`, as executorch's QuantFusionPass takes it)
+    known_values: Optional[dict] = None
 
     def value(self, name: str):
         """The bound value: `meta["val"]` (a fake tensor or SymInt) for nodes, else the literal."""
@@ -41,6 +49,21 @@ class Match:
     @property
     def anchor_value(self):
         return self.anchor.meta.get("val")
+
+    def constant(self, name: str) -> Optional[torch.Tensor]:
+        """The real tensor bound to parameter `name` when the program knows it (a constant the
+        fake tensor carries, a `get_attr` of the graph's module, or a placeholder in the pass's
+        `node_value_dict`), else None. For constraints that depend on weight values."""
+        bound = self.bindings.get(name)
+        if not isinstance(bound, fx.Node):
+            return bound if isinstance(bound, torch.Tensor) else None
+        if bound.op == "get_attr":
+            owner = bound.graph.owning_module
+            value = getattr(owner, str(bound.target), None) if owner is not None else None
+            return value if isinstance(value, torch.Tensor) else None
+        if bound.op == "placeholder" and self.known_values and bound.name in self.known_values:
+            return self.known_values[bound.name]
+        return getattr(bound.meta.get("val"), "constant", None)
 
 
 Constraint = Callable[[Match], Optional[str]]  # returns why the match is declined, or None
@@ -60,15 +83,17 @@ class EdgePattern:
 
 @dataclasses.dataclass(eq=False)
 class Rule:
-    """`pattern` (ATen) -> `replacement` (a BackendOp), if `constraint` accepts the match.
+    """`pattern` (ATen) -> `replacement`, if `constraint` accepts the match.
 
-    The replacement is called with the pattern's bindings by parameter name, unless `arguments`
-    maps a match to the replacement's (args, kwargs) itself.
+    A `BackendOp` replacement is called with the pattern's bindings by parameter name, unless
+    `arguments` maps a match to the replacement's (args, kwargs) itself. A function replacement
+    takes the pattern's parameters (it may ignore some) and may call any ops, backend ops
+    included; it is lowered like the pattern and inlined at the match with the same bindings.
     """
 
     name: str
     pattern: Callable
-    replacement: BackendOp
+    replacement: Union[BackendOp, Callable]
     example_inputs: Callable[[], tuple]
     constraint: Optional[Constraint] = None
     arguments: Optional[Callable[[Match], tuple[tuple, dict]]] = None
@@ -81,10 +106,35 @@ class Rule:
         """The common case: the backend op's own pattern is what the rule looks for."""
         return cls(name or op.name, op.pattern, op, example_inputs, constraint, outranks=tuple(outranks))
 
+    def __post_init__(self):
+        if not isinstance(self.replacement, BackendOp):
+            if not callable(self.replacement):
+                raise PatternError(f"rule {self.name!r}: the replacement must be a BackendOp or a function of ops, "
+                                   f"got {type(self.replacement).__name__}")
+            if self.arguments is not None:
+                raise PatternError(f"rule {self.name!r}: `arguments` maps a match to a BackendOp's arguments; a "
+                                   "function replacement takes the pattern's parameters itself")
+
     @property
     def key(self) -> str:
         """Unique in a rule table: `etfuse::add_relu` and `quantized_decomposed::add_relu` are two rules."""
-        return f"{self.replacement.namespace}::{self.name}"
+        namespace = self.replacement.namespace if isinstance(self.replacement, BackendOp) else "function"
+        return f"{namespace}::{self.name}"
+
+    def replacement_graph(self) -> Optional["EdgePattern"]:
+        """A function replacement as an edge-dialect graph (traced once per rule and process; its
+        `anchor` is the output), or None for a BackendOp replacement."""
+        if isinstance(self.replacement, BackendOp):
+            return None
+        if self not in _TRACED_REPLACEMENTS:
+            _TRACED_REPLACEMENTS[self] = self.bind_literals(trace_replacement(self), replacement=True)
+        return _TRACED_REPLACEMENTS[self]
+
+    def produces(self) -> list:
+        """The ATen overloads the replacement puts into a graph."""
+        if isinstance(self.replacement, BackendOp):
+            return [self.replacement.aten]
+        return [getattr(n.target, "_op", n.target) for n in self.replacement_graph().ops]
 
     def edge_pattern(self) -> EdgePattern:
         """The pattern as an edge-dialect graph (traced once per rule and process; `edge_patterns`
@@ -93,8 +143,9 @@ class Rule:
             _TRACED[self] = self.bind_literals(trace_edge_pattern(self))
         return _TRACED[self]
 
-    def bind_literals(self, traced: EdgePattern) -> EdgePattern:
-        """Turn literals the rule treats as parameters into placeholders (scalars already are)."""
+    def bind_literals(self, traced: EdgePattern, replacement: bool = False) -> EdgePattern:
+        """Turn literals the rule treats as parameters into placeholders (scalars already are).
+        `replacement`: `traced` is the replacement's graph, which may leave parameters unused."""
         return traced
 
     def replacement_call(self, m: Match) -> tuple[tuple, dict]:
@@ -166,6 +217,7 @@ def _bind_scalars(graph: fx.Graph, rule: "Rule", scalars: dict[str, Any]) -> Non
 
 
 _TRACED: dict["Rule", EdgePattern] = {}  # Rule.edge_pattern's cache (rules hash by identity)
+_TRACED_REPLACEMENTS: dict["Rule", EdgePattern] = {}  # Rule.replacement_graph's cache
 
 
 def _examples(rule: Rule) -> tuple[list, tuple, tuple, dict]:
@@ -184,11 +236,12 @@ def _examples(rule: Rule) -> tuple[list, tuple, tuple, dict]:
     return params, inputs, tensors, scalars
 
 
-def _to_edge(module: torch.nn.Module, tensors: tuple):
+def _to_edge(module: torch.nn.Module, tensors: tuple, preserve_ops=()):
     from executorch.exir import EdgeCompileConfig, to_edge
 
     ep = torch.export.export(module, tensors, strict=False)
-    return to_edge(ep, compile_config=EdgeCompileConfig(_check_ir_validity=False)).exported_program()
+    config = EdgeCompileConfig(_check_ir_validity=False, preserve_ops=list(preserve_ops))
+    return to_edge(ep, compile_config=config).exported_program()
 
 
 def trace_edge_pattern(rule: Rule) -> EdgePattern:
@@ -213,15 +266,40 @@ def trace_edge_pattern(rule: Rule) -> EdgePattern:
     return _finish(rule, graph, params, scalars)
 
 
-def _finish(rule: Rule, graph: fx.Graph, params: list, scalars: dict) -> EdgePattern:
+def trace_replacement(rule: Rule) -> EdgePattern:
+    """Export the rule's function replacement with the pattern's example inputs and lower it with
+    `to_edge` (not cached; `Rule.replacement_graph` caches)."""
+    params, inputs, tensors, scalars = _examples(rule)
+    try:
+        # backend ops stay themselves (to_edge would decompose them into their patterns)
+        from etfuse.backend_ops import CATALOG
+
+        lowered_ep = _to_edge(_PatternModule(rule.replacement, inputs), tensors, [op.aten for op in CATALOG])
+    except Exception as e:  # noqa: BLE001 - re-raised with the rule's name
+        raise PatternError(f"rule {rule.name!r}: its replacement does not export/lower to the edge dialect: {e}") from e
+    graph = lowered_ep.graph_module.graph
+    user_inputs = list(lowered_ep.graph_signature.user_inputs)
+    placeholders = [n for n in graph.nodes if n.op == "placeholder"]
+    extra = [n.name for n in placeholders if n.name not in user_inputs]
+    if extra:
+        raise PatternError(f"rule {rule.name!r}: the lowered replacement reads constants or parameters {extra}; "
+                           "a replacement may only read the pattern's parameters")
+    tensor_params = [n for n, v in zip(params, inputs) if isinstance(v, torch.Tensor)]
+    for p, name in zip(placeholders, tensor_params):
+        p.name = p.target = name
+    return _finish(rule, graph, params, scalars, replacement=True)
+
+
+def _finish(rule: Rule, graph: fx.Graph, params: list, scalars: dict, replacement: bool = False) -> EdgePattern:
     _bind_scalars(graph, rule, scalars)
     placeholders = [n for n in graph.nodes if n.op == "placeholder"]
     outputs = next(n for n in graph.nodes if n.op == "output").args[0]
+    what = "replacement" if replacement else "pattern"
     if len(outputs) != 1 or not isinstance(outputs[0], fx.Node) or outputs[0].op != "call_function":
-        raise PatternError(f"rule {rule.name!r}: a pattern must compute exactly one tensor from its inputs, got {outputs}")
+        raise PatternError(f"rule {rule.name!r}: a {what} must compute exactly one tensor from its inputs, got {outputs}")
     ops = [n for n in graph.nodes if n.op == "call_function"]
     unused = [p.name for p in placeholders if not p.users]
-    if unused:
+    if unused and not replacement:
         raise PatternError(f"rule {rule.name!r}: pattern parameters {unused} vanish when lowered to the edge dialect")
     return EdgePattern(graph, params, outputs[0], ops)
 

@@ -128,3 +128,55 @@ class RuleTableTest(TestCase):
                               Rule("small", addmm_relu, ADDMM_RELU, small.example_inputs)], "etfuse.linear_relu.default")):
             fused = edge_program(M(), args).transform([FusionPass(rules)])
             self.assertIn(want, op_names(fused.exported_program().graph_module))
+
+
+class FunctionReplacementTest(TestCase):
+    """A rule's replacement may be any function of ops: lowered like the pattern, inlined per match."""
+
+    @staticmethod
+    def _scaled_relu_rule():
+        # hardtanh(a - b, lo, hi) -> hardtanh(add_relu(a, -b), lo, hi) for lo >= 0: a backend op among
+        # plain ops, scalar parameters bound in pattern and replacement alike.
+        def pattern(a, b, lo, hi):
+            return torch.ops.aten.hardtanh.default(a - b, lo, hi)
+
+        def replacement(a, b, lo, hi):
+            return torch.ops.aten.hardtanh.default(torch.ops.etfuse.add_relu.default(a, torch.neg(b)), lo, hi)
+
+        return Rule("clamped_sub", pattern, replacement, lambda: (torch.randn(4), torch.randn(4), 0.25, 4.0),
+                    constraint=lambda m: None if m.value("lo") >= 0 else "lo < 0")
+
+    def test_inlined_with_bindings_and_fake_values_for_the_graphs_shapes(self):
+        class M(torch.nn.Module):
+            def forward(self, x, y):
+                return torch.nn.functional.hardtanh(x - y, 0.0, 6.0) + 1
+
+        args = (torch.randn(2, 3, 5), torch.randn(3, 5))  # broadcasting, shapes unlike the examples
+        pass_ = FusionPass([self._scaled_relu_rule()])
+        fused = edge_program(M(), args).transform([pass_])
+        gm = fused.exported_program().graph_module
+        self.assertEqual(op_names(gm), ["aten.neg.default", "etfuse.add_relu.default", "aten.hardtanh.default",
+                                        "dim_order_ops._to_dim_order_copy.default", "aten.add.Tensor"])
+        neg, add_relu, hardtanh = [n for n in gm.graph.nodes if n.op == "call_function"][:3]
+        x = next(n for n in gm.graph.find_nodes(op="placeholder") if n.name == "x")
+        self.assertEqual(add_relu.args, (x, neg))
+        self.assertEqual(hardtanh.args[1:], (0.0, 6.0))  # the graph's scalars, not the examples'
+        self.assertEqual(tuple(neg.meta["val"].shape), (3, 5))
+        self.assertEqual(tuple(add_relu.meta["val"].shape), (2, 3, 5))
+        self.assertEqual([(f.rule, f.replaced) for f in pass_.report.fused],
+                         [("clamped_sub", ["aten_sub_tensor", "aten_hardtanh_default"])])
+        torch.testing.assert_close(fused.exported_program().module()(*args), M()(*args))
+
+    def test_a_replacement_that_does_not_lower_is_named(self):
+        def pattern(a):
+            return torch.relu(a)
+
+        def replacement(a):
+            raise RuntimeError("no")
+
+        with self.assertRaisesRegex(PatternError, "rule 'broken': its replacement does not export"):
+            FusionPass([Rule("broken", pattern, replacement, lambda: (torch.randn(2),))])
+
+    def test_arguments_hook_is_for_backend_ops_only(self):
+        with self.assertRaisesRegex(PatternError, "rule 'both'.*takes the pattern's parameters itself"):
+            Rule("both", torch.relu, torch.relu, lambda: (torch.randn(2),), arguments=lambda m: ((), {}))

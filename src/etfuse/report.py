@@ -152,13 +152,14 @@ def rule_ops() -> frozenset:
     for rule, pattern in zip(RULES, edge_patterns(RULES)):
         for n in pattern.ops:
             names.add(_target_base(n.target))
-        for handle in (rule.replacement.backend, rule.replacement.aten):
+        for handle in rule.produces():
             names.add(_target_base(handle))
     return frozenset(names)
 
 
 def _target_base(target) -> str:
-    target = getattr(target, "_op", target)
+    if not isinstance(target, torch._ops.OpOverload):
+        target = getattr(target, "_op", target)  # an edge op's ATen overload
     name = getattr(target, "_schema", None)
     if name is not None:
         return op_base(name.name)
