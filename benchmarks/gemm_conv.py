@@ -1,6 +1,6 @@
 """Benchmark etfuse's fused GEMM / conv2d against the stock ExecuTorch runtime, torch eager and XNNPACK.
 
-    python benchmarks/gemm_conv.py [--quick] [--rounds N]
+    python benchmarks/gemm_conv.py [--quick] [--rounds N] [--only linear,conv,conv1d,models]
 
 Three tables, each measured side by side in one run (variants interleaved in batches, the
 median batch reported; runtime variants and torch eager are separate groups, see
@@ -12,6 +12,9 @@ benchmarks/kernels.py):
 * conv2d + relu, batch 1, 32x32 (ResNet-style 3x3 at 16/32/64 channels, a stride-2 3x3, a 1x1,
   depthwise 3x3 at 32/64 channels), GFLOP/s (2*Cout*Cin/groups*KH*KW*OH*OW / time): etfuse
   (`etfuse::conv2d_act.out`), the stock runtime's convolution + relu, torch eager.
+* conv1d + relu, batch 1, the layer shapes of wav2letter (executorch's example speech model on a
+  1x1x700 input), GFLOP/s: etfuse (the conv1d rules: `conv2d_act.out` on a height-1 image
+  between unsqueeze/squeeze copies), the stock runtime's convolution + relu, torch eager.
 * end to end, models from executorch.examples.models.mlperf_tiny (ResNet8 and DS-CNN: CNNs;
   DeepAutoEncoder: linear + batch norm + relu MLP): the stock portable .pte, the etfuse-fused
   .pte (FusionPass: every rule, batch norm included), the XNNPACK-delegated .pte
@@ -105,6 +108,15 @@ class ConvRelu(torch.nn.Module):
         return torch.relu(self.conv(x))
 
 
+class Conv1dRelu(torch.nn.Module):
+    def __init__(self, cin, cout, k, stride=1):
+        super().__init__()
+        self.conv = torch.nn.Conv1d(cin, cout, k, stride=stride)
+
+    def forward(self, x):
+        return torch.relu(self.conv(x))
+
+
 def _rows_for(model, args, workdir, name, flops, rounds, target_s):
     """GFLOP/s at the default thread counts, and etfuse / eager again on one thread each (on a
     shared 2-core machine a 2-thread OpenMP region collapses whenever another process holds a
@@ -154,6 +166,17 @@ def bench_conv(shapes, rounds, workdir):
     return rows
 
 
+def bench_conv1d(shapes, rounds, workdir):
+    rows = []
+    for cin, cout, k, stride, length in shapes:
+        model = Conv1dRelu(cin, cout, k, stride).eval()
+        x = torch.randn(1, cin, length)
+        flops = 2 * cout * cin * k * ((length - k) // stride + 1)
+        g, ops = _rows_for(model, (x,), workdir, f"conv1d_{cin}_{cout}_{k}_{stride}", flops, rounds, 0.05)
+        rows.append((f"{cin}->{cout} k{k} s{stride} L{length}", g, ops))
+    return rows
+
+
 def bench_models(names, rounds, workdir):
     import executorch.examples.models.mlperf_tiny as tiny
 
@@ -175,7 +198,9 @@ def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--quick", action="store_true", help="fewer rounds")
     ap.add_argument("--rounds", type=int, default=None)
+    ap.add_argument("--only", default="linear,conv,conv1d,models", help="comma-separated tables to run")
     args = ap.parse_args(argv)
+    only = set(args.only.split(","))
     rounds = args.rounds or (3 if args.quick else 7)
     info = kernels.load()
     print(f"# etfuse GEMM / conv2d benchmark\n\n{platform.processor() or platform.machine()}, {os.cpu_count()} cores, "
@@ -183,23 +208,31 @@ def main(argv=None):
           f"torch threads {torch.get_num_threads()}; medians of {rounds} interleaved rounds\n")
     with tempfile.TemporaryDirectory() as tmp:
         workdir = Path(tmp)
-        print("## linear + relu, GFLOP/s (targets: etfuse >= 50% of eager and >= 20x stock)\n")
-        print("| M x K x N | etfuse | stock chain | eager | etfuse/eager | etfuse/stock | etfuse 1 thread | eager 1 thread | etfuse/eager 1 thread |")
-        print("|---|---:|---:|---:|---:|---:|---:|---:|---:|")
-        for label, g, _ in bench_linear([(64, 256, 256), (256, 512, 512), (1, 1024, 1024)], rounds, workdir):
-            print(f"| {label} | {g['etfuse']:.1f} | {g['stock']:.2f} | {g['eager']:.1f} | "
-                  f"{100 * g['etfuse'] / g['eager']:.0f}% | {g['etfuse'] / g['stock']:.0f}x | "
-                  f"{g['etfuse_1t']:.1f} | {g['eager_1t']:.1f} | {100 * g['etfuse_1t'] / g['eager_1t']:.0f}% |")
-        print("\n## conv2d + relu, batch 1, GFLOP/s (targets: etfuse >= 30% of eager and >= 20x stock)\n")
-        print("| conv | etfuse | stock chain | eager | etfuse/eager | etfuse/stock | etfuse 1 thread | eager 1 thread | etfuse/eager 1 thread |")
-        print("|---|---:|---:|---:|---:|---:|---:|---:|---:|")
         conv_shapes = [(16, 16, 3, 1, 1, 32), (32, 32, 3, 1, 1, 32), (64, 64, 3, 1, 1, 32), (32, 64, 3, 2, 1, 32),
                        (64, 64, 1, 1, 1, 32), (32, 32, 3, 1, 32, 32), (64, 64, 3, 1, 64, 32)]
-        for label, g, _ in bench_conv(conv_shapes, rounds, workdir):
-            print(f"| {label} | {g['etfuse']:.1f} | {g['stock']:.2f} | {g['eager']:.1f} | "
-                  f"{100 * g['etfuse'] / g['eager']:.0f}% | {g['etfuse'] / g['stock']:.0f}x | "
-                  f"{g['etfuse_1t']:.1f} | {g['eager_1t']:.1f} | {100 * g['etfuse_1t'] / g['eager_1t']:.0f}% |")
-        print("\n## end to end, ms per forward (target: etfuse within 3x of XNNPACK on a CNN)\n")
+        wav2letter = [(1, 250, 48, 2, 700), (250, 250, 7, 1, 327), (250, 2000, 32, 1, 291), (2000, 2000, 1, 1, 260)]
+        tables = (
+            ("linear", "linear + relu, GFLOP/s (targets: etfuse >= 50% of eager and >= 20x stock)", "M x K x N",
+             lambda: bench_linear([(64, 256, 256), (256, 512, 512), (1, 1024, 1024)], rounds, workdir)),
+            ("conv", "conv2d + relu, batch 1, GFLOP/s (targets: etfuse >= 30% of eager and >= 20x stock)", "conv",
+             lambda: bench_conv(conv_shapes, rounds, workdir)),
+            ("conv1d", "conv1d + relu, batch 1, wav2letter's layers, GFLOP/s", "conv1d",
+             lambda: bench_conv1d(wav2letter, rounds, workdir)),
+        )
+        for key, title, first, rows in tables:
+            if key not in only:
+                continue
+            print(f"## {title}\n")
+            print(f"| {first} | etfuse | stock chain | eager | etfuse/eager | etfuse/stock | etfuse 1 thread | eager 1 thread | etfuse/eager 1 thread |")
+            print("|---|---:|---:|---:|---:|---:|---:|---:|---:|")
+            for label, g, _ in rows():
+                print(f"| {label} | {g['etfuse']:.1f} | {g['stock']:.2f} | {g['eager']:.1f} | "
+                      f"{100 * g['etfuse'] / g['eager']:.0f}% | {g['etfuse'] / g['stock']:.0f}x | "
+                      f"{g['etfuse_1t']:.1f} | {g['eager_1t']:.1f} | {100 * g['etfuse_1t'] / g['eager_1t']:.0f}% |")
+            print()
+        if "models" not in only:
+            return 0
+        print("## end to end, ms per forward (target: etfuse within 3x of XNNPACK on a CNN)\n")
         print("| model | stock .pte | etfuse .pte | XNNPACK .pte | eager | etfuse / XNNPACK | stock / etfuse | operators in the etfuse .pte |")
         print("|---|---:|---:|---:|---:|---:|---:|---|")
         for name, t, ops in bench_models(["ResNet8Model", "DSCNNKWSModel", "DeepAutoEncoderModel"], rounds, workdir):

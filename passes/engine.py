@@ -2,9 +2,11 @@
 
 Cost is linear in the graph: candidates are the nodes whose target is some rule's anchor
 (`graph.find_nodes`), each is matched backwards from the anchor over at most the pattern's size,
-and each match is replaced by one node inserted at the anchor. Because a match's interior nodes
-may have no users outside the match, every input of the match precedes the anchor, so inserting
-there can never create a cycle: the cycle check is free, bounded by node order.
+and each match is replaced by one node (or a function replacement's nodes) inserted at the anchor.
+Because a match's interior nodes may have no users outside the match, every input of the match
+precedes the anchor, so inserting there can never create a cycle: the cycle check is free,
+bounded by node order. A pattern with several outputs lets those have outside users; its
+replacement goes before the first of them, and the match is declined if an input comes later.
 
 Priority is data, never pass order. A sweep goes bottom-up (last node first), so a match ending
 later in the graph claims its nodes first: `q(relu(add(dq, dq)))` is the quantized add_relu
@@ -181,10 +183,12 @@ class _Matcher:
         if state is None:
             return None
         bindings, matched = state
-        # An intermediate with users outside the match must survive: not fusable.
+        # An intermediate with users outside the match must survive: not fusable. (A pattern's
+        # outputs may have them: the replacement provides those values.)
         inside = set(matched.values())
+        outputs = self.pattern.outputs
         for pnode, gnode in matched.items():
-            if pnode is not self.pattern.anchor:
+            if pnode not in outputs:
                 outside = [u for u in gnode.users if u not in inside]
                 if outside:
                     self.miss, self._miss_depth = (pnode, gnode, "users", outside), len(matched)
@@ -287,9 +291,9 @@ def _is_edge(m: Match) -> bool:
     return any(isinstance(n.target, EdgeOpOverload) for n in m.nodes)
 
 
-def _emit(graph: fx.Graph, m: Match, lookup) -> fx.Node:
-    """Insert what replaces match `m` into `graph` (at its insertion point) and return the node
-    that computes the anchor's value. `lookup` maps a node of the matched graph to `graph`'s."""
+def _emit(graph: fx.Graph, m: Match, lookup) -> list[fx.Node]:
+    """Insert what replaces match `m` into `graph` (at its insertion point) and return the nodes
+    that compute the pattern's outputs, in order. `lookup` maps a node of the matched graph to `graph`'s."""
     edge = _is_edge(m)
     replacement = m.rule.replacement_graph()
     if replacement is None:
@@ -297,32 +301,32 @@ def _emit(graph: fx.Graph, m: Match, lookup) -> fx.Node:
         op = m.rule.replacement
         out = graph.call_function(op.backend if edge else op.aten, fx.map_arg(args, lookup), fx.map_arg(kwargs, lookup))
         out.meta = {**m.anchor.meta, "etfuse": {"rule": m.rule.name, "replaced": [n.name for n in m.nodes]}}
-        return out
+        return [out]
     return _inline(graph, m, replacement, lookup, edge)
 
 
-def _inline(graph: fx.Graph, m: Match, replacement, lookup, edge: bool) -> fx.Node:
+def _inline(graph: fx.Graph, m: Match, replacement, lookup, edge: bool) -> list[fx.Node]:
     """Copy a function replacement's lowered graph into `graph`, its parameters bound as the
     pattern's were. Each new node gets its fake value from its inputs' (the replacement was traced
-    on example shapes); the output carries the anchor's meta, as a backend op would."""
+    on example shapes); an output carries the meta of the graph node it stands for, as a backend
+    op would."""
     env: dict[fx.Node, Any] = {}
     for p in replacement.graph.nodes:
         if p.op == "placeholder":
             bound = m.bindings[p.name]
             env[p] = lookup(bound) if isinstance(bound, fx.Node) else bound
     info = {"rule": m.rule.name, "replaced": [n.name for n in m.nodes]}
-    out = None
+    stands_for = dict(zip(replacement.outputs, m.outputs or [m.anchor]))
     for n in replacement.ops:
         target = _backend_handle(n.target) if edge else _aten(n.target)
         args, kwargs = fx.map_arg(n.args, env.__getitem__), fx.map_arg(n.kwargs, env.__getitem__)
         new = graph.call_function(target, args, kwargs)
-        if n is replacement.anchor:
-            new.meta = {**m.anchor.meta, "etfuse": info}
-            out = new
+        if n in stands_for:
+            new.meta = {**stands_for[n].meta, "etfuse": info}
         else:
             new.meta = {"etfuse": info, **_fake_value(m, target, args, kwargs)}
         env[n] = new
-    return out
+    return [env[o] for o in replacement.outputs]
 
 
 def _backend_handle(target):
@@ -352,13 +356,35 @@ def _fake_value(m: Match, target, args, kwargs) -> dict:
 
 
 def _rewrite(graph: fx.Graph, m: Match, graph_name: str) -> Fused:
-    with graph.inserting_before(m.anchor):
+    with graph.inserting_before(m.insert_before or m.anchor):
         new = _emit(graph, m, lambda n: n)
     replaced = [n.name for n in m.nodes]
-    m.anchor.replace_all_uses_with(new)
+    for old, value in zip(m.outputs or [m.anchor], new):
+        old.replace_all_uses_with(value)
     for n in reversed(m.nodes):  # users before producers
         graph.erase_node(n)
-    return Fused(m.rule.name, graph_name, new.name, replaced)
+    return Fused(m.rule.name, graph_name, _anchor_value(m, new).name, replaced)
+
+
+def _anchor_value(m: Match, new: list[fx.Node]) -> fx.Node:
+    outputs = m.outputs or [m.anchor]
+    return new[outputs.index(m.anchor)]
+
+
+def _insertion_point(m: Match, order: dict) -> Optional[fx.Node]:
+    """Where the replacement of `m` can go: the anchor, or, when another output of the pattern is
+    used outside the match before the anchor, that first use. None when some input of the match
+    is computed only after that point (then it cannot be fused without moving nodes)."""
+    inside = set(m.nodes)
+    first = m.anchor
+    for out in m.outputs:
+        for user in out.users:
+            if user not in inside and order[user] < order[first]:
+                first = user
+    inputs = [v for v in m.bindings.values() if isinstance(v, fx.Node)]
+    if any(order[v] >= order[first] for v in inputs):
+        return None
+    return first
 
 
 def find_matches(graph: fx.Graph, index: RuleIndex, graph_name: str, report: FusionReport,
@@ -392,7 +418,13 @@ def find_matches(graph: fx.Graph, index: RuleIndex, graph_name: str, report: Fus
                                            "part of another fusion", f"{taken.name} is already part of another fusion",
                                            matcher.pattern.size, matcher.pattern.size))
                 continue
-            m = Match(rule, anchor, nodes, bindings, known_values)
+            m = Match(rule, anchor, nodes, bindings, known_values, [matched[p] for p in matcher.pattern.outputs])
+            if len(m.outputs) > 1:
+                m.insert_before = _insertion_point(m, order)
+                if m.insert_before is None:
+                    report.declined.append(Declined(rule.name, graph_name, anchor.name,
+                                                    "an output of the pattern is used before all of its inputs exist"))
+                    continue
             try:
                 reason = rule.constraint(m) if rule.constraint else None
             except Exception as e:  # noqa: BLE001 - a broken constraint names itself
@@ -435,23 +467,23 @@ def rebuild_with_matches(graph: fx.Graph, matches: list[Match], graph_name: str,
                          report: FusionReport) -> fx.Graph:
     """A new graph equal to `graph` with `matches` (found in `graph`) fused; `graph` is untouched.
 
-    One pass in node order: a match's interior nodes are skipped and its anchor is emitted as the
-    backend op. Copying and rewriting together costs one node creation per surviving node.
+    One pass in node order: a match's nodes are skipped and its replacement is emitted where the
+    anchor was (or before an earlier outside user of another of its outputs). Copying and
+    rewriting together costs one node creation per surviving node.
     """
     new = fx.Graph(tracer_cls=graph._tracer_cls)
     new._codegen = copy.deepcopy(graph._codegen)
-    at_anchor = {m.anchor: m for m in matches}
-    interior = {n for m in matches for n in m.nodes if n is not m.anchor}
+    at: dict[fx.Node, list[Match]] = defaultdict(list)
+    for m in matches:
+        at[m.insert_before or m.anchor].append(m)
+    replaced = {n for m in matches for n in m.nodes}
     env: dict[fx.Node, fx.Node] = {}
     lookup = env.__getitem__
     for node in graph.nodes:
-        if node in interior:
-            continue
-        m = at_anchor.get(node)
-        if m is None:
+        for m in at.get(node, ()):
+            values = _emit(new, m, lookup)
+            env.update(zip(m.outputs or [m.anchor], values))
+            report.fused.append(Fused(m.rule.name, graph_name, _anchor_value(m, values).name, [n.name for n in m.nodes]))
+        if node not in replaced:
             env[node] = new.node_copy(node, lookup)
-            continue
-        fused = _emit(new, m, lookup)
-        env[node] = fused
-        report.fused.append(Fused(m.rule.name, graph_name, fused.name, [n.name for n in m.nodes]))
     return new

@@ -24,13 +24,14 @@ from executorch.exir.pass_base import ExportedProgramPassBase
 from torch.export import ExportedProgram
 
 from etfuse.backend_ops import install
+from etfuse.patterns.rule import CONSTANT_VALUE
 
 from .compat.cond_outputs import CondOutputCopyPass
 from .compat.cond_views import CondViewCopyPass
 from .compat.map_to_scan import MapToScanPass, SpecialisedShapeError
 from .compat.symint_to_prims import SymIntToPrimsPass
 from .compat.typed_pass_errors import install_typed_pass_errors
-from .compat.while_loop_to_scan import CONSTANT_VALUE, LoopLoweringPass
+from .compat.while_loop_to_scan import LoopLoweringPass
 from .fold_packed_weights import FoldPackedWeightsPass
 from .fused_program import FusedEdgeProgramManager
 from .fusion_pass import FusionPass
@@ -131,15 +132,17 @@ def fuse(program: Program, passes: Optional[Sequence] = None) -> Program:
 
 
 def _with_constant_values(ep: ExportedProgram) -> fx.GraphModule:
-    """A copy of `ep`'s graph module whose one-element constant inputs carry their value in
-    `meta[CONSTANT_VALUE]`, for passes that need a small constant a graph module cannot give
-    (a loop counter's `torch.tensor(0)`); `_run` removes them again."""
+    """A copy of `ep`'s graph module whose constant inputs (weights, buffers, lifted constants)
+    carry their value in `meta[CONSTANT_VALUE]` (a reference, not a copy), for passes that need
+    what a graph module cannot give: a loop counter's `torch.tensor(0)`, a rule's check of weight
+    values (`Match.constant`); `_run` removes them again."""
     gm = copy_graph_module(ep.graph_module)  # node meta dicts are the copy's own
     sig = ep.graph_signature
     for n in gm.graph.find_nodes(op="placeholder"):
-        target = sig.inputs_to_lifted_tensor_constants.get(n.name)
-        value = ep.constants.get(target) if target is not None else None
-        if isinstance(value, torch.Tensor) and value.numel() == 1:
+        target = (sig.inputs_to_lifted_tensor_constants.get(n.name) or sig.inputs_to_parameters.get(n.name)
+                  or sig.inputs_to_buffers.get(n.name))
+        value = None if target is None else ep.constants.get(target, ep.state_dict.get(target))
+        if isinstance(value, torch.Tensor):
             n.meta[CONSTANT_VALUE] = value
     return gm
 

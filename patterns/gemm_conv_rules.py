@@ -14,9 +14,13 @@ weight transpose, so the stock runtime's slow convolution / permute_copy + addmm
 | linear(_no_bias)      | addmm(b, x, permute_copy(w)) / mm(x, permute_copy(w))         | etfuse::linear_act |
 | conv2d_bn[_relu/_hardtanh/_clamp] | act(bn(convolution(...)))  (bn: `_native_batch_norm_legit_no_training(...)[0]`) | etfuse::conv2d_bn_act |
 | linear_bn[...][_no_bias] | act(bn(addmm(...) / mm(...)))                             | etfuse::linear_bn_act |
+| conv1d[_bn][_relu/_hardtanh/_clamp] | act([bn](convolution(x, w, b, [s], [p], [d], groups)))  | squeeze(conv2d[_bn]_act(unsqueeze(x), unsqueeze(w), ...)) |
 
 `convolution` here is the 2-D, non-transposed one (`transposed=False`, `output_padding=[0, 0]`
-are literals of the pattern; conv1d/conv3d have other list lengths and never match). An eval
+are literals of the pattern; conv1d/conv3d have other list lengths and never match them). A
+1-D convolution is the 2-D one on a height-1 image: the conv1d rules' replacement is a function
+that adds the unit dimension to input and weight, runs the 2-D kernel (with the same epilogues
+and batch norm) and drops the dimension again. An eval
 batch norm between the convolution / linear and its activation becomes the kernel's per-channel
 epilogue (the `*_bn_act` ops: no weights rewritten, so every route gives the same program); a
 residual `relu(add(conv(x), skip))` becomes `conv2d_act` + the foundation's `add_relu`.
@@ -128,12 +132,15 @@ def _scalar_bounds(m: Match):
     return None
 
 
-def _conv_scalars(m: Match):
-    for name in _CONV_SCALARS:
-        v = m.bindings[name]
-        if isinstance(v, torch.fx.Node) or not isinstance(v, int):
-            return f"{name} is {v!r}, not a constant int (symbolic conv parameters are not fused)"
-    return None
+def _int_scalars(names):
+    def check(m: Match):
+        for name in names:
+            v = m.bindings[name]
+            if isinstance(v, torch.fx.Node) or not isinstance(v, int):
+                return f"{name} is {v!r}, not a constant int (symbolic conv parameters are not fused)"
+        return None
+
+    return check
 
 
 def _conv_bias(m: Match):
@@ -146,7 +153,7 @@ def _conv_bias(m: Match):
 
 _CONV_CHECK = all_of(
     tensors(["input", "weight", "bias"], F32, optional=["bias"]), ranks(input=4, weight=4),
-    _conv_scalars, _conv_bias, _scalar_bounds, output_dtype(torch.float32))
+    _int_scalars(_CONV_SCALARS), _conv_bias, _scalar_bounds, output_dtype(torch.float32))
 _LINEAR_CHECK = all_of(
     tensors(["input", "weight", "bias"], F32), ranks(input=2, weight=2, bias=1), _scalar_bounds,
     output_dtype(torch.float32))
@@ -203,6 +210,7 @@ def _rules():
         rules.append(Rule(f"{name}_no_bias", no_bias, op, _linear_inputs(False, *extra), _LINEAR_CHECK,
                           _linear_arguments(act)))
     rules.extend(_batch_norm_rules())
+    rules.extend(_conv1d_rules())
     return rules
 
 
@@ -316,6 +324,68 @@ def _batch_norm_rules():
                 lambda extra=extra, with_bias=with_bias: (
                     *_linear_inputs(with_bias)(), *_bn_stats(16), *_BN_SCALARS.values(), *extra),
                 _LINEAR_BN_CHECK, _linear_bn_arguments(act)))
+    return rules
+
+
+
+# ---- conv1d: the conv2d kernels on [N, C, 1, L] ---------------------------------------------
+# Not 0, 1 or 2: the replacement's own literals (unsqueeze at 2, stride 1, padding 0) would be
+# taken for these parameters (scalars are found by their example value).
+_CONV1D_SCALARS = dict(s=3, p=5, d=4, groups=9)
+
+
+def _conv1d(input, weight, bias, s, p, d, groups):
+    return aten.convolution.default(input, weight, bias, [s], [p], [d], False, [0], groups)
+
+
+def _conv1d_pattern(act: str, bn: bool):
+    def pattern(input, weight, bias, bn_weight, bn_bias, running_mean, running_var, s, p, d, groups, momentum, eps,
+                lo=None, hi=None):
+        y = _conv1d(input, weight, bias, s, p, d, groups)
+        if bn:
+            y = _bn(y, bn_weight, bn_bias, running_mean, running_var, momentum, eps)
+        return _activation(act, y, lo, hi)
+
+    def plain(input, weight, bias, s, p, d, groups, lo=None, hi=None):
+        return _activation(act, _conv1d(input, weight, bias, s, p, d, groups), lo, hi)
+
+    return pattern if bn else plain
+
+
+def _conv1d_replacement(act: str, bn: bool):
+    def clamp_range(lo, hi):
+        return {"relu": (0.0, None), "none": (None, None)}.get(act, (lo, hi))
+
+    def replacement(input, weight, bias, bn_weight, bn_bias, running_mean, running_var, s, p, d, groups, momentum,
+                    eps, lo=None, hi=None):
+        x, w = aten.unsqueeze.default(input, 2), aten.unsqueeze.default(weight, 2)
+        y = torch.ops.etfuse.conv2d_bn_act.default(x, w, bias, bn_weight, bn_bias, running_mean, running_var, eps,
+                                                   [1, s], [0, p], [1, d], groups, *clamp_range(lo, hi))
+        return aten.squeeze.dim(y, 2)
+
+    def plain(input, weight, bias, s, p, d, groups, lo=None, hi=None):
+        x, w = aten.unsqueeze.default(input, 2), aten.unsqueeze.default(weight, 2)
+        y = torch.ops.etfuse.conv2d_act.default(x, w, bias, [1, s], [0, p], [1, d], groups, *clamp_range(lo, hi))
+        return aten.squeeze.dim(y, 2)
+
+    return replacement if bn else plain
+
+
+_CONV1D_CHECK = all_of(
+    tensors(["input", "weight", "bias"], F32, optional=["bias"]), ranks(input=3, weight=3),
+    _int_scalars(_CONV1D_SCALARS), _conv_bias, _scalar_bounds, output_dtype(torch.float32))
+
+
+def _conv1d_rules():
+    rules = []
+    for bn in (True, False):
+        for act, extra in (("relu", ()), ("hardtanh", (_LO, _HI)), ("clamp", (_LO, _HI)), ("none", ())):
+            name = "conv1d" + ("_bn" if bn else "") + ("" if act == "none" else f"_{act}")
+            tensors_ = (torch.randn(1, 9, 40), torch.randn(18, 1, 3), torch.randn(18), *(_bn_stats(18) if bn else ()))
+            scalars = (*_CONV1D_SCALARS.values(), *(_BN_SCALARS.values() if bn else ()), *extra)
+            check = all_of(_CONV1D_CHECK, _BN_TENSORS, _bn_scalars, _bn_channels) if bn else _CONV1D_CHECK
+            rules.append(Rule(name, _conv1d_pattern(act, bn), _conv1d_replacement(act, bn),
+                              lambda tensors_=tensors_, scalars=scalars: (*tensors_, *scalars), check))
     return rules
 
 

@@ -25,6 +25,11 @@ from etfuse.backend_ops import BackendOp
 from etfuse.errors import EtfuseError
 
 
+# meta key of a placeholder whose real value `etfuse.fuse` knows (a weight, a lifted constant):
+# graph-module passes see only fake tensors otherwise
+CONSTANT_VALUE = "etfuse_constant_value"
+
+
 class PatternError(EtfuseError, ValueError):
     """A rule's pattern cannot be lowered to something that matches edge-dialect graphs."""
 
@@ -40,6 +45,10 @@ class Match:
     # placeholder name -> real tensor, for graphs whose weights are placeholders (a pass's
     # `node_value_dict`, as executorch's QuantFusionPass takes it)
     known_values: Optional[dict] = None
+    # the graph nodes of the pattern's outputs, in the pattern's order (the anchor is one of them)
+    outputs: list[fx.Node] = dataclasses.field(default_factory=list)
+    # where the replacement goes: the anchor, or an earlier outside user of another output
+    insert_before: Optional[fx.Node] = None
 
     def value(self, name: str):
         """The bound value: `meta["val"]` (a fake tensor or SymInt) for nodes, else the literal."""
@@ -52,8 +61,9 @@ class Match:
 
     def constant(self, name: str) -> Optional[torch.Tensor]:
         """The real tensor bound to parameter `name` when the program knows it (a constant the
-        fake tensor carries, a `get_attr` of the graph's module, or a placeholder in the pass's
-        `node_value_dict`), else None. For constraints that depend on weight values."""
+        fake tensor carries, a `get_attr` of the graph's module, a placeholder in the pass's
+        `node_value_dict` or one `etfuse.fuse` gave its value), else None. For constraints that
+        depend on weight values."""
         bound = self.bindings.get(name)
         if not isinstance(bound, fx.Node):
             return bound if isinstance(bound, torch.Tensor) else None
@@ -61,8 +71,11 @@ class Match:
             owner = bound.graph.owning_module
             value = getattr(owner, str(bound.target), None) if owner is not None else None
             return value if isinstance(value, torch.Tensor) else None
-        if bound.op == "placeholder" and self.known_values and bound.name in self.known_values:
-            return self.known_values[bound.name]
+        if bound.op == "placeholder":
+            if self.known_values and bound.name in self.known_values:
+                return self.known_values[bound.name]
+            if CONSTANT_VALUE in bound.meta:
+                return bound.meta[CONSTANT_VALUE]
         return getattr(bound.meta.get("val"), "constant", None)
 
 
@@ -75,6 +88,13 @@ class EdgePattern:
     params: list[str]  # pattern parameter names, in placeholder order
     anchor: fx.Node  # the pattern's last op: where matching starts
     ops: list[fx.Node]  # call_function nodes in topological order
+    # what the pattern returns, in order; a pattern with several outputs returns nodes the anchor
+    # depends on (they may have users outside a match)
+    outputs: list[fx.Node] = dataclasses.field(default_factory=list)
+
+    def __post_init__(self):
+        if not self.outputs:
+            self.outputs = [self.anchor]
 
     @property
     def size(self) -> int:
@@ -89,6 +109,8 @@ class Rule:
     `arguments` maps a match to the replacement's (args, kwargs) itself. A function replacement
     takes the pattern's parameters (it may ignore some) and may call any ops, backend ops
     included; it is lowered like the pattern and inlined at the match with the same bindings.
+    Scalar parameters are found in the lowered graphs by their example value, so each needs a
+    value that no other scalar parameter and no literal of the pattern or replacement has.
     """
 
     name: str
@@ -127,7 +149,12 @@ class Rule:
         if isinstance(self.replacement, BackendOp):
             return None
         if self not in _TRACED_REPLACEMENTS:
-            _TRACED_REPLACEMENTS[self] = self.bind_literals(trace_replacement(self), replacement=True)
+            traced = self.bind_literals(trace_replacement(self), replacement=True)
+            wanted = len(self.edge_pattern().outputs)
+            if len(traced.outputs) != wanted:
+                raise PatternError(f"rule {self.name!r}: the pattern returns {wanted} value(s) and the replacement "
+                                   f"{len(traced.outputs)}; they must return as many, in the same order")
+            _TRACED_REPLACEMENTS[self] = traced
         return _TRACED_REPLACEMENTS[self]
 
     def produces(self) -> list:
@@ -140,8 +167,14 @@ class Rule:
         """The pattern as an edge-dialect graph (traced once per rule and process; `edge_patterns`
         traces many rules at once)."""
         if self not in _TRACED:
-            _TRACED[self] = self.bind_literals(trace_edge_pattern(self))
+            _TRACED[self] = self._checked(self.bind_literals(trace_edge_pattern(self)))
         return _TRACED[self]
+
+    def _checked(self, traced: EdgePattern) -> EdgePattern:
+        if len(traced.outputs) > 1 and isinstance(self.replacement, BackendOp):
+            raise PatternError(f"rule {self.name!r}: the pattern returns {len(traced.outputs)} values but a BackendOp "
+                               "returns one; use a function replacement that returns as many")
+        return traced
 
     def bind_literals(self, traced: EdgePattern, replacement: bool = False) -> EdgePattern:
         """Turn literals the rule treats as parameters into placeholders (scalars already are).
@@ -246,48 +279,37 @@ def _to_edge(module: torch.nn.Module, tensors: tuple, preserve_ops=()):
 
 def trace_edge_pattern(rule: Rule) -> EdgePattern:
     """Export the rule's pattern and lower it with `to_edge`: its edge-dialect graph (not cached)."""
+    return _trace(rule, rule.pattern, "pattern")
+
+
+def trace_replacement(rule: Rule) -> EdgePattern:
+    """Export the rule's function replacement with the pattern's example inputs and lower it with
+    `to_edge` (not cached; `Rule.replacement_graph` caches). Backend ops stay themselves
+    (`to_edge` would decompose them into their patterns)."""
+    from etfuse.backend_ops import CATALOG
+
+    return _trace(rule, rule.replacement, "replacement", [op.aten for op in CATALOG])
+
+
+def _trace(rule: Rule, fn: Callable, what: str, preserve_ops=()) -> EdgePattern:
     params, inputs, tensors, scalars = _examples(rule)
     try:
-        lowered_ep = _to_edge(_PatternModule(rule.pattern, inputs), tensors)
+        lowered_ep = _to_edge(_PatternModule(fn, inputs), tensors, preserve_ops)
     except Exception as e:  # noqa: BLE001 - re-raised with the rule's name
-        raise PatternError(f"rule {rule.name!r}: its pattern does not export/lower to the edge dialect: {e}") from e
+        raise PatternError(f"rule {rule.name!r}: its {what} does not export/lower to the edge dialect: {e}") from e
     graph = lowered_ep.graph_module.graph
     user_inputs = list(lowered_ep.graph_signature.user_inputs)
     placeholders = [n for n in graph.nodes if n.op == "placeholder"]
     extra = [n.name for n in placeholders if n.name not in user_inputs]
     if extra:
         raise PatternError(
-            f"rule {rule.name!r}: the lowered pattern reads constants or parameters {extra}; a pattern may only "
-            "read its own inputs (pass tensors in as parameters)"
+            f"rule {rule.name!r}: the lowered {what} reads constants or parameters {extra}; a {what} may only "
+            "read the pattern's inputs (pass tensors in as parameters)"
         )
     tensor_params = [n for n, v in zip(params, inputs) if isinstance(v, torch.Tensor)]
     for p, name in zip(placeholders, tensor_params):
         p.name = p.target = name  # bindings are named after the pattern's parameters
-    return _finish(rule, graph, params, scalars)
-
-
-def trace_replacement(rule: Rule) -> EdgePattern:
-    """Export the rule's function replacement with the pattern's example inputs and lower it with
-    `to_edge` (not cached; `Rule.replacement_graph` caches)."""
-    params, inputs, tensors, scalars = _examples(rule)
-    try:
-        # backend ops stay themselves (to_edge would decompose them into their patterns)
-        from etfuse.backend_ops import CATALOG
-
-        lowered_ep = _to_edge(_PatternModule(rule.replacement, inputs), tensors, [op.aten for op in CATALOG])
-    except Exception as e:  # noqa: BLE001 - re-raised with the rule's name
-        raise PatternError(f"rule {rule.name!r}: its replacement does not export/lower to the edge dialect: {e}") from e
-    graph = lowered_ep.graph_module.graph
-    user_inputs = list(lowered_ep.graph_signature.user_inputs)
-    placeholders = [n for n in graph.nodes if n.op == "placeholder"]
-    extra = [n.name for n in placeholders if n.name not in user_inputs]
-    if extra:
-        raise PatternError(f"rule {rule.name!r}: the lowered replacement reads constants or parameters {extra}; "
-                           "a replacement may only read the pattern's parameters")
-    tensor_params = [n for n, v in zip(params, inputs) if isinstance(v, torch.Tensor)]
-    for p, name in zip(placeholders, tensor_params):
-        p.name = p.target = name
-    return _finish(rule, graph, params, scalars, replacement=True)
+    return _finish(rule, graph, params, scalars, replacement=what == "replacement")
 
 
 def _finish(rule: Rule, graph: fx.Graph, params: list, scalars: dict, replacement: bool = False) -> EdgePattern:
@@ -295,17 +317,37 @@ def _finish(rule: Rule, graph: fx.Graph, params: list, scalars: dict, replacemen
     placeholders = [n for n in graph.nodes if n.op == "placeholder"]
     outputs = next(n for n in graph.nodes if n.op == "output").args[0]
     what = "replacement" if replacement else "pattern"
-    if len(outputs) != 1 or not isinstance(outputs[0], fx.Node) or outputs[0].op != "call_function":
-        raise PatternError(f"rule {rule.name!r}: a {what} must compute exactly one tensor from its inputs, got {outputs}")
+    if not outputs or any(not isinstance(o, fx.Node) or o.op != "call_function" for o in outputs):
+        raise PatternError(f"rule {rule.name!r}: a {what} must compute its results from its inputs, got {outputs}")
+    if len(set(outputs)) != len(outputs):
+        raise PatternError(f"rule {rule.name!r}: the {what} returns the same value twice")
+    anchor = outputs[0] if replacement else _last_output(rule, outputs)
     ops = [n for n in graph.nodes if n.op == "call_function"]
     unused = [p.name for p in placeholders if not p.users]
     if unused and not replacement:
         raise PatternError(f"rule {rule.name!r}: pattern parameters {unused} vanish when lowered to the edge dialect")
-    return EdgePattern(graph, params, outputs[0], ops)
+    return EdgePattern(graph, params, anchor, ops, list(outputs))
+
+
+def _last_output(rule: Rule, outputs) -> fx.Node:
+    """The output every other output feeds: matching starts there and walks backwards, so a
+    pattern's outputs must all be reachable from one of them."""
+    for candidate in outputs:
+        seen, todo = set(), [candidate]
+        while todo:
+            n = todo.pop()
+            if n not in seen:
+                seen.add(n)
+                todo.extend(n.all_input_nodes)
+        if all(o in seen for o in outputs):
+            return candidate
+    raise PatternError(f"rule {rule.name!r}: the pattern's outputs {[o.name for o in outputs]} are not all inputs "
+                       "of one of them; etfuse matches backwards from an output that the others feed")
 
 
 class _PatternsModule(torch.nn.Module):
-    """Several patterns side by side: inputs concatenated, one output per pattern."""
+    """Several patterns side by side: inputs concatenated, one output (a tensor or a tuple) per
+    pattern; the exported program's output spec tells how many values each returned."""
 
     def __init__(self, parts: list[tuple[Callable, tuple]]):
         super().__init__()
@@ -334,26 +376,28 @@ def trace_edge_patterns(rules: list[Rule]) -> dict[Rule, EdgePattern]:
     graph = lowered_ep.graph_module.graph
     user_inputs = set(lowered_ep.graph_signature.user_inputs)
     placeholders = [n for n in graph.nodes if n.op == "placeholder" and n.name in user_inputs]
-    outputs = next(n for n in graph.nodes if n.op == "output").args[0]
-    if len(outputs) != len(rules):
+    outputs = list(next(n for n in graph.nodes if n.op == "output").args[0])
+    arities = [spec.num_leaves for spec in lowered_ep.call_spec.out_spec.children_specs]
+    if len(arities) != len(rules) or len(outputs) != sum(arities):
         return {}
     traced, start = {}, 0
-    for rule, (params, inputs, tensors, scalars), out in zip(rules, examples, outputs):
+    for rule, (params, inputs, tensors, scalars), arity in zip(rules, examples, arities):
         mine = placeholders[start:start + len(tensors)]
         start += len(tensors)
+        outs, outputs = outputs[:arity], outputs[arity:]
         names = [n for n, v in zip(params, inputs) if isinstance(v, torch.Tensor)]
         try:
-            traced[rule] = _finish(rule, _subgraph(graph, out, dict(zip(mine, names))), params, scalars)
+            traced[rule] = _finish(rule, _subgraph(graph, outs, dict(zip(mine, names))), params, scalars)
         except PatternError:
             pass
     return traced
 
 
-def _subgraph(graph: fx.Graph, out, inputs: dict[fx.Node, str]) -> fx.Graph:
-    """A new graph computing `out` from the placeholders `inputs` (renamed) and nothing else."""
-    if not isinstance(out, fx.Node):
+def _subgraph(graph: fx.Graph, outs: list, inputs: dict[fx.Node, str]) -> fx.Graph:
+    """A new graph computing `outs` from the placeholders `inputs` (renamed) and nothing else."""
+    if not all(isinstance(o, fx.Node) for o in outs):
         raise PatternError("not a node")
-    needed, todo = set(), [out]
+    needed, todo = set(), list(outs)
     while todo:
         n = todo.pop()
         if n not in needed:
@@ -374,7 +418,7 @@ def _subgraph(graph: fx.Graph, out, inputs: dict[fx.Node, str]) -> fx.Graph:
         env[n] = new.create_node("call_function", n.target, fx.map_arg(n.args, env.__getitem__),
                                  fx.map_arg(n.kwargs, env.__getitem__), name=re.sub(r"_\d+$", "", n.name))
         env[n].meta = dict(n.meta)
-    new.output((env[out],))
+    new.output(tuple(env[o] for o in outs))
     return new
 
 
@@ -384,5 +428,5 @@ def edge_patterns(rules) -> list[EdgePattern]:
     todo = [r for r in dict.fromkeys(rules) if r not in _TRACED]
     if len(todo) > 1:
         for rule, traced in trace_edge_patterns(todo).items():
-            _TRACED[rule] = rule.bind_literals(traced)
+            _TRACED[rule] = rule._checked(rule.bind_literals(traced))
     return [r.edge_pattern() for r in rules]

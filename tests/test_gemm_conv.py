@@ -383,13 +383,44 @@ class DeclineTest(TestCase):
         self.assertEqual({d.rule for d in p.report.declined}, {"conv2d_relu", "conv2d"})
         self.assertIn("torch.float64", p.report.declined[0].reason)
 
-    def test_conv1d_and_transposed_conv_stay(self):
-        model = torch.nn.Sequential(torch.nn.Conv1d(3, 4, 3), torch.nn.ReLU())
-        _, out, _ = fused(model, (torch.randn(1, 3, 9),))
-        self.assertNotIn("etfuse.conv2d_act.default", op_names(out.exported_program().graph_module))
+    def test_transposed_conv_stays(self):
         model = torch.nn.Sequential(torch.nn.ConvTranspose2d(3, 4, 3), torch.nn.ReLU())
         _, out, _ = fused(model, (torch.randn(1, 3, 5, 5),))
         self.assertNotIn("etfuse.conv2d_act.default", op_names(out.exported_program().graph_module))
+
+
+class Conv1dNet(torch.nn.Module):
+    """conv1d + batch norm + relu, depthwise + relu6, a plain 1x1 (no bias): every conv1d rule kind."""
+
+    def __init__(self):
+        super().__init__()
+        self.c1 = torch.nn.Conv1d(4, 8, 5, stride=2, padding=3, dilation=2)
+        self.bn = torch.nn.BatchNorm1d(8)
+        self.c2 = torch.nn.Conv1d(8, 8, 3, groups=8, bias=False)
+        self.c3 = torch.nn.Conv1d(8, 6, 1)
+
+    def forward(self, x):
+        y = torch.relu(self.bn(self.c1(x)))
+        return self.c3(F.hardtanh(self.c2(y), 0.0, 6.0))
+
+
+class Conv1dTest(TestCase):
+    def test_conv1d_runs_on_the_conv2d_kernels(self):
+        model = _randomise_bn(Conv1dNet())
+        args = (torch.randn(2, 4, 64),)
+        edge, out, passes = fused(model, args)
+        gm = out.exported_program().graph_module
+        conv = ["aten.unsqueeze_copy.default", "aten.unsqueeze_copy.default"]
+        self.assertEqual(op_names(gm), [*conv, "etfuse.conv2d_bn_act.default", "aten.squeeze_copy.dims",
+                                        *conv, "etfuse.conv2d_act.default", "aten.squeeze_copy.dims",
+                                        *conv, "etfuse.conv2d_act.default", "aten.squeeze_copy.dims"])
+        self.assertEqual([f.rule for f in passes[0].report.fused], ["conv1d_bn_relu", "conv1d_hardtanh", "conv1d"])
+        act = [n for n in gm.graph.nodes if n.target is not None and "conv2d_act" in str(n.target)]
+        self.assertEqual([n.args[3:] for n in act], [([1, 1], [0, 0], [1, 1], 8, 0.0, 6.0),
+                                                      ([1, 1], [0, 0], [1, 1], 1)])  # default: no clamp
+        want = model(*args)
+        torch.testing.assert_close(out.exported_program().module()(*args), want, **TOL)
+        torch.testing.assert_close(run(out.to_executorch(), args)[0], want, **TOL)
 
 
 def test_runtime_bad_shape_is_an_error_not_an_abort():

@@ -180,3 +180,42 @@ class FunctionReplacementTest(TestCase):
     def test_arguments_hook_is_for_backend_ops_only(self):
         with self.assertRaisesRegex(PatternError, "rule 'both'.*takes the pattern's parameters itself"):
             Rule("both", torch.relu, torch.relu, lambda: (torch.randn(2),), arguments=lambda m: ((), {}))
+
+    def test_several_outputs_with_outside_users(self):
+        # The sum is used outside the match (before the relu, the anchor): a one-output pattern
+        # cannot fuse it; a pattern returning both values can, its replacement placed before that use.
+        def pattern(a, b):
+            s = a + b
+            return s, torch.relu(s)
+
+        def replacement(a, b):
+            return a + b, torch.ops.etfuse.add_relu.default(a, b)
+
+        class M(torch.nn.Module):
+            def forward(self, x, y):
+                s = x + y
+                t = s * s
+                return t - torch.relu(s)
+
+        args = (torch.randn(3, 4), torch.randn(4))
+        pass_ = FusionPass([Rule("sum_and_add_relu", pattern, replacement, lambda: (torch.randn(4), torch.randn(4)))])
+        fused = edge_program(M(), args).transform([pass_])
+        gm = fused.exported_program().graph_module
+        self.assertEqual(op_names(gm), ["aten.add.Tensor", "etfuse.add_relu.default", "aten.mul.Tensor", "aten.sub.Tensor"])
+        self.assertEqual([f.node for f in pass_.report.fused], ["etfuse_add_relu_default"])
+        torch.testing.assert_close(fused.exported_program().module()(*args), M()(*args))
+
+    def test_outputs_must_feed_one_of_them(self):
+        def pattern(a, b):
+            return torch.relu(a), torch.sigmoid(b)
+
+        with self.assertRaisesRegex(PatternError, "are not all inputs of one of them"):
+            FusionPass([Rule("apart", pattern, pattern, lambda: (torch.randn(2), torch.randn(2)))])
+
+    def test_a_backend_op_replaces_one_output_only(self):
+        def pattern(a, b):
+            s = a + b
+            return s, torch.relu(s)
+
+        with self.assertRaisesRegex(PatternError, "returns 2 values but a BackendOp returns one"):
+            FusionPass([Rule("two", pattern, ADD_RELU, lambda: (torch.randn(2), torch.randn(2)))])

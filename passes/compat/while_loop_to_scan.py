@@ -41,6 +41,7 @@ import torch.fx as fx
 from executorch.exir.dialects._ops import ops as exir_ops
 from executorch.exir.pass_base import ExportPass, PassResult, ProxyValue
 from etfuse.errors import EtfuseError
+from etfuse.patterns.rule import CONSTANT_VALUE  # where `etfuse.fuse` records a constant input's value
 from ..graph_copy import copy_graph_module, has_hop
 
 aten = torch.ops.aten
@@ -78,9 +79,6 @@ _ADD = {aten.add.Tensor, aten.add.Scalar}
 # loop as a lifted constant behind `_clone_dim_order` after to_edge.
 _PASS_THROUGH = {aten.clone.default, aten.alias.default, aten.lift_fresh_copy.default, aten._to_copy.default,
                  torch.ops.dim_order_ops._clone_dim_order.default, torch.ops.dim_order_ops._to_dim_order_copy.default}
-# meta key under which `etfuse.fuse` records the value of a one-element constant input of the
-# program (a graph-module pass cannot read lifted constants otherwise).
-CONSTANT_VALUE = "etfuse_constant_value"
 
 
 def _constant(gm: Optional[fx.GraphModule], value, known: Optional[dict] = None) -> Optional[float]:
