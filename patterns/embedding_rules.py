@@ -207,11 +207,15 @@ def _group_exact(m: Match) -> Optional[str]:
 
 
 def _variant(dtype_variant: bool):
+    """The functional op for a float32 output of float32 scales, `.dtype` for every other."""
+
     def check(m: Match) -> Optional[str]:
-        plain = m.anchor_value.dtype == F32 and m.value("scale").dtype == F32
-        if plain == dtype_variant:
-            which = "the .dtype variant" if plain else "the functional op"
-            return f"{which} is for {'other outputs' if plain else 'a float32 output of float32 scales'}"
+        out, s = m.anchor_value.dtype, m.value("scale").dtype
+        plain = out == F32 and s == F32
+        if plain and dtype_variant:
+            return "a float32 output of float32 scales is the functional op's (the rule without _dtype)"
+        if not plain and not dtype_variant:
+            return f"a {out} output of {s} scales is the .dtype variant's (the _dtype rule)"
         return None
 
     return check
