@@ -9,14 +9,15 @@ from .float_ops import ADD_RELU, ADDMM_RELU, FLOAT_OPS, LINEAR_RELU
 from .prims import PRIMS, PrimOp
 from .gemm_conv_ops import CONV2D_ACT, CONV2D_BN_ACT, GEMM_CONV_OPS, LINEAR_ACT, LINEAR_BN_ACT
 from .quantized_ops import QDQ_OPS, QUANTIZED_OPS, decompositions
+from .embedding_ops import EMBEDDING_OPS, PACK_EMBEDDING_WEIGHT
 from .executorch_overrides import install, installed
 
 # Every record, whether registered yet or not (the quantized ones register in `install()`): what
 # etfuse.kernels derives its op lists and build sources from.
-CATALOG = [*FLOAT_OPS, *GEMM_CONV_OPS, *QUANTIZED_OPS, *QDQ_OPS]
+CATALOG = [*FLOAT_OPS, *GEMM_CONV_OPS, *QUANTIZED_OPS, PACK_EMBEDDING_WEIGHT, *QDQ_OPS]
 
 __all__ = [
     "BackendOp", "BackendOpError", "register", "registered_ops",
     "ADD_RELU", "LINEAR_RELU", "ADDMM_RELU", "FLOAT_OPS", "PRIMS", "PrimOp", "CONV2D_ACT", "LINEAR_ACT", "CONV2D_BN_ACT", "LINEAR_BN_ACT", "GEMM_CONV_OPS",
-    "QUANTIZED_OPS", "QDQ_OPS", "decompositions", "install", "installed", "CATALOG",
+    "QUANTIZED_OPS", "EMBEDDING_OPS", "PACK_EMBEDDING_WEIGHT", "QDQ_OPS", "decompositions", "install", "installed", "CATALOG",
 ]

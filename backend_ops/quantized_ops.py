@@ -7,7 +7,7 @@ imported with `executorch.exir`); the registry reuses them. What etfuse adds:
   CompositeImplicitAutograd kernel of add / add.scalar / add_relu, so retracing a fused program
   gives `dequantize_per_tensor -> add [-> relu] -> quantize_per_tensor` back;
 * the `.out` variants `to_executorch` needs (`add.out`, `add.scalar_out`, `add_relu.out`; executorch
-  only has `embedding_byte.out`) with reference and fake kernels; compiled kernels replace them.
+  has none of them) with reference and fake kernels; compiled kernels replace them.
 
 These ops live in a namespace executorch owns, and some of it replaces executorch's kernels, so
 importing this module declares the records and registers nothing: `install()` (called through
@@ -16,12 +16,8 @@ importing this module declares the records and registers nothing: `install()` (c
 Semantics, bit for bit (what the kernels implement): dequantize is `(float(q) - float(zp)) * float(scale)`,
 quantize is `clamp(rint(x * float(1.0 / scale)) + float(zp), qmin, qmax)` in float32 (round half to even).
 
-embedding_byte: executorch's schema has `Tensor? weight_zero_points` where the seed lists a plain
-`Tensor`; the two cannot coexist (one schema per overload), so etfuse reuses executorch's, which
-accepts everything the seed's does. Its functional op has a CompositeExplicitAutograd kernel
-(executorch's, replaced below by etfuse's pattern; torch allows no CompositeImplicitAutograd
-kernel next to it), so a plain retrace keeps the op; `decompositions()` gives the pattern for
-`run_decompositions(decompositions())`.
+The embeddings (embedding_byte / _4bit / _2bit and their `.dtype` variants) are declared in
+embedding_ops.py and listed in QUANTIZED_OPS with the others.
 """
 
 from __future__ import annotations
@@ -31,8 +27,9 @@ import types
 
 import torch
 
-from . import registry
-from .registry import BackendOp, library, out_fake_kernel, register
+from . import embedding_ops, registry
+from .embedding_ops import EMBEDDING_BYTE, EMBEDDING_OPS  # noqa: F401 (EMBEDDING_BYTE is imported from here too)
+from .registry import BackendOp, library, register
 
 aten = torch.ops.aten
 qd = torch.ops.quantized_decomposed
@@ -64,16 +61,6 @@ def _add_scalar(qa, a_scale, a_zero_point, a_quant_min, a_quant_max, a_dtype, b,
     x = qd.dequantize_per_tensor.default(qa, a_scale, a_zero_point, a_quant_min, a_quant_max, a_dtype)
     return qd.quantize_per_tensor.default(aten.add.Scalar(x, b), out_scale, out_zero_point, out_quant_min,
                                           out_quant_max, out_dtype)
-
-
-def _embedding_byte(weight, weight_scales, weight_zero_points, weight_quant_min, weight_quant_max, indices):
-    # Per-row: scales (and zero points) have one value per row ([N] or [N, 1]). (q - zp) is exact in
-    # float32 and so is its product with a float16 scale; the result is rounded once to scales' dtype.
-    w = aten._to_copy.default(weight, dtype=torch.float32)
-    if weight_zero_points is not None:
-        w = aten.sub.Tensor(w, aten._to_copy.default(aten.reshape.default(weight_zero_points, [-1, 1]), dtype=torch.float32))
-    w = aten.mul.Tensor(w, aten._to_copy.default(aten.reshape.default(weight_scales, [-1, 1]), dtype=torch.float32))
-    return aten.embedding.default(aten._to_copy.default(w, dtype=weight_scales.dtype), indices)
 
 
 def _register_with_pattern_kernel(op: BackendOp) -> None:
@@ -108,16 +95,7 @@ QUANTIZED_ADD_SCALAR = BackendOp(
     "Scalar b, float out_scale, int out_zero_point, int out_quant_min, int out_quant_max, ScalarType out_dtype) -> Tensor",
     _add_scalar, doc="q(dq(qa) + b), b a Python scalar (float32 arithmetic)", kernel="quantized_add",
     runtime_library="quantized_runtime")
-EMBEDDING_BYTE = BackendOp(
-    "quantized_decomposed",
-    "embedding_byte(Tensor weight, Tensor weight_scales, Tensor? weight_zero_points, int weight_quant_min, "
-    "int weight_quant_max, Tensor indices) -> Tensor",
-    _embedding_byte,
-    doc="embedding(dq_per_row(weight), indices); weight int8/uint8 [N, D], scales [N] or [N, 1] float32/float16 "
-        "(the output dtype), zero points None or one per row (any int or float dtype)",
-    kernel="embedding_byte", runtime_library="quantized_runtime", triton="embedding_byte")
-
-QUANTIZED_OPS = [QUANTIZED_ADD, QUANTIZED_ADD_RELU, QUANTIZED_ADD_SCALAR, EMBEDDING_BYTE]
+QUANTIZED_OPS = [QUANTIZED_ADD, QUANTIZED_ADD_RELU, QUANTIZED_ADD_SCALAR, *EMBEDDING_OPS]
 
 
 # The per-tensor quantize/dequantize that fused programs keep at their edges. torch.ao defines
@@ -149,8 +127,8 @@ QDQ_OPS = [QUANTIZE_PER_TENSOR, DEQUANTIZE_PER_TENSOR]
 
 def decompositions() -> dict:
     """{functional op: pattern} for `ExportedProgram.run_decompositions`: gives every quantized
-    backend op its pattern back, including embedding_byte (whose CompositeExplicitAutograd kernel
-    is executorch's, so a plain retrace keeps it)."""
+    backend op its pattern back, including the embeddings (whose functional ops have
+    CompositeExplicitAutograd kernels, so a plain retrace keeps them)."""
     return {op.aten: op.pattern for op in QUANTIZED_OPS}
 
 
@@ -168,7 +146,7 @@ class StockQuantizedStandIn(types.ModuleType):
     """Stands in for `executorch.kernels.quantized`, imported after etfuse defined the same
     quantized_decomposed schemas (`etfuse.backend_ops.install()`): loading the real library now
     would abort the process (duplicate schema definitions, then duplicate runtime kernels).
-    etfuse's kernels cover add/add_relu/add.scalar/embedding_byte and the per-tensor
+    etfuse's kernels cover add/add_relu/add.scalar, the embeddings and the per-tensor
     quantize/dequantize. To use executorch's stock quantized kernels instead, import them first."""
 
     __etfuse_guard__ = True
@@ -185,20 +163,8 @@ def install() -> None:
     `etfuse.backend_ops.install()` calls it once)."""
     for op in (QUANTIZED_ADD, QUANTIZED_ADD_RELU, QUANTIZED_ADD_SCALAR):
         _register_with_pattern_kernel(op)
-    for op in (EMBEDDING_BYTE, *QDQ_OPS):
+    for op in QDQ_OPS:
         register(op)
-    # executorch's CompositeExplicitAutograd kernel for embedding_byte insists that zero points have
-    # the scales' dtype; torchao's dequantize_affine graphs carry int8 zero points (and
-    # dequantize_per_channel ones int64), which the edge verifier then rejects when it runs the op on
-    # fake tensors. etfuse's pattern computes the same values for every dtype executorch accepts
-    # (float32; for float16 scales it rounds once, where executorch's rounds after the subtraction
-    # too: they differ only for fractional float16 zero points) and also takes integer zero points.
-    library("quantized_decomposed").impl("embedding_byte", _embedding_byte, "CompositeExplicitAutograd",
-                                         allow_override=True)
-    # executorch's fake kernel for embedding_byte.out returns a fresh tensor instead of `out`, so the
-    # fake and real kernels disagree on aliasing (opcheck fails). The out variant's contract is
-    # "returns out": etfuse's derived fake kernel replaces it.
-    torch.library.register_fake("quantized_decomposed::embedding_byte.out", out_fake_kernel(EMBEDDING_BYTE),
-                                lib=library("quantized_decomposed"), allow_override=True)
+    embedding_ops.install()
     if STOCK_QUANTIZED_MODULE not in sys.modules:
         sys.modules[STOCK_QUANTIZED_MODULE] = StockQuantizedStandIn(STOCK_QUANTIZED_MODULE, StockQuantizedStandIn.__doc__)

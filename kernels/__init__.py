@@ -88,9 +88,12 @@ _INFO: Optional[KernelInfo] = None
 
 
 def _runtime_registered() -> set[str]:
+    """The ops of libetfuse_runtime.so the runtime has (not all are `etfuse::`: executorch's
+    `quant_fusion::_pack_embedding_weight.out` is there too)."""
     from executorch.extension.pybindings import portable_lib
 
-    return {n for n in portable_lib._get_operator_names() if n.startswith("etfuse::")}
+    _ensure_op_lists()
+    return set(portable_lib._get_operator_names()) & set(RUNTIME_OPS)
 
 
 def load(verbose: bool = False) -> KernelInfo:

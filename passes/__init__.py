@@ -10,6 +10,7 @@ from .compat.while_loop_to_scan import LoopLoweringError, LoopLoweringPass
 from .compat.map_to_scan import MapToScanPass, SpecialisedShapeError, refuse_specialised
 from .compat.cond_outputs import CondOutputCopyPass
 from .compat.cond_views import CondViewCopyPass
+from .fold_packed_weights import FoldPackedWeightsPass
 from .fused_program import FusedEdgeProgramManager
 from .verify import verify_written_nodes
 from .replace_pattern import replace_pattern, replace_patterns
@@ -21,5 +22,5 @@ __all__ = [
     "SymIntLoweringError", "SymIntToPrimsPass", "LoopLoweringError", "LoopLoweringPass", "MapToScanPass",
     "SpecialisedShapeError", "refuse_specialised", "CondOutputCopyPass", "CondViewCopyPass", "default_passes",
     "correctness_passes", "fuse", "to_edge", "copy_graph_module",
-    "FusedEdgeProgramManager", "verify_written_nodes", "replace_pattern", "replace_patterns",
+    "FoldPackedWeightsPass", "FusedEdgeProgramManager", "verify_written_nodes", "replace_pattern", "replace_patterns",
 ]

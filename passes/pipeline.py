@@ -32,6 +32,7 @@ from .compat.map_to_scan import MapToScanPass, SpecialisedShapeError
 from .compat.symint_to_prims import SymIntToPrimsPass
 from .compat.typed_pass_errors import install_typed_pass_errors
 from .compat.while_loop_to_scan import LoopLoweringPass
+from .fold_packed_weights import FoldPackedWeightsPass
 from .fused_program import FusedEdgeProgramManager
 from .fusion_pass import FusionPass
 from .graph_copy import copy_graph_module, graph_modules, has_hop, program_with
@@ -44,12 +45,15 @@ def default_passes() -> list:
     1. `LoopLoweringPass`: fusion must see loop bodies as scan bodies, which every later pass visits.
     2. `FusionPass`: every rule (quantized, GEMM/conv with their batch norm, float) in one sweep;
        which rule wins is the rules' data (`Rule.outranks`, passes/engine.py), not this order.
+       `FoldPackedWeightsPass` then folds the sub-byte embeddings' weight packing into constants
+       (it needs the program's values; given a graph module alone it leaves the packing to the runtime).
     3. `CondOutputCopyPass`, `CondViewCopyPass`: they copy results read by the final ops, so they
        run once those ops exist.
     4. `SymIntToPrimsPass`: the builtins of every pass before it (loop bounds included) become prims.
     """
     install_typed_pass_errors()  # so `edge.transform(default_passes())` raises etfuse's errors as themselves
-    return [LoopLoweringPass(), FusionPass(), CondOutputCopyPass(), CondViewCopyPass(), SymIntToPrimsPass()]
+    return [LoopLoweringPass(), FusionPass(), FoldPackedWeightsPass(), CondOutputCopyPass(), CondViewCopyPass(),
+            SymIntToPrimsPass()]
 
 
 def correctness_passes() -> list:

@@ -1,4 +1,5 @@
-"""Quantized fusions: dequantize -> op -> quantize chains into one `quantized_decomposed` op.
+"""Quantized fusions: dequantize -> add -> quantize chains into one `quantized_decomposed` op
+(the embeddings are in embedding_rules.py; `etfuse.patterns.QUANT_RULES` holds both).
 
 | rule                      | edge pattern                                                           | backend op                              |
 |---------------------------|------------------------------------------------------------------------|-----------------------------------------|
@@ -7,8 +8,6 @@
 | add_scalar                | q(add.Scalar(dq(qa), b))                     b a literal               | quantized_decomposed::add.scalar        |
 | add_scalar_lifted         | q(add.Tensor(dq(qa), b))                     b a lifted 0-dim constant | quantized_decomposed::add.scalar        |
 | add_scalar_lifted_int     | q(add.Tensor(dq(qa), _to_dim_order_copy(b))) b a lifted int constant   | quantized_decomposed::add.scalar        |
-| embedding_byte_affine     | embedding(torchao.dequantize_affine(w, [1, D], scale, zp, int8), idx)  | quantized_decomposed::embedding_byte    |
-| embedding_byte            | embedding(dequantize_per_channel(w, scales, zps or None, 0), idx)      | quantized_decomposed::embedding_byte    |
 
 The dq/q dtypes are pattern bindings too (`QuantRule.dtypes`), so one rule covers int8 and uint8
 and a dtype mismatch is a *declined* match with its reason in the report, not a silent miss.
@@ -23,7 +22,7 @@ from typing import Optional
 import torch
 import torch.fx as fx
 
-from etfuse.backend_ops.quantized_ops import EMBEDDING_BYTE, QUANTIZED_ADD, QUANTIZED_ADD_RELU, QUANTIZED_ADD_SCALAR
+from etfuse.backend_ops.quantized_ops import QUANTIZED_ADD, QUANTIZED_ADD_RELU, QUANTIZED_ADD_SCALAR
 
 from .constraints import all_of
 from .rule import EdgePattern, Match, Rule
@@ -135,20 +134,6 @@ def _scalar_examples(b):
     return lambda: (torch.zeros(2, 3, dtype=I8), 0.11, 3, -120, 121, b, 0.17, 7, -30000, 30000)
 
 
-def _embedding_affine_pattern(indices, weight, group_size, scale, zero_point, quant_min, quant_max,
-                              weight_dtype=I8, output_dtype=torch.float16):
-    # output_dtype is written out, so the pattern matches graphs that pass it and graphs that
-    # leave the default (float32): the engine compares schema arguments with defaults filled in.
-    w = torch.ops.torchao.dequantize_affine.default(weight, [1, group_size], scale, zero_point, weight_dtype,
-                                                    quant_min, quant_max, output_dtype)
-    return aten.embedding.default(w, indices)
-
-
-def _embedding_per_channel_pattern(indices, weight, scales, zero_points, quant_min, quant_max, weight_dtype=I8):
-    w = qd.dequantize_per_channel.default(weight, scales, zero_points, 0, quant_min, quant_max, weight_dtype)
-    return aten.embedding.default(w, indices)
-
-
 # --- constraints ------------------------------------------------------------------------------
 
 def _literal(m: Match, name: str):
@@ -236,51 +221,6 @@ def _scalar_is_known(m: Match) -> Optional[str]:
     return None
 
 
-def _embedding(scale_name: str, zp_name: Optional[str]):
-    def check(m: Match) -> Optional[str]:
-        w, s = m.value("weight"), m.value(scale_name)
-        if w.dim() != 2:
-            return f"weight has rank {w.dim()}; embedding_byte takes [N, D]"
-        n = w.shape[0]
-        if s.dtype not in (torch.float32, torch.float16):
-            return f"scales have dtype {s.dtype}; the kernel takes float32 or float16"
-        if tuple(s.shape) not in ((n,), (n, 1)):
-            return f"scales have shape {tuple(s.shape)}; per-row scales are [{n}] or [{n}, 1]"
-        if zp_name is not None and m.bindings[zp_name] is not None:
-            z = m.value(zp_name)
-            if tuple(z.shape) not in ((n,), (n, 1)):
-                return f"zero points have shape {tuple(z.shape)}; per-row zero points are [{n}] or [{n}, 1]"
-            if z.dtype == torch.bool or z.is_complex():
-                return f"zero points have dtype {z.dtype}"
-        out = m.anchor_value
-        if out.dtype != s.dtype:
-            return f"the embedding is {out.dtype} but the scales are {s.dtype}; embedding_byte returns the scales' dtype"
-        idx = m.value("indices")
-        if idx.dtype not in (torch.int64, torch.int32):
-            return f"indices have dtype {idx.dtype}"
-        if idx.dim() + 1 > _MAX_DIMS:
-            return f"indices have rank {idx.dim()}"
-        qmin, qmax = _literal(m, "quant_min"), _literal(m, "quant_max")
-        info = torch.iinfo(m.bindings["weight_dtype"])
-        if qmin is None or qmax is None or not (info.min <= qmin <= qmax <= info.max):
-            return f"quant range [{qmin}, {qmax}] is not inside {m.bindings['weight_dtype']}'s"
-        return None
-
-    return check
-
-
-def _weight_dtype(m: Match) -> Optional[str]:
-    if m.bindings["weight_dtype"] not in QUANT_DTYPES or m.value("weight").dtype != m.bindings["weight_dtype"]:
-        return f"weight dtype is {m.bindings['weight_dtype']}; embedding_byte takes int8 or uint8"
-    return None
-
-
-def _per_row(m: Match) -> Optional[str]:
-    if m.bindings["group_size"] != m.value("weight").shape[1]:
-        return f"block size [1, {m.bindings['group_size']}] is not per row (weight {tuple(m.value('weight').shape)})"
-    return None
-
-
 # --- replacement arguments --------------------------------------------------------------------
 
 def _add_scalar_arguments(m: Match):
@@ -288,15 +228,6 @@ def _add_scalar_arguments(m: Match):
     return ((b["qa"], b["a_scale"], b["a_zero_point"], b["a_quant_min"], b["a_quant_max"], b["a_dtype"],
              _scalar_value(m), b["out_scale"], b["out_zero_point"], b["out_quant_min"], b["out_quant_max"],
              b["out_dtype"]), {})
-
-
-def _embedding_arguments(scale_name: str, zp_name: Optional[str]):
-    def arguments(m: Match):
-        b = m.bindings
-        zp = b[zp_name] if zp_name else None
-        return ((b["weight"], b[scale_name], zp, b["quant_min"], b["quant_max"], b["indices"]), {})
-
-    return arguments
 
 
 _BINARY_DTYPES = {"a_dtype": I8, "b_dtype": U8, "out_dtype": I16}
@@ -320,14 +251,4 @@ QUANT_RULES = [
     _scalar_rule("add_scalar", _add_scalar_pattern, 0.37),
     _scalar_rule("add_scalar_lifted", _add_lifted_pattern, torch.tensor(0.37)),
     _scalar_rule("add_scalar_lifted_int", _add_lifted_int_pattern, torch.tensor(2)),
-    QuantRule("embedding_byte_affine", _embedding_affine_pattern, EMBEDDING_BYTE,
-              lambda: (torch.tensor([1, 2]), torch.zeros(10, 7, dtype=I8), 7, torch.ones(10, 1, dtype=torch.float16),
-                       torch.zeros(10, 1, dtype=I8), -127, 126),
-              all_of(_weight_dtype, _per_row, _embedding("scale", "zero_point")),
-              _embedding_arguments("scale", "zero_point"), dtypes={"weight_dtype": I8, "output_dtype": torch.float16}),
-    QuantRule("embedding_byte", _embedding_per_channel_pattern, EMBEDDING_BYTE,
-              lambda: (torch.tensor([1, 2]), torch.zeros(10, 7, dtype=I8), torch.ones(10), torch.zeros(10),
-                       -127, 126),
-              all_of(_weight_dtype, _embedding("scales", "zero_points")),
-              _embedding_arguments("scales", "zero_points"), dtypes={"weight_dtype": I8}),
 ]

@@ -10,7 +10,6 @@ executorch's pass leaves them in the edge dialect (`..._edge__ops_...`), same op
 import os
 import re
 import types
-import unittest
 
 import executorch.exir
 from torch.testing import FileCheck as TorchFileCheck
@@ -56,9 +55,6 @@ _MODULE = _load()
 
 
 class TestExecutorchQuantFusionPassWithEtfuse(_MODULE.TestQuantFusionPass):
-    # TODO(sub-byte embeddings, in progress on branch wt-emb): remove once they land
-    test_embedding_torchao = unittest.expectedFailure(_MODULE.TestQuantFusionPass.test_embedding_torchao)
-
     def test_the_pass_under_test_is_etfuse(self):
         from etfuse.passes.quant_fusion import QuantFusionPass
 

@@ -544,6 +544,11 @@ def test_op_lists_and_sources_are_derived_from_the_catalog():
     assert set(kernels.QUANTIZED_RUNTIME_OPS) == {"quantized_decomposed::add.out", "quantized_decomposed::add_relu.out",
                                                   "quantized_decomposed::add.scalar_out",
                                                   "quantized_decomposed::embedding_byte.out",
+                                                  "quantized_decomposed::embedding_byte.dtype_out",
+                                                  "quantized_decomposed::embedding_4bit.out",
+                                                  "quantized_decomposed::embedding_4bit.dtype_out",
+                                                  "quantized_decomposed::embedding_2bit.out",
+                                                  "quantized_decomposed::embedding_2bit.dtype_out",
                                                   "quantized_decomposed::quantize_per_tensor.out",
                                                   "quantized_decomposed::dequantize_per_tensor.out"}
     libs = kbuild.library_sources()

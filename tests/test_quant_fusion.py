@@ -523,12 +523,14 @@ class EmbeddingTest(TestCase):
         return to_edge(torch.export.export(m, (idx,))), idx
 
     def test_torchao_dequantize_affine(self):
-        for dtype in (torch.float32, torch.float16):
+        # float32 gives the functional op, float16 (torchao passes output_dtype) the .dtype variant,
+        # as executorch's rules do (patterns/embedding_rules.py)
+        for dtype, rule, op in ((torch.float32, "embedding_byte_affine", "embedding_byte.default"),
+                                (torch.float16, "embedding_byte_affine_dtype", "embedding_byte.dtype")):
             edge, idx = self.torchao_edge(dtype)
             fused, report = fuse(edge)
-            self.assertEqual(report.counts(), {"embedding_byte_affine": 1}, report.declined)
-            self.assertEqual(op_names(fused.exported_program().graph_module),
-                             ["quantized_decomposed.embedding_byte.default"])
+            self.assertEqual(report.counts(), {rule: 1}, report.declined)
+            self.assertEqual(op_names(fused.exported_program().graph_module), [f"quantized_decomposed.{op}"])
             # No runtime here has torchao::dequantize_affine.out (executorch ships no kernel for it),
             # so the unfused program runs in eager, op for op as lowered.
             (fused_out,) = run(fused.to_executorch(), (idx,))

@@ -329,7 +329,8 @@ def embedding_byte(weight, weight_scales, weight_zero_points, weight_quant_min, 
                    out: Optional[torch.Tensor] = None, block_rows: Optional[int] = None,
                    block_d: Optional[int] = None) -> torch.Tensor:
     """quantized_decomposed::embedding_byte: weight int8/uint8 [N, D], scales float32/float16
-    [N] or [N, 1] (the output dtype), zero points None or per row, indices int32/int64."""
+    [N] or [N, 1] (the output dtype), zero points None or per row, indices int32/int64.
+    Groupwise ([N, G]) or bfloat16 scales are `Unsupported` (the registration runs the pattern)."""
     op = "quantized_decomposed::embedding_byte.out"
     if weight.dtype not in QUANT_DTYPES:
         raise RuntimeError(f"{op}: weight must be int8 or uint8, got {weight.dtype}")
@@ -340,6 +341,8 @@ def embedding_byte(weight, weight_scales, weight_zero_points, weight_quant_min, 
         raise RuntimeError(f"{op}: quant range [{weight_quant_min}, {weight_quant_max}] is not inside the weight dtype's")
     rows, D = weight.shape
     scales = weight_scales
+    if scales.dtype == torch.bfloat16 or (scales.dim() == 2 and scales.shape[0] == rows and scales.shape[1] > 1):
+        raise Unsupported("bfloat16 or groupwise scales: the op's pattern serves them")
     if scales.dtype not in (torch.float32, torch.float16):
         raise RuntimeError(f"{op}: weight_scales must be float32 or float16, got {scales.dtype}")
     if not (scales.numel() == rows and (scales.dim() == 1 or (scales.dim() == 2 and scales.shape[1] == 1))):

@@ -1,0 +1,99 @@
+"""FoldPackedWeightsPass: what the embedding fusions leave to be done with the weights' values.
+
+The sub-byte embedding rules (patterns/embedding_rules.py) write
+`quant_fusion._pack_embedding_weight(w, bits) -> embedding_{4,2}bit(packed, ...)`: a graph module
+has no weight values, so the packing is an op. With the program in hand this pass
+
+* runs every pack op whose weight is a constant (parameter, buffer, lifted constant) once and
+  puts the packed table in the program as a constant, in place of the op (executorch's
+  `constant_prop_pass`, asked to fold the pack ops and nothing else); the unpacked weight goes
+  when nothing else reads it;
+* drops zero points that are constants and all 0 from the embedding ops (None: symmetric
+  quantization; `(q - 0) * s` is `q * s`, bit for bit).
+
+It works on a copy: the caller's program, graph module, state dict and constants stay as they
+were. `etfuse.fuse` and `edge.transform(default_passes())` run it after the fusion pass. Given a
+graph module alone (`ExecutorchBackendConfig(passes=...)` hands passes only that) there are no
+values: it returns a copy, the pack ops stay in the program and run on the runtime at every call
+(`quant_fusion::_pack_embedding_weight.out`, kernels/csrc/ops/pack_embedding_weight.cpp).
+"""
+
+from __future__ import annotations
+
+import copy
+
+import torch
+import torch.fx as fx
+from executorch.exir.pass_base import ExportedProgramPassBase, ExportedProgramPassResult
+from executorch.exir.passes.constant_prop_pass import constant_prop_pass, get_constant_placeholder_dict
+from torch.fx.passes.infra.pass_base import PassResult
+
+from etfuse.backend_ops import EMBEDDING_OPS, PACK_EMBEDDING_WEIGHT
+
+from .graph_copy import copy_graph_module, program_with
+
+
+def _aten(target):
+    return getattr(target, "_op", target)
+
+
+def _is_pack(target) -> bool:
+    return _aten(target) == PACK_EMBEDDING_WEIGHT.aten
+
+
+_EMBEDDINGS = {op.aten for op in EMBEDDING_OPS}
+
+
+class FoldPackedWeightsPass(ExportedProgramPassBase):
+    """Pack ops on constant weights -> packed constants; all-zero constant zero points -> None."""
+
+    def __call__(self, program):
+        if isinstance(program, fx.GraphModule):
+            return PassResult(copy_graph_module(program), True)
+        return super().__call__(program)
+
+    def call(self, ep) -> ExportedProgramPassResult:
+        constants = get_constant_placeholder_dict(ep)
+        packs = [n for n in ep.graph.nodes if n.op == "call_function" and _is_pack(n.target) and n.args[0] in constants]
+        zero_zps = [n for n in ep.graph.nodes if n.op == "call_function" and _aten(n.target) in _EMBEDDINGS
+                    and _all_zero(n.args[2] if len(n.args) > 2 else None, constants)]
+        if not packs and not zero_zps:
+            return ExportedProgramPassResult(ep, False)
+        new = program_with(ep, copy_graph_module(ep.graph_module), copy.deepcopy(ep.graph_signature),
+                           dict(ep.state_dict), dict(ep.constants))
+        if zero_zps:
+            names = {n.name for n in zero_zps}
+            dropped = set()
+            for n in new.graph.nodes:
+                if n.name in names:
+                    dropped.add(n.args[2])
+                    n.args = (*n.args[:2], None, *n.args[3:])
+            new = _without_unused_constants(new, dropped)
+        if packs:
+            # every other op is skipped: only the packing is folded, the rest of the program stays
+            skip = {n.target for n in new.graph.nodes if n.op == "call_function" and not _is_pack(n.target)}
+            new = constant_prop_pass(new, custom_skip_targets=skip)
+        return ExportedProgramPassResult(new, True)
+
+
+def _without_unused_constants(ep, candidates: set):
+    """`ep` (owned by this pass) without the constant placeholders among `candidates` nothing reads."""
+    sig = ep.graph_signature
+    by_input = {**sig.inputs_to_parameters, **sig.inputs_to_buffers, **sig.inputs_to_lifted_tensor_constants}
+    erased = set()
+    for node in candidates:
+        if node.users or node.name not in by_input:
+            continue
+        target = by_input[node.name]
+        erased.add(node.name)
+        ep.graph.erase_node(node)
+        ep.state_dict.pop(target, None)
+        ep.constants.pop(target, None)
+    ep.graph_module.recompile()
+    sig.input_specs = [s for s in sig.input_specs if s.arg.name not in erased]  # the pass's own copy
+    return program_with(ep, ep.graph_module, sig, ep.state_dict, ep.constants)
+
+
+def _all_zero(arg, constants: dict) -> bool:
+    value = constants.get(arg) if isinstance(arg, fx.Node) else None
+    return isinstance(value, torch.Tensor) and bool((value == 0).all())

@@ -1,0 +1,296 @@
+"""Quantized embeddings: `embedding_byte`, `embedding_4bit`, `embedding_2bit` (+ `.dtype`), the
+packing op, their kernels (eager and runtime, bit for bit against the ops' patterns and against
+the dequantize -> embedding chains they replace), and the fusion of torchao's
+`IntxWeightOnlyConfig` embeddings through `etfuse.fuse`."""
+
+from __future__ import annotations
+
+import copy
+
+import pytest
+import torch
+from executorch.exir import EdgeCompileConfig, ExecutorchBackendConfig, to_edge
+
+import etfuse
+import etfuse.backend_ops as bo
+import etfuse.kernels
+from etfuse.backend_ops import embedding_ops as E
+from etfuse.passes import FoldPackedWeightsPass, QuantFusionPass, default_passes
+from etfuse.runtime import run
+from fusion_helpers import op_names
+
+qd = torch.ops.quantized_decomposed
+pack = torch.ops.quant_fusion._pack_embedding_weight.default
+I8, U8, F32, F16, BF16 = torch.int8, torch.uint8, torch.float32, torch.float16, torch.bfloat16
+RANGE = {8: (-128, 127), 4: (-8, 7), 2: (-2, 1)}
+NAME = {8: "embedding_byte", 4: "embedding_4bit", 2: "embedding_2bit"}
+RECORD = {8: (E.EMBEDDING_BYTE, E.EMBEDDING_BYTE_DTYPE), 4: (E.EMBEDDING_4BIT, E.EMBEDDING_4BIT_DTYPE),
+          2: (E.EMBEDDING_2BIT, E.EMBEDDING_2BIT_DTYPE)}
+
+
+@pytest.fixture(scope="module", autouse=True)
+def kernels():
+    etfuse.kernels.load()
+
+
+def table(bits, n=12, d=64, groups=1, sdt=F32, zp=True, seed=0):
+    """(values int8 [n, d], stored weight, scales [n] or [n, groups], zero points or None)."""
+    g = torch.Generator().manual_seed(seed)
+    lo, hi = RANGE[bits]
+    v = torch.randint(lo, hi + 1, (n, d), dtype=I8, generator=g)
+    s = (torch.rand(n, groups, generator=g) * 0.05 + 1e-3).to(sdt)
+    s = s.reshape(n) if groups == 1 else s
+    z = torch.randint(lo, hi + 1, s.shape, dtype=I8, generator=g) if zp else None
+    return v, (v if bits == 8 else pack(v, bits)), s, z
+
+
+def chain(v, s, z, bits, out_dtype):
+    """The unfused program's computation: torchao's dequantize_affine, then embedding."""
+    d = v.shape[1]
+    groups = s.shape[1] if s.dim() == 2 else 1
+    w = torch.ops.torchao.dequantize_affine(v, [1, d // groups], s, z, I8, *RANGE[bits], out_dtype)
+    return lambda idx: torch.nn.functional.embedding(idx, w)
+
+
+def test_opcheck():
+    utils = ("test_schema", "test_autograd_registration", "test_faketensor")
+    idx = torch.tensor([[1, 0], [11, 3]])
+    for bits in (8, 4, 2):
+        _, w, s, z = table(bits, groups=2, sdt=F16)
+        args = (w, s, z, *RANGE[bits], idx)
+        plain, dtyped = RECORD[bits]
+        torch.library.opcheck(plain.aten, args, test_utils=utils)
+        torch.library.opcheck(plain.aten_out, args, {"out": torch.empty(2, 2, 64, dtype=F16)}, test_utils=utils)
+        torch.library.opcheck(dtyped.aten, args, {"dtype": BF16}, test_utils=utils)
+        torch.library.opcheck(dtyped.aten_out, args, {"dtype": BF16, "out": torch.empty(2, 2, 64, dtype=BF16)},
+                              test_utils=utils)
+    v = torch.randint(-8, 8, (6, 8), dtype=I8)
+    torch.library.opcheck(E.PACK_EMBEDDING_WEIGHT.aten, (v, 4), test_utils=utils)
+    torch.library.opcheck(E.PACK_EMBEDDING_WEIGHT.aten_out, (v, 2), {"out": torch.empty(6, 2, dtype=U8)},
+                          test_utils=utils)
+
+
+@pytest.mark.parametrize("bits", [8, 4, 2])
+def test_eager_kernel_bit_exact(bits):
+    """The compiled `.out` kernels against the ops' patterns and against dequantize_affine ->
+    embedding: per-axis and groupwise, with and without zero points, every scale and out dtype."""
+    idx = torch.tensor([[0, 11, 5], [5, 3, 7]])
+    plain, dtyped = RECORD[bits]
+    for groups in (1, 4):
+        for zp in (True, False):
+            for sdt in (F32, F16, BF16):
+                v, w, s, z = table(bits, groups=groups, sdt=sdt, zp=zp, seed=groups + 7 * zp)
+                args = (w, s, z, *RANGE[bits], idx)
+                got = plain.aten_out(*args, out=torch.empty(0, dtype=sdt))
+                assert torch.equal(got, plain.pattern(*args)), (groups, zp, sdt)
+                assert torch.equal(got, chain(v, s, z, bits, sdt)(idx)), (groups, zp, sdt)
+                for out_dtype in (F32, F16, BF16):
+                    got = dtyped.aten_out(*args, dtype=out_dtype, out=torch.empty(0, dtype=out_dtype))
+                    assert torch.equal(got, dtyped.pattern(*args, dtype=out_dtype)), (groups, zp, sdt, out_dtype)
+                    assert torch.equal(got, chain(v, s, z, bits, out_dtype)(idx)), (groups, zp, sdt, out_dtype)
+
+
+def test_eager_kernel_layouts_and_isas():
+    """Strided tables, int32 indices, uint8 bytes, zero points of other dtypes, and the baseline
+    (no AVX2) loops give the same bits."""
+    v, w, s, z = table(4, n=9, d=96, groups=3)
+    idx = torch.tensor([8, 0, 4, 4])
+    want = E._embedding_4bit(w, s, z, -8, 7, idx)
+    strided = torch.empty(9, 96, dtype=U8)[:, ::2]
+    strided.copy_(w)
+    assert not strided.is_contiguous()
+    assert torch.equal(qd.embedding_4bit.out(strided, s, z, -8, 7, idx.int(), out=torch.empty(0)), want)
+    assert torch.equal(qd.embedding_4bit.out(w, s, z.float(), -8, 7, idx, out=torch.empty(0)), want)
+    assert torch.equal(qd.embedding_4bit.out(w, s.t().contiguous().t(), z.long(), -8, 7, idx, out=torch.empty(0)), want)
+    u = torch.randint(0, 256, (5, 24), dtype=U8)
+    su, zu = torch.rand(5, 2), torch.randint(0, 256, (5, 2), dtype=U8)
+    assert torch.equal(qd.embedding_byte.out(u.t().contiguous().t(), su, zu, 0, 255, idx[1:3], out=torch.empty(0)),
+                       E._embedding_byte(u, su, zu, 0, 255, idx[1:3]))
+    etfuse.kernels.set_isa("baseline")
+    try:
+        for bits in (8, 4, 2):
+            v, w, s, z = table(bits, groups=2)
+            args = (w, s, z, *RANGE[bits], idx)
+            assert torch.equal(RECORD[bits][0].aten_out(*args, out=torch.empty(0)), RECORD[bits][0].pattern(*args))
+    finally:
+        etfuse.kernels.set_isa("auto")
+
+
+def test_eager_errors():
+    _, w, s, z = table(4)
+    with pytest.raises(RuntimeError, match=r"embedding_4bit.out: index 12 is out of range for 12 rows"):
+        qd.embedding_4bit.out(w, s, z, -8, 7, torch.tensor([0, 12]), out=torch.empty(0))
+    with pytest.raises(RuntimeError, match=r"embedding_2bit.dtype_out: index -1 is out of range for 12 rows"):
+        qd.embedding_2bit.dtype_out(pack(torch.zeros(12, 8, dtype=I8), 2), s, None, -2, 1, torch.tensor([-1]),
+                                    dtype=F16, out=torch.empty(0, dtype=F16))
+    with pytest.raises(RuntimeError, match=r"weight must be uint8 \(2 values packed per byte\), got Char"):
+        qd.embedding_4bit.out(w.view(I8), s, z, -8, 7, torch.tensor([0]), out=torch.empty(0))
+    with pytest.raises(RuntimeError, match=r"quant range \[-128, 127\] is not inside \[-8, 7\]"):
+        qd.embedding_4bit.out(w, s, z, -128, 127, torch.tensor([0]), out=torch.empty(0))
+    with pytest.raises(RuntimeError, match=r"5 scale groups do not divide D = 64"):
+        qd.embedding_4bit.out(w, torch.ones(12, 5), None, -8, 7, torch.tensor([0]), out=torch.empty(0))
+    with pytest.raises(RuntimeError, match=r"weight_zero_points must be \[N\], \[N, 1\] or \[N, G\]"):
+        qd.embedding_4bit.out(w, torch.ones(12, 2), torch.zeros(12, 4), -8, 7, torch.tensor([0]), out=torch.empty(0))
+    with pytest.raises(RuntimeError, match=r"out must have dtype Half, got Float"):
+        qd.embedding_byte.out(torch.zeros(3, 4, dtype=I8), torch.ones(3, dtype=F16), None, -128, 127,
+                              torch.tensor([0]), out=torch.empty(0))
+
+
+class DirectOps(torch.nn.Module):
+    """Every embedding op and the packing, called directly on the inputs (for the runtime)."""
+
+    def forward(self, v8, v4, v2, s, z, idx):
+        w4, w2 = pack(v4, 4), pack(v2, 2)
+        return (qd.embedding_byte.default(v8, s, z, -128, 127, idx),
+                qd.embedding_byte.dtype(v8, s, None, -128, 127, idx, dtype=F16),
+                qd.embedding_4bit.default(w4, s, None, -8, 7, idx),
+                qd.embedding_4bit.dtype(w4, s, z, -8, 7, idx, dtype=BF16),
+                qd.embedding_2bit.default(w2, s, z, -2, 1, idx),
+                qd.embedding_2bit.dtype(w2, s, None, -2, 1, idx, dtype=F32))
+
+
+def test_runtime_matches_eager_and_refuses_bad_indices():
+    g = torch.Generator().manual_seed(3)
+    inputs = (torch.randint(-128, 128, (16, 64), dtype=I8, generator=g),
+              torch.randint(-8, 8, (16, 64), dtype=I8, generator=g),
+              torch.randint(-2, 2, (16, 64), dtype=I8, generator=g),
+              torch.rand(16, 4, generator=g) + 0.01, torch.randint(-2, 2, (16, 4), dtype=I8, generator=g),
+              torch.tensor([[3, 15, 0], [7, 7, 1]]))
+    m = DirectOps()
+    ep = to_edge(torch.export.export(m, inputs), compile_config=EdgeCompileConfig(_check_ir_validity=False))
+    program = ep.to_executorch()
+    names = {o.name + "." + o.overload for o in program.executorch_program.execution_plan[0].operators}
+    assert names == {"quant_fusion::_pack_embedding_weight.out", "quantized_decomposed::embedding_byte.out",
+                     "quantized_decomposed::embedding_byte.dtype_out", "quantized_decomposed::embedding_4bit.out",
+                     "quantized_decomposed::embedding_4bit.dtype_out", "quantized_decomposed::embedding_2bit.out",
+                     "quantized_decomposed::embedding_2bit.dtype_out"}
+    got = run(program, inputs)
+    for a, b in zip(got, m(*inputs)):
+        assert a.dtype == b.dtype and torch.equal(a, b)
+    with pytest.raises(RuntimeError):  # index 16 of 16 rows: the method fails, the process lives on
+        run(program, (*inputs[:5], torch.tensor([[3, 16, 0], [7, 7, 1]])))
+
+
+# ---- fusion ----------------------------------------------------------------------------------
+
+def torchao_model(dtype):
+    """Six embeddings quantized by torchao's IntxWeightOnlyConfig: 2, 4 and 8 bits, PerGroup(32)
+    symmetric (zero points all 0) and PerAxis(0) asymmetric."""
+    from torchao.quantization.granularity import PerAxis, PerGroup
+    from torchao.quantization.quant_api import IntxWeightOnlyConfig, quantize_
+    from torchao.quantization.quant_primitives import MappingType
+
+    class M(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.names = [f"e{bits}{kind}" for kind in ("g", "a") for bits in (2, 4, 8)]
+            for name in self.names:
+                setattr(self, name, torch.nn.Embedding(20, 64))
+
+        def forward(self, i):
+            return tuple(getattr(self, name)(i) for name in self.names)
+
+    torch.manual_seed(0)
+    m = M().to(dtype).eval()
+    for bits in (2, 4, 8):
+        for kind, granularity, mapping in (("g", PerGroup(32), MappingType.SYMMETRIC),
+                                           ("a", PerAxis(0), MappingType.ASYMMETRIC)):
+            quantize_(m, IntxWeightOnlyConfig(weight_dtype=getattr(torch, f"int{bits}"), granularity=granularity,
+                                              mapping_type=mapping), lambda mod, fqn, n=f"e{bits}{kind}": fqn == n)
+    return m
+
+
+@pytest.mark.parametrize("dtype", [F32, F16, BF16])
+def test_torchao_models_fuse_and_match_eager(dtype):
+    idx = torch.tensor([[1, 19, 4], [0, 4, 7]])
+    overload = "default" if dtype == F32 else "dtype"
+    m = torchao_model(dtype)
+    edge = to_edge(torch.export.export(m, (idx,)))
+    before = copy.deepcopy(edge.exported_program().state_dict)
+    fused = etfuse.fuse(edge)
+    gm = fused.exported_program().graph_module
+    ops = [f"quantized_decomposed.embedding_{w}.{overload}" for w in ("2bit", "4bit", "byte")]
+    assert op_names(gm) == ops + ops  # no pack op, no dequantize left
+    nodes = [n for n in gm.graph.nodes if n.op == "call_function"]
+    # symmetric (the first three): all-zero zero points dropped; asymmetric ones kept
+    assert [n.args[2] is None for n in nodes] == [True] * 3 + [False] * 3
+    # the packed tables are constants of the program: uint8, D / 4 and D / 2 columns
+    consts = fused.exported_program().constants
+    assert [tuple(consts[nodes[k].args[0].name].shape) for k in (0, 1, 3, 4)] == [(20, 16), (20, 32)] * 2
+    assert all(consts[nodes[k].args[0].name].dtype == U8 for k in (0, 1, 3, 4))
+    # the caller's program is as it was
+    assert edge.exported_program().state_dict.keys() == before.keys()
+    assert all(torch.equal(v, before[k]) for k, v in edge.exported_program().state_dict.items())
+    assert op_names(edge.exported_program().graph_module).count("torchao.dequantize_affine.default") == 6
+    got, want = run(fused.to_executorch(), (idx,)), m(idx)
+    for a, b in zip(got, want):
+        assert a.dtype == dtype and torch.equal(a, b)
+
+
+def test_transform_and_backend_config_routes():
+    """transform(default_passes()) gives fuse's program; ExecutorchBackendConfig(passes=...) has no
+    weight values, so the packing stays an op and runs on the runtime, with the same numbers."""
+    idx = torch.tensor([3, 0, 19])
+    m = torchao_model(F32)
+    edge = to_edge(torch.export.export(m, (idx,)))
+    fused = etfuse.fuse(edge)
+    transformed = edge.transform(default_passes())
+    assert op_names(transformed.exported_program().graph_module) == op_names(fused.exported_program().graph_module)
+    program = copy.deepcopy(edge).to_executorch(ExecutorchBackendConfig(passes=default_passes()))
+    names = [o.name for o in program.executorch_program.execution_plan[0].operators]
+    assert names.count("quant_fusion::_pack_embedding_weight") == 1  # one .out kernel, used by four nodes
+    want = m(idx)
+    for outs in (run(program, (idx,)), run(transformed.to_executorch(), (idx,))):
+        assert all(torch.equal(a, b) for a, b in zip(outs, want))
+
+
+def test_fold_pass_on_a_graph_module_keeps_the_pack_op():
+    m = torchao_model(F32)
+    edge = to_edge(torch.export.export(m, (torch.tensor([1]),)))
+    gm = QuantFusionPass()(edge.exported_program().graph_module).graph_module
+    res = FoldPackedWeightsPass()(gm)
+    assert res.graph_module is not gm
+    assert op_names(res.graph_module).count("quant_fusion._pack_embedding_weight.default") == 4
+
+
+class GroupDequantize(torch.nn.Module):
+    """quantized_decomposed.dequantize_per_channel_group -> embedding, int4 values."""
+
+    def __init__(self, scale_dtype, out_dtype):
+        super().__init__()
+        g = torch.Generator().manual_seed(1)
+        self.register_buffer("w", torch.randint(-8, 8, (10, 64), dtype=I8, generator=g))
+        self.register_buffer("s", (torch.rand(10, 2, generator=g) * 0.1 + 0.01).to(scale_dtype))
+        self.register_buffer("z", torch.randint(-8, 8, (10, 2), dtype=I8, generator=g))
+        self.out_dtype = out_dtype
+
+    def forward(self, i):
+        w = qd.dequantize_per_channel_group.default(self.w, self.s, self.z, -8, 7, I8, 32, self.out_dtype)
+        return torch.nn.functional.embedding(i, w)
+
+
+def test_dequantize_per_channel_group_form():
+    idx = torch.tensor([[9, 0], [2, 2]])
+    for scale_dtype, out_dtype, rule in ((F32, F32, "embedding_4bit_group"), (F16, F16, "embedding_4bit_group_dtype"),
+                                         (F32, BF16, "embedding_4bit_group_dtype")):
+        m = GroupDequantize(scale_dtype, out_dtype)
+        edge = to_edge(torch.export.export(m, (idx,)))
+        p = QuantFusionPass()
+        p(copy.deepcopy(edge.exported_program().graph_module))
+        assert p.report.counts() == {rule: 1}, p.report.declined
+        (got,) = run(etfuse.fuse(edge).to_executorch(), (idx,))
+        assert torch.equal(got, m(idx))
+    # float16 scales, float32 out: the pattern rounds the product to float16 first; the kernel would not
+    edge = to_edge(torch.export.export(GroupDequantize(F16, F32), (idx,)))
+    p = QuantFusionPass()
+    p(edge.exported_program().graph_module)
+    assert p.report.fused == []
+    assert ("the pattern rounds (q - zp) * scale to torch.float16 before the torch.float32 output; the kernel "
+            "rounds once") in {d.reason for d in p.report.declined}
+
+
+def test_op_table_lists_the_embeddings():
+    names = {op.qualname for op in bo.CATALOG}
+    assert {"quantized_decomposed::embedding_byte.dtype", "quantized_decomposed::embedding_4bit",
+            "quantized_decomposed::embedding_4bit.dtype", "quantized_decomposed::embedding_2bit",
+            "quantized_decomposed::embedding_2bit.dtype", "quant_fusion::_pack_embedding_weight"} <= names
