@@ -197,9 +197,11 @@ class _Matcher:
 
     def _fail(self, pnode: Optional[fx.Node], gvalue, matched: dict, kind: str, detail=None):
         # Two comparisons and a tuple on a path that fails anyway: keeps the deepest failure,
-        # formatted into words only if a near miss is reported (`_why`).
-        if len(matched) > self._miss_depth:
-            self.miss, self._miss_depth = (pnode, gvalue, kind, detail), len(matched)
+        # formatted into words only if a near miss is reported (`_why`). An op whose own
+        # arguments differ (a literal, a list length) did not match: it does not count.
+        depth = len(matched) - (kind in ("literal", "arity") and pnode in matched)
+        if depth > self._miss_depth:
+            self.miss, self._miss_depth = (pnode, gvalue, kind, detail), depth
         return None
 
     def _node(self, pnode: fx.Node, gvalue, state):
