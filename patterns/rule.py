@@ -149,13 +149,16 @@ class Rule:
         if isinstance(self.replacement, BackendOp):
             return None
         if self not in _TRACED_REPLACEMENTS:
-            traced = self.bind_literals(trace_replacement(self), replacement=True)
-            wanted = len(self.edge_pattern().outputs)
-            if len(traced.outputs) != wanted:
-                raise PatternError(f"rule {self.name!r}: the pattern returns {wanted} value(s) and the replacement "
-                                   f"{len(traced.outputs)}; they must return as many, in the same order")
-            _TRACED_REPLACEMENTS[self] = traced
+            self._store_replacement(trace_replacement(self))
         return _TRACED_REPLACEMENTS[self]
+
+    def _store_replacement(self, traced: EdgePattern) -> None:
+        traced = self.bind_literals(traced, replacement=True)
+        wanted = len(self.edge_pattern().outputs)
+        if len(traced.outputs) != wanted:
+            raise PatternError(f"rule {self.name!r}: the pattern returns {wanted} value(s) and the replacement "
+                               f"{len(traced.outputs)}; they must return as many, in the same order")
+        _TRACED_REPLACEMENTS[self] = traced
 
     def produces(self) -> list:
         """The ATen overloads the replacement puts into a graph."""
@@ -286,9 +289,13 @@ def trace_replacement(rule: Rule) -> EdgePattern:
     """Export the rule's function replacement with the pattern's example inputs and lower it with
     `to_edge` (not cached; `Rule.replacement_graph` caches). Backend ops stay themselves
     (`to_edge` would decompose them into their patterns)."""
+    return _trace(rule, rule.replacement, "replacement", _catalog_ops())
+
+
+def _catalog_ops() -> list:
     from etfuse.backend_ops import CATALOG
 
-    return _trace(rule, rule.replacement, "replacement", [op.aten for op in CATALOG])
+    return [op.aten for op in CATALOG]
 
 
 def _trace(rule: Rule, fn: Callable, what: str, preserve_ops=()) -> EdgePattern:
@@ -362,15 +369,27 @@ class _PatternsModule(torch.nn.Module):
         return tuple(out)
 
 
-def trace_edge_patterns(rules: list[Rule]) -> dict[Rule, EdgePattern]:
-    """Trace many patterns with one export and one `to_edge` (each costs about a second however
-    small the graph): {rule: its edge-dialect graph}, not cached. A rule whose pattern cannot be
-    traced this way is left out (`trace_edge_pattern` then says why); so are all of them if the
-    export of the whole fails."""
+def trace_edge_patterns(rules: list[Rule], replacements: bool = False) -> dict[Rule, EdgePattern]:
+    """Trace many patterns (or, with `replacements`, many function replacements) with one export
+    and one `to_edge` (each costs about a second however small the graph): {rule: its
+    edge-dialect graph}, not cached. A rule whose function cannot be traced this way is left out
+    (`trace_edge_pattern` / `trace_replacement` then says why); so are all of them if the export
+    of the whole fails."""
+    def fn(r):
+        return r.replacement if replacements else r.pattern
+
     try:
         examples = [_examples(r) for r in rules]
-        module = _PatternsModule([(r.pattern, ex[1]) for r, ex in zip(rules, examples)])
-        lowered_ep = _to_edge(module, tuple(t for ex in examples for t in ex[2]))
+        # rules with the same function, example inputs and parameters (a rule and its twin that
+        # only a constraint tells apart) share one traced copy; each gets its own graph below
+        keys = [(fn(r), r.example_inputs, tuple(ex[0])) for r, ex in zip(rules, examples)]
+        first = {}
+        for i, key in enumerate(keys):
+            first.setdefault(key, i)
+        parts = list(first.values())
+        module = _PatternsModule([(fn(rules[i]), examples[i][1]) for i in parts])
+        preserve = _catalog_ops() if replacements else ()
+        lowered_ep = _to_edge(module, tuple(t for i in parts for t in examples[i][2]), preserve)
     except Exception:  # noqa: BLE001 - each rule is traced alone, and fails with its own message
         return {}
     graph = lowered_ep.graph_module.graph
@@ -378,16 +397,20 @@ def trace_edge_patterns(rules: list[Rule]) -> dict[Rule, EdgePattern]:
     placeholders = [n for n in graph.nodes if n.op == "placeholder" and n.name in user_inputs]
     outputs = list(next(n for n in graph.nodes if n.op == "output").args[0])
     arities = [spec.num_leaves for spec in lowered_ep.call_spec.out_spec.children_specs]
-    if len(arities) != len(rules) or len(outputs) != sum(arities):
+    if len(arities) != len(parts) or len(outputs) != sum(arities):
         return {}
-    traced, start = {}, 0
-    for rule, (params, inputs, tensors, scalars), arity in zip(rules, examples, arities):
-        mine = placeholders[start:start + len(tensors)]
-        start += len(tensors)
-        outs, outputs = outputs[:arity], outputs[arity:]
+    part_io, start = {}, 0
+    for i, arity in zip(parts, arities):
+        part_io[keys[i]] = placeholders[start:start + len(examples[i][2])], outputs[:arity]
+        start += len(examples[i][2])
+        outputs = outputs[arity:]
+    traced = {}
+    for rule, key, (params, inputs, tensors, scalars) in zip(rules, keys, examples):
+        mine, outs = part_io[key]
         names = [n for n, v in zip(params, inputs) if isinstance(v, torch.Tensor)]
         try:
-            traced[rule] = _finish(rule, _subgraph(graph, outs, dict(zip(mine, names))), params, scalars)
+            traced[rule] = _finish(rule, _subgraph(graph, outs, dict(zip(mine, names))), params, scalars,
+                                   replacement=replacements)
         except PatternError:
             pass
     return traced
@@ -423,10 +446,16 @@ def _subgraph(graph: fx.Graph, outs: list, inputs: dict[fx.Node, str]) -> fx.Gra
 
 
 def edge_patterns(rules) -> list[EdgePattern]:
-    """`rule.edge_pattern()` for each rule, the ones not traced yet traced together."""
+    """`rule.edge_pattern()` for each rule, the ones not traced yet traced together; their function
+    replacements too (one more export), so preparing a rule table costs two exports, not one per rule."""
     rules = list(rules)
     todo = [r for r in dict.fromkeys(rules) if r not in _TRACED]
     if len(todo) > 1:
         for rule, traced in trace_edge_patterns(todo).items():
             _TRACED[rule] = rule._checked(rule.bind_literals(traced))
-    return [r.edge_pattern() for r in rules]
+    patterns = [r.edge_pattern() for r in rules]
+    todo = [r for r in dict.fromkeys(rules) if not isinstance(r.replacement, BackendOp) and r not in _TRACED_REPLACEMENTS]
+    if len(todo) > 1:
+        for rule, traced in trace_edge_patterns(todo, replacements=True).items():
+            rule._store_replacement(traced)
+    return patterns

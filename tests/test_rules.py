@@ -89,6 +89,20 @@ class RuleTableTest(TestCase):
             self.assertEqual((batch.params, batch.anchor.name, [n.name for n in batch.ops]),
                              (alone.params, alone.anchor.name, [n.name for n in alone.ops]), rule.name)
 
+    def test_replacements_traced_together_equal_replacements_traced_alone(self):
+        from etfuse.backend_ops import install
+        from etfuse.patterns import RULES, trace_edge_patterns
+        from etfuse.patterns.rule import trace_replacement
+
+        install()
+        functions = [r for r in RULES if r.replacement_graph() is not None]
+        together = trace_edge_patterns(functions, replacements=True)
+        self.assertEqual(set(together), set(functions))
+        for rule in functions[::12]:  # a sample: each alone costs an export
+            alone = rule.bind_literals(trace_replacement(rule), replacement=True)
+            batch = rule.bind_literals(together[rule], replacement=True)
+            self.assertEqual(str(batch.graph), str(alone.graph), rule.name)
+
     def test_outranks_orders_rules_at_one_anchor(self):
         from etfuse.passes.engine import RuleIndex
         from etfuse.patterns import RULES
