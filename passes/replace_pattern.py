@@ -45,6 +45,7 @@ from typing import Any, Callable, Optional, Sequence, Union
 
 import torch
 import torch.fx as fx
+from torch.fx._lazy_graph_module import _LazyGraphModule
 from torch.fx.passes.utils.matcher_utils import InternalMatch
 from torch.fx.subgraph_rewriter import ReplacedPatterns
 
@@ -426,9 +427,52 @@ def _rewrite_module(m: fx.GraphModule, rewrites: list[_Rewrite], results: list[l
             if current is m and not is_top:
                 current, _ = _copy_module(m)
             setattr(current, name, new)
-    if changed and (recompile or not is_top):  # a body copy is new: nothing else recompiles it
-        current.recompile()  # once for all the patterns
+    if changed and not is_top:  # a body copy is new: nothing else recompiles it
+        current.recompile()
+    elif changed and recompile:
+        recompile_lazily(current)  # once for all the patterns
     return current
+
+
+def recompile_lazily(gm: fx.GraphModule) -> None:
+    """`gm.recompile()`, done when first needed: on the first call, `gm.code` or `str(gm)`.
+
+    Regenerating a module's Python code costs as much as the whole rewrite of a 10,000-node graph,
+    and most callers never run it: executorch's passes and `to_executorch` read `gm.graph`. This is
+    what torch's own `_LazyGraphModule` does (its `recompile` only swaps `forward` for a stub that
+    recompiles), applied to the module in hand: every `GraphModule` has a class of its own, so
+    the stub and the `code` property set here touch no other module. A module of any other
+    shape is recompiled at once."""
+    cls = type(gm)
+    if isinstance(gm, _LazyGraphModule):
+        gm.recompile()  # lazy already
+        return
+    if not cls.__qualname__.endswith("GraphModuleImpl") or cls.__mro__[1] is not fx.GraphModule or "forward" in vars(gm):
+        gm.recompile()
+        return
+    cls.forward = _lazy_forward
+    cls.code = property(_recompiled_first(fx.GraphModule.code.fget))
+    for name in ("__str__", "__reduce__", "__reduce_package__"):  # these read the stored code
+        setattr(cls, name, _recompiled_first(getattr(fx.GraphModule, name)))
+
+
+def _needs_recompile(gm: fx.GraphModule) -> bool:
+    return type(gm).forward is _lazy_forward  # a real recompile installs the generated forward
+
+
+def _lazy_forward(self, *args, **kwargs):
+    fx.GraphModule.recompile(self)
+    return self(*args, **kwargs)  # through `__call__`, which the recompile may have wrapped
+
+
+def _recompiled_first(method):
+    @functools.wraps(method)
+    def wrapper(self, *args, **kwargs):
+        if _needs_recompile(self):
+            fx.GraphModule.recompile(self)
+        return method(self, *args, **kwargs)
+
+    return wrapper
 
 
 def _copy_module(m: fx.GraphModule) -> tuple[fx.GraphModule, dict]:

@@ -67,3 +67,17 @@ def output_dtype(*dtypes):
         return None
 
     return check
+
+
+def int_scalars(names: Iterable[str], what: str = "symbolic conv parameters are not fused"):
+    """Each named binding is a constant Python int (not a SymInt node, not a bool)."""
+    names = tuple(names)
+
+    def check(m: Match) -> Optional[str]:
+        for name in names:
+            v = m.bindings[name]
+            if isinstance(v, torch.fx.Node) or isinstance(v, bool) or not isinstance(v, int):
+                return f"{name} is {v!r}, not a constant int ({what})"
+        return None
+
+    return check

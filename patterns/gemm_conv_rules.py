@@ -35,7 +35,7 @@ import torch
 from etfuse.backend_ops.float_ops import LINEAR_RELU
 from etfuse.backend_ops.gemm_conv_ops import CONV2D_ACT, CONV2D_BN_ACT, LINEAR_ACT, LINEAR_BN_ACT
 
-from .constraints import all_of, output_dtype, ranks, tensors
+from .constraints import all_of, int_scalars, output_dtype, ranks, tensors
 from .rule import Match, Rule
 
 aten = torch.ops.aten
@@ -132,17 +132,6 @@ def _scalar_bounds(m: Match):
     return None
 
 
-def _int_scalars(names):
-    def check(m: Match):
-        for name in names:
-            v = m.bindings[name]
-            if isinstance(v, torch.fx.Node) or not isinstance(v, int):
-                return f"{name} is {v!r}, not a constant int (symbolic conv parameters are not fused)"
-        return None
-
-    return check
-
-
 def _conv_bias(m: Match):
     if m.bindings.get("bias") is not None:
         b, w = m.value("bias"), m.value("weight")
@@ -153,7 +142,7 @@ def _conv_bias(m: Match):
 
 _CONV_CHECK = all_of(
     tensors(["input", "weight", "bias"], F32, optional=["bias"]), ranks(input=4, weight=4),
-    _int_scalars(_CONV_SCALARS), _conv_bias, _scalar_bounds, output_dtype(torch.float32))
+    int_scalars(_CONV_SCALARS), _conv_bias, _scalar_bounds, output_dtype(torch.float32))
 _LINEAR_CHECK = all_of(
     tensors(["input", "weight", "bias"], F32), ranks(input=2, weight=2, bias=1), _scalar_bounds,
     output_dtype(torch.float32))
@@ -373,7 +362,7 @@ def _conv1d_replacement(act: str, bn: bool):
 
 _CONV1D_CHECK = all_of(
     tensors(["input", "weight", "bias"], F32, optional=["bias"]), ranks(input=3, weight=3),
-    _int_scalars(_CONV1D_SCALARS), _conv_bias, _scalar_bounds, output_dtype(torch.float32))
+    int_scalars(_CONV1D_SCALARS), _conv_bias, _scalar_bounds, output_dtype(torch.float32))
 
 
 def _conv1d_rules():

@@ -221,6 +221,34 @@ def test_replace_patterns_equals_one_call_per_entry():
     assert [summary(x) for x in got] == [summary(x) for x in want]
 
 
+def test_the_recompile_is_deferred_but_never_missed():
+    """The module's code is regenerated on first use (call, `code`, `str`), not in the call;
+    whatever the caller does next sees the rewritten graph, as after torch's eager recompile."""
+    def f(x, y):
+        return torch.relu(x + y) * 2
+
+    x, y = torch.randn(5), torch.randn(5)
+    called, printed, pickled = traced(f), traced(f), traced(f)
+    for gm in (called, printed, pickled):
+        replace_pattern(gm, lambda a: torch.relu(a), lambda a: torch.sigmoid(a))
+        assert "forward" not in type(gm).__dict__ or type(gm).forward.__name__ == "_lazy_forward"
+    torch.testing.assert_close(called(x, y), torch.sigmoid(x + y) * 2)  # first call recompiles
+    torch.testing.assert_close(called(x, y), torch.sigmoid(x + y) * 2)
+    assert "sigmoid" in printed.code and "relu" not in printed.code
+    assert "sigmoid" in str(printed)
+    restored = copy.deepcopy(pickled)
+    torch.testing.assert_close(restored(x, y), torch.sigmoid(x + y) * 2)
+    import pickle
+    torch.testing.assert_close(pickle.loads(pickle.dumps(pickled))(x, y), torch.sigmoid(x + y) * 2)
+    # a later edit and an explicit recompile by the caller work as before
+    node = next(n for n in called.graph.nodes if n.target is torch.sigmoid)
+    node.target = torch.tanh
+    called.recompile()
+    torch.testing.assert_close(called(x, y), torch.tanh(x + y) * 2)
+    # other modules (even of the same traced function) are untouched
+    assert "forward" in type(traced(f)).__dict__
+
+
 # --- control flow --------------------------------------------------------------------------------
 
 
