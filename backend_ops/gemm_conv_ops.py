@@ -1,13 +1,14 @@
 """GEMM and convolution backend ops with a clamp epilogue.
 
 The activation is a clamp range: relu = [0, None], relu6 / hardtanh(0, 6) = [0, 6], none =
-[None, None]. Each pattern computes exactly that with ATen ops, so a fused program retraces to
-plain ATen.
+[None, None]; then `activation`, one of "none", "silu" (x * sigmoid(x)), "sigmoid", "gelu"
+(erf) and "gelu_tanh", which the kernels apply to the output right after the GEMM. Each pattern
+computes exactly that with ATen ops, so a fused program retraces to plain ATen.
 
 | backend op          | pattern                                                     |
 |---------------------|-------------------------------------------------------------|
-| etfuse::conv2d_act  | clamp(conv2d(input, weight, bias, stride, padding, dilation, groups), min, max) |
-| etfuse::linear_act  | clamp(linear(input, weight, bias), min, max)                |
+| etfuse::conv2d_act  | act(clamp(conv2d(input, weight, bias, stride, padding, dilation, groups), min, max)) |
+| etfuse::linear_act  | act(clamp(linear(input, weight, bias), min, max))           |
 
 (`etfuse::linear_relu`, from float_ops, stays the op for linear + relu.)
 """
@@ -19,31 +20,54 @@ from .registry import BackendOp, register
 aten = torch.ops.aten
 
 
+ACTIVATIONS = ("none", "silu", "sigmoid", "gelu", "gelu_tanh")
+
+
 def _clamp(x, min, max):
     if min is None and max is None:
         return x
     return aten.clamp.default(x, min, max)
 
 
-def _conv2d_act(input, weight, bias, stride, padding, dilation, groups, min=None, max=None):
-    return _clamp(aten.conv2d.default(input, weight, bias, stride, padding, dilation, groups), min, max)
+def activation_pattern(x, activation: str):
+    """`activation` (one of ACTIVATIONS) as the edge dialect spells it; the rules use it too."""
+    if activation == "none":
+        return x
+    if activation == "silu":  # as the edge dialect spells F.silu
+        return aten.mul.Tensor(x, aten.sigmoid.default(x))
+    if activation == "sigmoid":
+        return aten.sigmoid.default(x)
+    if activation == "gelu":
+        return aten.gelu.default(x)
+    if activation == "gelu_tanh":
+        return aten.gelu.default(x, approximate="tanh")
+    raise ValueError(f"unknown activation {activation!r}; one of {', '.join(ACTIVATIONS)}")
 
 
-def _linear_act(input, weight, bias=None, min=None, max=None):
-    return _clamp(aten.linear.default(input, weight, bias), min, max)
+def _epilogue(x, min, max, activation):
+    return activation_pattern(_clamp(x, min, max), activation)
+
+
+def _conv2d_act(input, weight, bias, stride, padding, dilation, groups, min=None, max=None, activation="none"):
+    return _epilogue(aten.conv2d.default(input, weight, bias, stride, padding, dilation, groups), min, max, activation)
+
+
+def _linear_act(input, weight, bias=None, min=None, max=None, activation="none"):
+    return _epilogue(aten.linear.default(input, weight, bias), min, max, activation)
 
 
 CONV2D_ACT = register(BackendOp(
     "etfuse",
     "conv2d_act(Tensor input, Tensor weight, Tensor? bias, int[2] stride, int[2] padding, int[2] dilation, "
-    "int groups, float? min=None, float? max=None) -> Tensor",
+    "int groups, float? min=None, float? max=None, str activation=\"none\") -> Tensor",
     _conv2d_act,
-    doc="clamp(conv2d(...), min, max), NCHW float32; None bounds are open", kernel="conv2d_act"))
+    doc="activation(clamp(conv2d(...), min, max)), NCHW float32; None bounds are open", kernel="conv2d_act"))
 LINEAR_ACT = register(BackendOp(
     "etfuse",
-    "linear_act(Tensor input, Tensor weight, Tensor? bias=None, float? min=None, float? max=None) -> Tensor",
+    "linear_act(Tensor input, Tensor weight, Tensor? bias=None, float? min=None, float? max=None, "
+    "str activation=\"none\") -> Tensor",
     _linear_act,
-    doc="clamp(input @ weight.T + bias, min, max), weight read as stored ([out, in])", kernel="linear_act"))
+    doc="activation(clamp(input @ weight.T + bias, min, max)), weight read as stored ([out, in])", kernel="linear_act"))
 
 
 
@@ -58,30 +82,33 @@ def _batch_norm(x, bn_weight, bn_bias, running_mean, running_var, eps):
 
 
 def _conv2d_bn_act(input, weight, bias, bn_weight, bn_bias, running_mean, running_var, eps, stride, padding,
-                   dilation, groups, min=None, max=None):
+                   dilation, groups, min=None, max=None, activation="none"):
     conv = aten.conv2d.default(input, weight, bias, stride, padding, dilation, groups)
-    return _clamp(_batch_norm(conv, bn_weight, bn_bias, running_mean, running_var, eps), min, max)
+    return _epilogue(_batch_norm(conv, bn_weight, bn_bias, running_mean, running_var, eps), min, max, activation)
 
 
-def _linear_bn_act(input, weight, bias, bn_weight, bn_bias, running_mean, running_var, eps, min=None, max=None):
+def _linear_bn_act(input, weight, bias, bn_weight, bn_bias, running_mean, running_var, eps, min=None, max=None,
+                   activation="none"):
     linear = aten.linear.default(input, weight, bias)
-    return _clamp(_batch_norm(linear, bn_weight, bn_bias, running_mean, running_var, eps), min, max)
+    return _epilogue(_batch_norm(linear, bn_weight, bn_bias, running_mean, running_var, eps), min, max, activation)
 
 
 _BN_ARGS = "Tensor? bn_weight, Tensor? bn_bias, Tensor running_mean, Tensor running_var, float eps"
 CONV2D_BN_ACT = register(BackendOp(
     "etfuse",
     f"conv2d_bn_act(Tensor input, Tensor weight, Tensor? bias, {_BN_ARGS}, int[2] stride, int[2] padding, "
-    "int[2] dilation, int groups, float? min=None, float? max=None) -> Tensor",
+    "int[2] dilation, int groups, float? min=None, float? max=None, str activation=\"none\") -> Tensor",
     _conv2d_bn_act,
-    doc="clamp(batch_norm_eval(conv2d(...)), min, max), NCHW float32; the batch norm is a per-channel epilogue",
+    doc="activation(clamp(batch_norm_eval(conv2d(...)), min, max)), NCHW float32; the batch norm is a per-channel "
+        "epilogue",
     kernel="conv2d_bn_act"))
 LINEAR_BN_ACT = register(BackendOp(
     "etfuse",
-    f"linear_bn_act(Tensor input, Tensor weight, Tensor? bias, {_BN_ARGS}, float? min=None, float? max=None) -> Tensor",
+    f"linear_bn_act(Tensor input, Tensor weight, Tensor? bias, {_BN_ARGS}, float? min=None, float? max=None, "
+    "str activation=\"none\") -> Tensor",
     _linear_bn_act,
-    doc="clamp(batch_norm_eval(input @ weight.T + bias), min, max), input [N, in]; the batch norm is a "
-        "per-feature epilogue",
+    doc="activation(clamp(batch_norm_eval(input @ weight.T + bias), min, max)), input [N, in]; the batch norm is "
+        "a per-feature epilogue",
     kernel="linear_bn_act"))
 
 GEMM_CONV_OPS = [CONV2D_ACT, LINEAR_ACT, CONV2D_BN_ACT, LINEAR_BN_ACT]

@@ -33,7 +33,8 @@ import math
 import torch
 
 from etfuse.backend_ops.float_ops import LINEAR_RELU
-from etfuse.backend_ops.gemm_conv_ops import CONV2D_ACT, CONV2D_BN_ACT, LINEAR_ACT, LINEAR_BN_ACT
+from etfuse.backend_ops.gemm_conv_ops import (ACTIVATIONS, CONV2D_ACT, CONV2D_BN_ACT, LINEAR_ACT, LINEAR_BN_ACT,
+                                              activation_pattern)
 
 from .constraints import all_of, int_scalars, output_dtype, ranks, tensors
 from .rule import Match, Rule
@@ -44,6 +45,8 @@ F32 = (torch.float32,)
 # Example scalars: each scalar parameter of a pattern needs a value no other one has.
 _CONV_SCALARS = dict(s0=2, s1=3, p0=4, p1=5, d0=6, d1=7, groups=8)
 _LO, _HI = -2.5, 3.5
+# Activations the kernels apply after the GEMM (the op's `activation` argument), not clamps.
+_UNARY = tuple(a for a in ACTIVATIONS if a != "none")
 
 
 def _conv_inputs(*act_scalars):
@@ -69,6 +72,23 @@ def _conv2d_hardtanh(input, weight, bias, s0, s1, p0, p1, d0, d1, groups, lo, hi
 
 def _conv2d_clamp(input, weight, bias, s0, s1, p0, p1, d0, d1, groups, lo, hi):
     return aten.clamp.default(_conv(input, weight, bias, s0, s1, p0, p1, d0, d1, groups), lo, hi)
+
+
+def _conv2d_unary(act: str):
+    def pattern(input, weight, bias, s0, s1, p0, p1, d0, d1, groups):
+        return activation_pattern(_conv(input, weight, bias, s0, s1, p0, p1, d0, d1, groups), act)
+
+    return pattern
+
+
+def _linear_unary(act: str, bias: bool):
+    if bias:
+        def pattern(input, weight, bias):
+            return activation_pattern(aten.linear.default(input, weight, bias), act)
+    else:
+        def pattern(input, weight):
+            return activation_pattern(aten.linear.default(input, weight), act)
+    return pattern
 
 
 def _linear(input, weight, bias):
@@ -110,11 +130,16 @@ def _bound(v):
 
 
 def _act_range(m: Match, act: str):
-    if act == "none":
+    if act == "none" or act in _UNARY:
         return None, None
     if act == "relu":
         return 0.0, None
     return _bound(m.bindings["lo"]), _bound(m.bindings["hi"])
+
+
+def _unary_argument(act: str) -> tuple:
+    """The op's trailing `activation` argument: given only when it is not "none"."""
+    return (act,) if act in _UNARY else ()
 
 
 # ---- constraints ---------------------------------------------------------------------------
@@ -155,7 +180,7 @@ def _conv_arguments(act: str):
         b = m.bindings
         lo, hi = _act_range(m, act)
         return (b["input"], b["weight"], b.get("bias"), [b["s0"], b["s1"]], [b["p0"], b["p1"]],
-                [b["d0"], b["d1"]], b["groups"], lo, hi), {}
+                [b["d0"], b["d1"]], b["groups"], lo, hi, *_unary_argument(act)), {}
 
     return arguments
 
@@ -166,7 +191,7 @@ def _linear_arguments(act: str):
         if act == "relu":
             return (b["input"], b["weight"], b.get("bias")), {}
         lo, hi = _act_range(m, act)
-        return (b["input"], b["weight"], b.get("bias"), lo, hi), {}
+        return (b["input"], b["weight"], b.get("bias"), lo, hi, *_unary_argument(act)), {}
 
     return arguments
 
@@ -183,6 +208,12 @@ def _rules():
     ):
         name = "conv2d" if act == "none" else f"conv2d_{act}"
         rules.append(Rule(name, pattern, CONV2D_ACT, _conv_inputs(*extra), _CONV_CHECK, _conv_arguments(act)))
+    for act in _UNARY:
+        rules.append(Rule(f"conv2d_{act}", _conv2d_unary(act), CONV2D_ACT, _conv_inputs(), _CONV_CHECK,
+                          _conv_arguments(act)))
+        for with_bias in (True, False):
+            rules.append(Rule(f"linear_{act}" + ("" if with_bias else "_no_bias"), _linear_unary(act, with_bias),
+                              LINEAR_ACT, _linear_inputs(with_bias), _LINEAR_CHECK, _linear_arguments(act)))
     for act, with_bias, no_bias, extra in (
         ("relu", _linear_relu, _linear_relu_no_bias, ()),
         ("hardtanh", _linear_hardtanh, _linear_hardtanh_no_bias, (_LO, _HI)),
@@ -221,7 +252,7 @@ def _activation(act: str, x, lo=None, hi=None):
         return aten.hardtanh.default(x, lo, hi)
     if act == "clamp":
         return aten.clamp.default(x, lo, hi)
-    return x
+    return activation_pattern(x, act)
 
 
 def _conv2d_bn_pattern(act: str):
@@ -281,7 +312,7 @@ def _conv2d_bn_arguments(act: str):
         b = m.bindings
         lo, hi = _act_range(m, act)
         return (b["input"], b["weight"], b.get("bias"), *_bn_arguments(m), [b["s0"], b["s1"]], [b["p0"], b["p1"]],
-                [b["d0"], b["d1"]], b["groups"], lo, hi), {}
+                [b["d0"], b["d1"]], b["groups"], lo, hi, *_unary_argument(act)), {}
 
     return arguments
 
@@ -290,14 +321,14 @@ def _linear_bn_arguments(act: str):
     def arguments(m: Match):
         b = m.bindings
         lo, hi = _act_range(m, act)
-        return (b["input"], b["weight"], b.get("bias"), *_bn_arguments(m), lo, hi), {}
+        return (b["input"], b["weight"], b.get("bias"), *_bn_arguments(m), lo, hi, *_unary_argument(act)), {}
 
     return arguments
 
 
 def _batch_norm_rules():
     rules = []
-    acts = (("relu", ()), ("hardtanh", (_LO, _HI)), ("clamp", (_LO, _HI)), ("none", ()))
+    acts = (("relu", ()), ("hardtanh", (_LO, _HI)), ("clamp", (_LO, _HI)), ("none", ()), *((a, ()) for a in _UNARY))
     for act, extra in acts:
         suffix = "" if act == "none" else f"_{act}"
         conv_inputs = _conv_inputs()

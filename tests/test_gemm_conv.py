@@ -311,7 +311,7 @@ graph():
         gm = out.exported_program().graph_module
         self.assertEqual(op_names(gm), [
             "etfuse.conv2d_bn_act.default", "etfuse.conv2d_bn_act.default", "etfuse.add_relu.default",
-            "etfuse.conv2d_act.default", "aten.mean.dim", "etfuse.linear_act.default"])
+            "etfuse.conv2d_act.default", "etfuse.mean_hw.default", "etfuse.linear_act.default"])
         want = model(x)
         # retrace first: to_executorch rewrites the program's graph in place
         retraced = out.exported_program().run_decompositions()
@@ -421,6 +421,91 @@ class Conv1dTest(TestCase):
         want = model(*args)
         torch.testing.assert_close(out.exported_program().module()(*args), want, **TOL)
         torch.testing.assert_close(run(out.to_executorch(), args)[0], want, **TOL)
+
+
+# --------------------------------------------------------------------------------------------
+# activations after the GEMM: silu, sigmoid, gelu (erf / tanh)
+
+EAGER_ACT = {"silu": F.silu, "sigmoid": torch.sigmoid, "gelu": F.gelu,
+             "gelu_tanh": lambda y: F.gelu(y, approximate="tanh")}
+
+
+@pytest.mark.parametrize("isa", ["auto", "baseline"])
+@pytest.mark.parametrize("act", sorted(EAGER_ACT))
+def test_activation_kernels_match_eager(act, isa):
+    """Every activation after conv2d (plain, batch norm; contiguous and channels-last output)
+    and linear, on values from -90 to 90, infinities and NaN, on both ISAs."""
+    if isa == "baseline":
+        kernels.set_isa("baseline")
+    try:
+        g = torch.Generator().manual_seed(len(act))
+        x, w, b = torch.randn(2, 6, 9, 9, generator=g) * 4, torch.randn(12, 6, 3, 3, generator=g), torch.randn(12)
+        want = EAGER_ACT[act](F.conv2d(x, w, b, 1, 1))
+        for inp in (x, x.to(memory_format=torch.channels_last)):
+            out = torch.empty(0)
+            ops.conv2d_act.out(inp, w, b, [1, 1], [1, 1], [1, 1], 1, None, None, act, out=out)
+            torch.testing.assert_close(out, want, **TOL)
+        s = _bn_stats(12, g)
+        bn = (s["bn_weight"], s["bn_bias"], s["running_mean"], s["running_var"], 1e-5)
+        want_bn = EAGER_ACT[act](F.batch_norm(F.conv2d(x, w, b, 1, 1), s["running_mean"], s["running_var"],
+                                              s["bn_weight"], s["bn_bias"], False, 0.1, 1e-5))
+        out = torch.empty(0)
+        ops.conv2d_bn_act.out(x, w, b, *bn, [1, 1], [1, 1], [1, 1], 1, None, None, act, out=out)
+        torch.testing.assert_close(out, want_bn, **TOL)
+        # linear on inputs spanning exp's range, with the special values (inf * 0 = NaN elsewhere in their rows)
+        v = torch.linspace(-90, 90, 181 * 8).reshape(-1, 8)
+        v[0, 0], v[1, 1], v[2, 2] = float("inf"), float("-inf"), float("nan")
+        eye = torch.eye(8)
+        out = torch.empty(0)
+        ops.linear_act.out(v, eye, None, None, None, act, out=out)
+        torch.testing.assert_close(out, EAGER_ACT[act](F.linear(v, eye)), rtol=1e-5, atol=1e-6, equal_nan=True)
+        # the functional op is its pattern
+        torch.testing.assert_close(ops.linear_act(v[3:], eye, None, None, None, act), EAGER_ACT[act](v[3:]),
+                                   rtol=1e-5, atol=1e-6)
+    finally:
+        kernels.set_isa("auto")
+
+
+def test_unknown_activation_is_an_error_that_names_it():
+    out = torch.empty(0)
+    with pytest.raises(RuntimeError, match=r"etfuse::linear_act.out: unknown activation 'swish' \(none, silu"):
+        ops.linear_act.out(torch.randn(2, 3), torch.randn(4, 3), None, None, None, "swish", out=out)
+
+
+class Activations(torch.nn.Module):
+    """EfficientNet's conv -> bn -> SiLU, a conv -> sigmoid gate, a GELU MLP (erf, then tanh)."""
+
+    def __init__(self):
+        super().__init__()
+        self.conv, self.bn, self.gate = torch.nn.Conv2d(4, 8, 3), torch.nn.BatchNorm2d(8), torch.nn.Conv2d(8, 8, 1)
+        self.fc1, self.fc2 = torch.nn.Linear(8, 16), torch.nn.Linear(16, 16, bias=False)
+
+    def forward(self, x):
+        y = F.silu(self.bn(self.conv(x)))
+        y = torch.sigmoid(self.gate(y)) * y
+        z = F.gelu(self.fc1(y.mean((2, 3))))
+        return y, F.gelu(self.fc2(z), approximate="tanh")
+
+
+class ActivationTest(TestCase):
+    def test_activations_become_the_ops_epilogue(self):
+        model = _randomise_bn(Activations())
+        args = (torch.randn(2, 4, 12, 12) * 3,)
+        edge, out, passes = fused(model, args)
+        gm = out.exported_program().graph_module
+        self.assertEqual(op_names(gm), ["etfuse.conv2d_bn_act.default", "etfuse.conv2d_act.default",
+                                        "aten.mul.Tensor", "etfuse.mean_hw.default", "etfuse.linear_act.default",
+                                        "etfuse.linear_act.default"])
+        self.assertEqual([f.rule for f in passes[0].report.fused],
+                         ["conv2d_bn_silu", "conv2d_sigmoid", "mean_hw_2_3", "linear_gelu", "linear_gelu_tanh_no_bias"])
+        self.assertEqual([n.args[-1] for n in gm.graph.nodes if "_act" in str(n.target)],
+                         ["silu", "sigmoid", "gelu", "gelu_tanh"])
+        want = model(*args)
+        retraced = out.exported_program().run_decompositions()
+        self.assertFalse([n for n in op_names(retraced.graph_module) if n.startswith("etfuse.")])
+        for got in (out.exported_program().module()(*args), retraced.module()(*args), run(out.to_executorch(), args)):
+            for g, w in zip(got, want):
+                torch.testing.assert_close(g, w, **TOL)
 
 
 def test_runtime_bad_shape_is_an_error_not_an_abort():

@@ -8,7 +8,7 @@
 //                     ExecuTorch threadpool, EXECUTORCH_LIBRARY registration.
 //
 // An op body is written once against the names below: `Tensor`, `OptTensor`, `IntList`,
-// `ScalarType`, `Context`, `Parallel`, `ETFUSE_CHECK`, `Out` and `ETFUSE_REGISTER`.
+// `ScalarType`, `Str`, `Context`, `Parallel`, `ETFUSE_CHECK`, `Out` and `ETFUSE_REGISTER`.
 //
 // The `out` contract (the same in both builds, decided here): `out` is resized to the op's
 // shape (failing when it cannot be: a static shape, a rank change, above its upper bound);
@@ -55,6 +55,7 @@ using ScalarType = at::ScalarType;
 using Scalar = at::Scalar;
 using IntList = at::IntArrayRef;
 using Half = at::Half;
+using Str = c10::string_view;  // a `str` argument
 struct Context {};
 
 // The cores' parallel_for: at::parallel_for (parallel only with -fopenmp).
@@ -84,6 +85,7 @@ using ScalarType = executorch::aten::ScalarType;
 using Scalar = executorch::aten::Scalar;
 using IntList = executorch::aten::ArrayRef<int64_t>;
 using Half = executorch::aten::Half;
+using Str = executorch::aten::string_view;  // a `str` argument
 using Context = executorch::runtime::KernelRuntimeContext;
 
 // The cores' parallel_for: the ExecuTorch threadpool.

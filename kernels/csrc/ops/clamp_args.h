@@ -1,7 +1,9 @@
-// The `float? min, float? max` arguments of the *_act ops as the GEMM epilogue's clamp.
+// The `float? min, float? max` arguments of the *_act ops as the GEMM epilogue's clamp, and
+// their `str activation`.
 #pragma once
 
 #include "adapter.h"
+#include "core/activation.h"
 #include "core/gemm_entry.h"
 
 namespace etfuse {
@@ -16,6 +18,11 @@ inline bool clamp_of(const char* op, const std::optional<double>& min, const std
   }
   c = core::gemm_entry::Clamp::between(min.has_value(), lo, max.has_value(), hi);
   return true;
+}
+
+// The `str activation` argument of the *_act ops: what runs after the clamp.
+inline bool activation_of(const char* op, const Str& name, core::activation::Kind& kind, Status& st) {
+  return core::activation::parse(op, name.data(), name.size(), kind, st);
 }
 
 }  // namespace adapter

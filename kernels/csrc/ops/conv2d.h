@@ -1,5 +1,6 @@
 // The conv2d ops' shared body (conv2d_act.cpp, conv2d_bn_act.cpp): one call of the conv2d core
-// (core/conv2d.h) with a clamp, a per-channel bias and an optional per-channel scale. Included
+// (core/conv2d.h) with a clamp, a per-channel bias, an optional per-channel scale and an
+// activation after it (core/activation.h). Included
 // by op files only.
 #pragma once
 
@@ -15,12 +16,13 @@ namespace adapter {
 inline Tensor& conv2d_into(Context& ctx, const char* op, const Tensor& input, const Tensor& weight, const float* bias,
                            const Layout* lb, const Tensor* bias_tensor, const float* scale, IntList stride,
                            IntList padding, IntList dilation, int64_t groups, std::optional<double> min,
-                           std::optional<double> max, bool ok, Status& st, Tensor& out) {
+                           std::optional<double> max, const Str& activation, bool ok, Status& st, Tensor& out) {
   namespace conv = core::conv2d;
   Layout li, lw;
   conv::Params p;
   p.groups = groups;
   core::gemm_entry::Clamp c;
+  core::activation::Kind act = core::activation::Kind::kNone;
   int ndim = 0;
   int64_t sizes[core::kMaxDims];
   Out o(out);
@@ -29,7 +31,7 @@ inline Tensor& conv2d_into(Context& ctx, const char* op, const Tensor& input, co
       conv::pair("stride", stride.data(), stride.size(), p.stride, st) &&
       conv::pair("padding", padding.data(), padding.size(), p.padding, st) &&
       conv::pair("dilation", dilation.data(), dilation.size(), p.dilation, st) && clamp_of(op, min, max, c, st) &&
-      conv::out_shape(li, lw, lb, p, ndim, sizes, st) && o.resize(op, ndim, sizes, st);
+      activation_of(op, activation, act, st) && conv::out_shape(li, lw, lb, p, ndim, sizes, st) && o.resize(op, ndim, sizes, st);
   p.has_min = min.has_value();
   p.has_max = max.has_value();
   p.min = c.lo;
@@ -47,6 +49,7 @@ inline Tensor& conv2d_into(Context& ctx, const char* op, const Tensor& input, co
   pb.scale = scale;
   pb.scale_s = scale ? 1 : 0;
   conv::run(pb, Parallel{});
+  core::activation::apply(act, o.data<float>(), o.write_layout(), Parallel{});
   return o.finish();
 }
 

@@ -1,8 +1,9 @@
 // The linear ops' shared body (linear_relu.cpp, linear_act.cpp, linear_bn_act.cpp): one call of the GEMM entry
-// (core/gemm_entry.h) with the op's clamp. Included by op files only, inside their namespace.
+// (core/gemm_entry.h) with the op's clamp, then its activation (core/activation.h). Included by op files only, inside their namespace.
 #pragma once
 
 #include "adapter.h"
+#include "core/activation.h"
 #include "core/gemm_entry.h"
 
 namespace etfuse {
@@ -13,7 +14,8 @@ namespace adapter {
 // float per output feature, applied before the bias (linear_bn_act).
 inline Tensor& linear_into(Context& ctx, const char* op, const Tensor& input, const Tensor& weight, const float* bias,
                            const Layout* lb, const Tensor* bias_tensor, const float* scale,
-                           const core::gemm_entry::Clamp& clamp, bool ok, Status& st, Tensor& out) {
+                           const core::gemm_entry::Clamp& clamp, core::activation::Kind act, bool ok, Status& st,
+                           Tensor& out) {
   namespace ge = core::gemm_entry;
   Layout li, lw;
   int ndim = 0;
@@ -34,18 +36,20 @@ inline Tensor& linear_into(Context& ctx, const char* op, const Tensor& input, co
   g.scale_rs = 0;
   g.scale_cs = scale ? 1 : 0;
   ge::run(g, clamp, Parallel{});
+  core::activation::apply(act, o.data<float>(), o.write_layout(), Parallel{});
   return o.finish();
 }
 
 // The linear ops whose bias is an optional input tensor.
 inline Tensor& linear_into(Context& ctx, const char* op, const Tensor& input, const Tensor& weight,
-                           const OptTensor& bias, const core::gemm_entry::Clamp& clamp, bool clamp_ok, Tensor& out) {
+                           const OptTensor& bias, const core::gemm_entry::Clamp& clamp, core::activation::Kind act,
+                           bool clamp_ok, Tensor& out) {
   Status st;
   Layout lb;
   const bool has_bias = has(bias);
   const bool ok = clamp_ok && (!has_bias || (check_float(op, "bias", *bias, st) && layout_of(*bias, "bias", lb, st)));
   return linear_into(ctx, op, input, weight, ok && has_bias ? bias->const_data_ptr<float>() : nullptr,
-                     has_bias ? &lb : nullptr, has_bias ? &*bias : nullptr, nullptr, clamp, ok, st, out);
+                     has_bias ? &lb : nullptr, has_bias ? &*bias : nullptr, nullptr, clamp, act, ok, st, out);
 }
 
 }  // namespace adapter

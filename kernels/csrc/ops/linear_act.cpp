@@ -7,13 +7,14 @@ namespace {
 using namespace etfuse::adapter;
 
 Tensor& linear_act_out(Context& ctx, const Tensor& input, const Tensor& weight, const OptTensor& bias,
-                       std::optional<double> min, std::optional<double> max, Tensor& out) {
+                       std::optional<double> min, std::optional<double> max, Str activation, Tensor& out) {
   constexpr const char* op = "etfuse::linear_act.out";
   Status st;
   etfuse::core::gemm_entry::Clamp c;
-  const bool ok = clamp_of(op, min, max, c, st);
+  etfuse::core::activation::Kind act;
+  const bool ok = clamp_of(op, min, max, c, st) && activation_of(op, activation, act, st);
   ETFUSE_CHECK(ctx, ok, st, out);
-  return linear_into(ctx, op, input, weight, bias, c, true, out);
+  return linear_into(ctx, op, input, weight, bias, c, act, true, out);
 }
 
 }  // namespace

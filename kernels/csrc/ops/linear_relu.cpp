@@ -6,7 +6,8 @@ namespace {
 using namespace etfuse::adapter;
 
 Tensor& linear_relu_out(Context& ctx, const Tensor& input, const Tensor& weight, const OptTensor& bias, Tensor& out) {
-  return linear_into(ctx, "etfuse::linear_relu.out", input, weight, bias, etfuse::core::gemm_entry::Clamp::relu(), true,
+  return linear_into(ctx, "etfuse::linear_relu.out", input, weight, bias, etfuse::core::gemm_entry::Clamp::relu(),
+                     etfuse::core::activation::Kind::kNone, true,
                      out);
 }
 
