@@ -21,3 +21,14 @@ def op_names(gm: fx.GraphModule) -> list[str]:
             target = n.target._op if isinstance(n.target, EdgeOpOverload) else n.target
             out.append(str(target) if isinstance(target, torch._ops.OpOverload) else n.target.__name__)
     return out
+
+
+def eval_with_bn_stats(model: torch.nn.Module) -> torch.nn.Module:
+    """`model` in eval mode with non-trivial batch-norm running statistics (fixed seed), so a
+    folded or fused batch norm shows in the numbers."""
+    g = torch.Generator().manual_seed(0)
+    for m in model.modules():
+        if isinstance(m, torch.nn.BatchNorm2d):
+            m.running_mean.copy_(torch.randn(m.num_features, generator=g) * 0.1)
+            m.running_var.copy_(torch.rand(m.num_features, generator=g) + 0.5)
+    return model.eval()

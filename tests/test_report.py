@@ -23,6 +23,7 @@ import etfuse
 import etfuse.report as R
 from etfuse.cli import DemoModel
 from etfuse.profiling import OpProfile, op_base
+from fusion_helpers import eval_with_bn_stats
 
 SECTIONS = ["Summary", "Fusions per rule", "Ops before -> after", "Declined", "Near misses",
             "Runtime vs eager", "Time per op", "What to fuse next"]
@@ -59,15 +60,6 @@ class TinyMobileNetV2(nn.Module):
 
     def forward(self, x):
         return self.fc(self.head(self.blocks(self.stem(x))).mean((2, 3)))
-
-
-def _eval_with_stats(model):
-    g = torch.Generator().manual_seed(0)
-    for m in model.modules():
-        if isinstance(m, nn.BatchNorm2d):
-            m.running_mean.copy_(torch.randn(m.num_features, generator=g) * 0.1)
-            m.running_var.copy_(torch.rand(m.num_features, generator=g) + 0.5)
-    return model.eval()
 
 
 class CondModel(nn.Module):
@@ -117,7 +109,7 @@ class SharedConv(nn.Module):
 
 MODELS = {
     "demo": lambda: (DemoModel(64).eval(), (torch.randn(8, 64),)),
-    "mobilenet_v2": lambda: (_eval_with_stats(TinyMobileNetV2()), (torch.randn(1, 3, 32, 32),)),
+    "mobilenet_v2": lambda: (eval_with_bn_stats(TinyMobileNetV2()), (torch.randn(1, 3, 32, 32),)),
     "cond": lambda: (CondModel().eval(), (torch.randn(4, 32),)),
     "pool": lambda: (UpsampleDominated().eval(), (torch.randn(1, 8, 16, 16),)),
 }

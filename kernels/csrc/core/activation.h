@@ -38,10 +38,15 @@ inline bool parse(const char* op, const char* s, size_t n, Kind& kind, Status& s
 namespace detail {
 
 ETFUSE_ALWAYS_INLINE float exp_poly(float x) {
-  x = std::min(std::max(x, -87.3f), 88.7f);  // keeps 2^n a normal float; NaN passes through
-  const float fx = x * 1.44269504088896341f;
-  const int n = static_cast<int>(fx + (fx >= 0.0f ? 0.5f : -0.5f));  // round half away from zero
-  const float nf = static_cast<float>(n);
+  x = x < -87.3f ? -87.3f : x;  // keeps 2^n a normal float; NaN passes through
+  x = x > 88.7f ? 88.7f : x;
+  // n = round(x / ln2) without a conversion instruction: adding 1.5 * 2^23 rounds to an integer
+  // in the float's low mantissa bits, which are n's two's complement
+  const float t = x * 1.44269504088896341f + 12582912.0f;
+  const float nf = t - 12582912.0f;
+  int tb;
+  std::memcpy(&tb, &t, sizeof(tb));
+  const int n = tb - 0x4B400000;
   const float r = (x - nf * 0.693359375f) + nf * 2.12194440e-4f;  // x - n ln2, in two parts
   const float z = r * r;
   float y = 1.9875691500e-4f;
@@ -73,36 +78,53 @@ ETFUSE_ALWAYS_INLINE float erf_approx(float x) {
   return x < 0.0f ? -e : e;
 }
 
-ETFUSE_ALWAYS_INLINE float apply_one(Kind kind, float v) {
+template <Kind K>
+ETFUSE_ALWAYS_INLINE float apply(float v) {
+  if constexpr (K == Kind::kSilu) {
+    return v * sigmoid(v);
+  } else if constexpr (K == Kind::kSigmoid) {
+    return sigmoid(v);
+  } else if constexpr (K == Kind::kGelu) {
+    return 0.5f * v * (1.0f + erf_approx(v * 0.70710678118654752f));
+  } else if constexpr (K == Kind::kGeluTanh) {
+    const float u = 0.7978845608028654f * (v + 0.044715f * v * v * v);
+    return 0.5f * v * (2.0f - 2.0f / (exp_poly(2.0f * u) + 1.0f));  // 1 + tanh(u)
+  } else {
+    return v;
+  }
+}
+
+inline float apply_one(Kind kind, float v) {
   switch (kind) {
     case Kind::kSilu:
-      return v * sigmoid(v);
+      return apply<Kind::kSilu>(v);
     case Kind::kSigmoid:
-      return sigmoid(v);
+      return apply<Kind::kSigmoid>(v);
     case Kind::kGelu:
-      return 0.5f * v * (1.0f + erf_approx(v * 0.70710678118654752f));
-    case Kind::kGeluTanh: {
-      const float u = 0.7978845608028654f * (v + 0.044715f * v * v * v);
-      return 0.5f * v * (2.0f - 2.0f / (exp_poly(2.0f * u) + 1.0f));  // 1 + tanh(u)
-    }
+      return apply<Kind::kGelu>(v);
+    case Kind::kGeluTanh:
+      return apply<Kind::kGeluTanh>(v);
     default:
       return v;
   }
 }
 
-// The loop for one activation, so each vectorises on its own.
-template <Kind K>
-ETFUSE_ALWAYS_INLINE void loop(float* p, int64_t n) {
-  for (int64_t i = 0; i < n; ++i) p[i] = apply_one(K, p[i]);
-}
+// The selects above (clamps, signs) are comparisons, which may raise FP exception flags: GCC
+// only turns them into vector blends without -ftrapping-math. Nobody reads those flags here.
+#if defined(__GNUC__) && !defined(__clang__)
+#define ETFUSE_NO_TRAPPING_MATH __attribute__((optimize("no-trapping-math")))
+#else
+#define ETFUSE_NO_TRAPPING_MATH
+#endif
 
+// One loop per activation and ISA, so each vectorises on its own.
 template <Kind K>
-void range_baseline(float* p, int64_t n) {
-  loop<K>(p, n);
+ETFUSE_NO_TRAPPING_MATH void range_baseline(float* p, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) p[i] = apply<K>(p[i]);
 }
 template <Kind K>
-ETFUSE_TARGET_AVX2 void range_avx2(float* p, int64_t n) {
-  loop<K>(p, n);
+ETFUSE_TARGET_AVX2 ETFUSE_NO_TRAPPING_MATH void range_avx2(float* p, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) p[i] = apply<K>(p[i]);
 }
 
 template <Kind K>
