@@ -39,8 +39,9 @@ stock errors 5, skipped 0, aborts 0, hangs 0.
 
 All 10,000 graphs (seed 0, graphs 0-9999): pass 9750, etfuse mismatches 0, etfuse errors 0,
 aborts 0, hangs 0; known etfuse bug 17 (graphs 0-699 only, at a4f379f; fixed since, 0 after);
-stock-runtime bugs 201 (the fused program matched eager on all but the 4 early cond-through-a-view
-cases); stock errors 32. The generator draws no pooling, SiLU, sigmoid or GELU, so the rules added
+stock-runtime bugs 201 (wrong results of the unfused stock program; in the first 700 graphs 4 were
+wrong in the fused program too, a cond result read through a view, fixed since; in the last 3,600
+the fused program matched eager on all 69); stock errors 32. The generator draws no pooling, SiLU, sigmoid or GELU, so the rules added
 after 65cc646 are covered by their own tests (tests/test_pooling.py, tests/test_gemm_conv.py), not here.
 """
 
