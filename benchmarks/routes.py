@@ -30,8 +30,13 @@ warnings.filterwarnings("ignore")
 import torch  # noqa: E402
 from executorch.exir import ExecutorchBackendConfig, to_edge  # noqa: E402
 
+import sys  # noqa: E402
+
 import etfuse  # noqa: E402
 from etfuse.passes import default_passes  # noqa: E402
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
+from fusion_helpers import eval_with_bn_stats  # noqa: E402
 
 _spec = importlib.util.spec_from_file_location("_etfuse_bench_kernels", Path(__file__).with_name("kernels.py"))
 _kb = importlib.util.module_from_spec(_spec)
@@ -75,15 +80,6 @@ class MobileNetish(torch.nn.Module):
         return self.body(x).mean((2, 3))
 
 
-def randomised(model):
-    g = torch.Generator().manual_seed(0)
-    for m in model.modules():
-        if isinstance(m, torch.nn.BatchNorm2d):
-            m.running_mean.copy_(torch.randn(m.num_features, generator=g) * 0.1)
-            m.running_var.copy_(torch.rand(m.num_features, generator=g) + 0.5)
-    return model.eval()
-
-
 def folded(model):
     """A copy with every conv -> BatchNorm2d pair folded in eager (the ideal: plain conv2d_act)."""
     import copy
@@ -114,7 +110,7 @@ def main() -> None:
     workdir = Path(tempfile.mkdtemp())
     for name, model, shape in (("ResNet-18-ish", ResNetish(), (1, 3, 96, 96)),
                                ("MobileNetV1-ish", MobileNetish(), (1, 3, 96, 96))):
-        model = randomised(model)
+        model = eval_with_bn_stats(model)
         x = torch.randn(shape)
         edge = to_edge(torch.export.export(model, (x,)))
         ptes = {
