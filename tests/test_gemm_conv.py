@@ -62,6 +62,12 @@ CONV_CASES = [
     (1, 5, 7, 7, 10, 5, 5, (1, 1), (2, 2), (2, 2), 5),    # depthwise x2 multiplier, dilated
     (2, 6, 17, 3, 6, 3, 1, (1, 2), (1, 0), (2, 1), 6),
     (1, 32, 16, 16, 32, 3, 3, (1, 1), (1, 1), (1, 1), 32),
+    # depthwise on the small maps of a network's tail, odd strides, padding wider than the taps
+    (1, 24, 3, 3, 24, 3, 3, (1, 1), (1, 1), (1, 1), 24),
+    (2, 16, 6, 6, 16, 3, 3, (2, 2), (1, 1), (1, 1), 16),
+    (1, 8, 4, 11, 8, 5, 5, (3, 2), (2, 2), (1, 1), 8),
+    (1, 4, 1, 1, 4, 3, 3, (1, 1), (2, 2), (1, 1), 4),
+    (1, 6, 7, 9, 12, 3, 3, (2, 3), (0, 2), (2, 1), 6),
 ]
 
 
@@ -93,7 +99,7 @@ def test_narrower_isas_compute_the_same(isa):
         pytest.skip("CPU without AVX2")
     kernels.set_isa(isa)
     try:
-        for case in (CONV_CASES[1], CONV_CASES[2], CONV_CASES[6], CONV_CASES[8]):
+        for case in (CONV_CASES[1], CONV_CASES[2], CONV_CASES[6], CONV_CASES[8], CONV_CASES[9], CONV_CASES[11]):
             n, c, h, w, cout, kh, kw, stride, padding, dilation, groups = case
             x, weight, bias = torch.randn(n, c, h, w), torch.randn(cout, c // groups, kh, kw), torch.randn(cout)
             out = torch.empty(0)

@@ -157,13 +157,51 @@ void pack_windows(const void* vctx, int64_t k0, int64_t kc, int64_t j0, int64_t 
 }
 #endif
 
-// Output planes [t0, t1) of a depthwise conv (plane t = image t / Cout, channel t % Cout).
-// Each input plane is first copied into a zero-padded buffer, so every tap of every output
-// column is a plain load; with unit stride a W-wide strip of an output row is accumulated in a
-// register over all KH * KW taps.
+// acc[q, q + U * W) = clamp(seed + sum_k wl[k] * tap[k][q, q + U * W), lo, hi): U independent
+// sums kept in registers over all taps.
+template <int W, int U>
+ETFUSE_ALWAYS_INLINE void depthwise_block(int64_t q, float seed, int64_t taps, const float* const* tap,
+                                          const float* wl, float lo, float hi, float* acc) {
+  typedef typename gemm::detail::Vec<W>::type vf;
+  vf r[U];
+  for (int u = 0; u < U; ++u) r[u] = vf{} + seed;
+  for (int64_t k = 0; k < taps; ++k) {
+    const float* x = tap[k] + q;
+    const float wv = wl[k];
+    for (int u = 0; u < U; ++u) {
+      vf v;
+      std::memcpy(&v, x + u * W, sizeof(vf));
+      r[u] += wv * v;
+    }
+  }
+  const vf vlo = vf{} + lo, vhi = vf{} + hi;
+  for (int u = 0; u < U; ++u) {
+    // clamp_act lane by lane (NaN kept): v < lo ? lo : (v > hi ? hi : v)
+    r[u] = r[u] < vlo ? vlo : (r[u] > vhi ? vhi : r[u]);
+  }
+  std::memcpy(acc + q, r, sizeof(r));
+}
+
+// n floats from src to dst (n small: a row of a feature map); whole vectors, then the rest.
+template <int W>
+ETFUSE_ALWAYS_INLINE void copy_row(float* dst, const float* src, int64_t n) {
+  int64_t j = 0;
+  for (; j + W <= n; j += W) std::memcpy(dst + j, src + j, sizeof(float) * W);
+  for (; j < n; ++j) dst[j] = src[j];
+}
+
+// Output planes [t0, t1) of a depthwise conv (plane t = image t / Cout, channel t % Cout), by
+// polyphase decomposition: the zero-padded input plane is split into sh * sw phase planes
+// (phase (a, b) holds padded[i * sh + a][j * sw + b]), all SH x SW. Output (oh, ow) at tap
+// (kh, kw) then reads phase ((kh * dh) % sh, (kw * dw) % sw) at (oh + kh * dh / sh, ow + kw * dw / sw):
+// with q = oh * SW + ow, every tap is the same phase plane shifted by a constant, so the whole
+// plane is one contiguous 1-D multiply-add per tap over q, whatever the stride, dilation or
+// plane size. The positions ow >= OW of each row are computed and dropped (SW - OW of SW: 2 of
+// 8 for a 6-wide 3x3 map). Small maps (6x6, 3x3), stride 2 and dilation all vectorise.
+// The padding positions are the same for every plane: zeroed once, only the input is copied.
 template <int W>
 ETFUSE_ALWAYS_INLINE void depthwise_planes(const Problem& pb, int64_t t0, int64_t t1) {
-  typedef typename gemm::detail::Vec<W>::type vf;
+  constexpr int U = 4;  // the largest block of output vectors (depthwise_block)
   const Params& p = pb.p;
   const int64_t Cout = pb.lo.sizes[1], OH = pb.lo.sizes[2], OW = pb.lo.sizes[3];
   const int64_t H = pb.li.sizes[2], Wd = pb.li.sizes[3], KH = pb.lw.sizes[2], KW = pb.lw.sizes[3];
@@ -172,69 +210,73 @@ ETFUSE_ALWAYS_INLINE void depthwise_planes(const Problem& pb, int64_t t0, int64_
   const int64_t dh = p.dilation[0], dw = p.dilation[1];
   const int64_t ihs = pb.li.strides[2], iws = pb.li.strides[3];
   const float lo_v = p.has_min ? p.min : -__builtin_inff(), hi_v = p.has_max ? p.max : __builtin_inff();
-  // Only the padded rows/columns some output reads are needed (stride may skip the end).
-  const int64_t PH = (OH - 1) * sh + (KH - 1) * dh + 1, PW = (OW - 1) * sw + (KW - 1) * dw + 1;
-  std::vector<float> buf(static_cast<size_t>(PH * PW + OW + KH * KW), 0.0f);
-  float* __restrict padded = buf.data();
-  float* __restrict acc = padded + PH * PW;
-  float* __restrict wl = acc + OW;
-  // Padded rows [r0, r1) and columns [c0, c1) hold input; the rest stays zero.
-  const int64_t r0 = ph < PH ? ph : PH, r1 = (ph + H) < PH ? (ph + H) : PH;
-  const int64_t c0 = pw < PW ? pw : PW, c1 = (pw + Wd) < PW ? (pw + Wd) : PW;
+  const int64_t SH = OH + (KH - 1) * dh / sh, SW = OW + (KW - 1) * dw / sw, plane = SH * SW;
+  const int64_t L = (OH - 1) * SW + OW;    // flat outputs q = oh * SW + ow, ow < OW kept
+  const int64_t LP = (L + W - 1) / W * W;  // rounded up to whole vectors
+  const int64_t taps = KH * KW;
+  // The phase planes, zero slack for the last block's over-read, then the flat sums.
+  std::vector<float> buf(static_cast<size_t>(sh * sw * plane + W * U + LP + W * U), 0.0f);
+  float* __restrict phases = buf.data();
+  float* __restrict acc = phases + sh * sw * plane + W * U;
+  std::vector<const float*> tap(static_cast<size_t>(taps));
+  std::vector<float> wl(static_cast<size_t>(taps));
+  for (int64_t kh = 0; kh < KH; ++kh) {
+    for (int64_t kw = 0; kw < KW; ++kw) {
+      const int64_t a = kh * dh % sh, b = kw * dw % sw;
+      tap[kh * KW + kw] = phases + (a * sw + b) * plane + (kh * dh / sh) * SW + kw * dw / sw;
+    }
+  }
+  // Phase (a, b) holds input in rows [rows[2a], rows[2a+1]) (input row i * sh + a - ph in [0, H))
+  // and columns [cols[2b], cols[2b+1]) (input column j * sw + b - pw in [0, Wd)).
+  std::vector<int64_t> rows(static_cast<size_t>(2 * sh)), cols(static_cast<size_t>(2 * sw));
+  for (int64_t a = 0; a < sh; ++a) valid_range(a - ph, sh, H, SH, rows[2 * a], rows[2 * a + 1]);
+  for (int64_t b = 0; b < sw; ++b) valid_range(b - pw, sw, Wd, SW, cols[2 * b], cols[2 * b + 1]);
   for (int64_t t = t0; t < t1; ++t) {
     const int64_t n = t / Cout, co = t % Cout, ci = co / mult;
-    const float* plane = pb.in + n * pb.li.strides[0] + ci * pb.li.strides[1];
-    if (t == t0 || (t - 1) / mult != t / mult || mult == 1) {  // a new input plane
-      for (int64_t r = r0; r < r1; ++r) {
-        const float* src = plane + (r - ph) * ihs;
-        float* dst = padded + r * PW;
-        if (iws == 1) {
-          std::memcpy(dst + c0, src + (c0 - pw), sizeof(float) * (c1 - c0));
-        } else {
-          for (int64_t c = c0; c < c1; ++c) dst[c] = src[(c - pw) * iws];
+    if (t == t0 || (t - 1) / mult != t / mult || mult == 1) {  // a new input plane: split it
+      const float* src = pb.in + n * pb.li.strides[0] + ci * pb.li.strides[1];
+      for (int64_t a = 0; a < sh; ++a) {
+        for (int64_t b = 0; b < sw; ++b) {
+          const int64_t jlo = cols[2 * b], jn = cols[2 * b + 1] - jlo;
+          float* dst = phases + (a * sw + b) * plane + jlo;
+          const float* from = src + (b - pw + jlo * sw) * iws;
+          for (int64_t i = rows[2 * a]; i < rows[2 * a + 1]; ++i) {
+            const float* row = from + (i * sh + a - ph) * ihs;
+            if (sw == 1 && iws == 1) {
+              copy_row<W>(dst + i * SW, row, jn);
+            } else {
+              for (int64_t j = 0; j < jn; ++j) dst[i * SW + j] = row[j * sw * iws];
+            }
+          }
         }
       }
     }
-    // The plane's weights are copied anyway: the per-channel scale is folded into the copy, so
-    // clamp(conv(x, w) * s + b) costs what clamp(conv(x, w) + b) does.
+    // The per-channel scale is folded into the weights, so clamp(conv * s + b) costs what
+    // clamp(conv + b) does; the bias seeds the sums.
     const float* wk = pb.w + co * pb.lw.strides[0];
     const float s = pb.scale ? pb.scale[co * pb.scale_s] : 1.0f;
     for (int64_t kh = 0; kh < KH; ++kh)
       for (int64_t kw = 0; kw < KW; ++kw) wl[kh * KW + kw] = wk[kh * pb.lw.strides[2] + kw * pb.lw.strides[3]] * s;
-    const float seed = pb.bias ? pb.bias[co * pb.bias_s] : 0.0f;  // the bias seeds the accumulator
-    float* oplane = pb.out + n * pb.lo.strides[0] + co * pb.lo.strides[1];
-    for (int64_t oh = 0; oh < OH; ++oh) {
-      const float* top = padded + oh * sh * PW;
-      int64_t x = 0;
-      if (sw == 1) {
-        for (; x + W <= OW; x += W) {
-          vf a = vf{} + seed;
-          for (int64_t kh = 0; kh < KH; ++kh) {
-            const float* r = top + kh * dh * PW + x;
-            const float* wr = wl + kh * KW;
-            for (int64_t kw = 0; kw < KW; ++kw) {
-              vf v;
-              std::memcpy(&v, r + kw * dw, sizeof(vf));
-              a += wr[kw] * v;
-            }
-          }
-          std::memcpy(acc + x, &a, sizeof(vf));
-        }
-      }
-      for (; x < OW; ++x) {
-        float a = seed;
-        for (int64_t kh = 0; kh < KH; ++kh) {
-          const float* r = top + kh * dh * PW + x * sw;
-          for (int64_t kw = 0; kw < KW; ++kw) a += wl[kh * KW + kw] * r[kw * dw];
-        }
-        acc[x] = a;
-      }
-      float* orow = oplane + oh * pb.lo.strides[2];
-      const int64_t os = pb.lo.strides[3];
-      if (os == 1) {
-        for (int64_t i = 0; i < OW; ++i) orow[i] = gemm::clamp_act(acc[i], lo_v, hi_v);
+    const float seed = pb.bias ? pb.bias[co * pb.bias_s] : 0.0f;
+    // Blocks of 4 vectors; the last 1-3 vectors as one block of 2 or 4 (over-reading into the
+    // slack), so no sum is a single latency-bound chain of KH * KW multiply-adds.
+    for (int64_t q = 0; q < LP;) {
+      if (LP - q > 2 * W) {
+        depthwise_block<W, 4>(q, seed, taps, tap.data(), wl.data(), lo_v, hi_v, acc);
+        q += 4 * W;
       } else {
-        for (int64_t i = 0; i < OW; ++i) orow[i * os] = gemm::clamp_act(acc[i], lo_v, hi_v);
+        depthwise_block<W, 2>(q, seed, taps, tap.data(), wl.data(), lo_v, hi_v, acc);
+        q += 2 * W;
+      }
+    }
+    float* oplane = pb.out + n * pb.lo.strides[0] + co * pb.lo.strides[1];
+    const int64_t os = pb.lo.strides[3];
+    for (int64_t oh = 0; oh < OH; ++oh) {
+      float* orow = oplane + oh * pb.lo.strides[2];
+      if (os == 1) {
+        copy_row<W>(orow, acc + oh * SW, OW);
+      } else {
+        for (int64_t i = 0; i < OW; ++i) orow[i * os] = acc[oh * SW + i];
       }
     }
   }
