@@ -68,6 +68,10 @@ CONV_CASES = [
     (1, 8, 4, 11, 8, 5, 5, (3, 2), (2, 2), (1, 1), 8),
     (1, 4, 1, 1, 4, 3, 3, (1, 1), (2, 2), (1, 1), 4),
     (1, 6, 7, 9, 12, 3, 3, (2, 3), (0, 2), (2, 1), 6),
+    # small maps as dot products over the transposed im2col (conv2d.h small_map)
+    (1, 160, 3, 3, 48, 1, 1, (1, 1), (0, 0), (1, 1), 1),
+    (2, 64, 7, 7, 42, 3, 3, (1, 1), (1, 1), (1, 1), 2),
+    (1, 48, 6, 3, 7, 3, 3, (2, 1), (1, 2), (1, 2), 1),
 ]
 
 
@@ -99,7 +103,7 @@ def test_narrower_isas_compute_the_same(isa):
         pytest.skip("CPU without AVX2")
     kernels.set_isa(isa)
     try:
-        for case in (CONV_CASES[1], CONV_CASES[2], CONV_CASES[6], CONV_CASES[8], CONV_CASES[9], CONV_CASES[11]):
+        for case in (*(CONV_CASES[i] for i in (1, 2, 6, 8, 9, 11)), *CONV_CASES[-3:]):
             n, c, h, w, cout, kh, kw, stride, padding, dilation, groups = case
             x, weight, bias = torch.randn(n, c, h, w), torch.randn(cout, c // groups, kh, kw), torch.randn(cout)
             out = torch.empty(0)

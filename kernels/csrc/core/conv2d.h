@@ -294,6 +294,86 @@ ETFUSE_TARGET_AVX2 void depthwise_avx2(const Problem& pb, int64_t t0, int64_t t1
 }
 #endif
 
+// A small output map (a network's last stages: 7x7, 6x6, 3x3, 1x1) whose pixels fill the
+// implicit GEMM's NR-wide panels badly (9 of 16 columns on a 3x3 map with AVX2) runs as the
+// GEMM's dot-product path on the transposed problem instead:
+//   out^T[p, co] = sum_k cols[p, k] * weight[co, k]
+// where cols is the im2col of the image, pixel by pixel (P x K floats, small). Both operands are
+// contiguous along k and the weight is read once. Measured on AVX2 (GFLOP/s, dot vs panels):
+// P=9 K=320 22.7 vs 17.3, P=36 K=384 24.6 vs 21.1, P=49 K=960 28.5 vs 25.4; full panels
+// (P=16, 64) and short K stay with the panels (P=16 K=256 22.6 vs 32.9, P=36 K=64 12.2 vs 19.4).
+constexpr int64_t kSmallMapPixels = 64;
+
+inline bool small_map(int64_t pixels, int64_t K) {
+  const int64_t nr = gemm::detail::select_kernel().nr;
+  const int64_t padded = (pixels + nr - 1) / nr * nr;
+  const bool sparse = pixels * 5 <= padded * 4;  // at most 80% of the panel columns used
+  return pixels <= kSmallMapPixels && sparse && (K >= 128 || pixels * 2 <= padded);
+}
+
+// cols[p, k] = input[ci, oh * sh - ph + kh * dh, ow * sw - pw + kw * dw] (zero outside), with
+// p = oh * OW + ow and k = (ci * KH + kh) * KW + kw.
+inline void im2col_rows(const Problem& pb, const float* in, int64_t Cg, float* cols) {
+  const Params& p = pb.p;
+  const int64_t OH = pb.lo.sizes[2], OW = pb.lo.sizes[3], H = pb.li.sizes[2], Wd = pb.li.sizes[3];
+  const int64_t KH = pb.lw.sizes[2], KW = pb.lw.sizes[3], K = Cg * KH * KW;
+  for (int64_t oh = 0; oh < OH; ++oh) {
+    for (int64_t ow = 0; ow < OW; ++ow) {
+      float* row = cols + (oh * OW + ow) * K;
+      for (int64_t ci = 0; ci < Cg; ++ci) {
+        const float* plane = in + ci * pb.li.strides[1];
+        for (int64_t kh = 0; kh < KH; ++kh) {
+          const int64_t ih = oh * p.stride[0] - p.padding[0] + kh * p.dilation[0];
+          for (int64_t kw = 0; kw < KW; ++kw) {
+            const int64_t iw = ow * p.stride[1] - p.padding[1] + kw * p.dilation[1];
+            const bool inside = ih >= 0 && ih < H && iw >= 0 && iw < Wd;
+            row[(ci * KH + kh) * KW + kw] = inside ? plane[ih * pb.li.strides[2] + iw * pb.li.strides[3]] : 0.0f;
+          }
+        }
+      }
+    }
+  }
+}
+
+template <class Par>
+inline void run_small_map(const Problem& pb, Par&& par) {
+  const Params& p = pb.p;
+  const int64_t N = pb.lo.sizes[0], Cout = pb.lo.sizes[1], P = pb.lo.sizes[2] * pb.lo.sizes[3];
+  const int64_t G = p.groups, Cg = pb.li.sizes[1] / G, Mg = Cout / G;
+  const int64_t K = Cg * pb.lw.sizes[2] * pb.lw.sizes[3];
+  std::vector<float> cols(static_cast<size_t>(P * K));
+  for (int64_t n = 0; n < N; ++n) {
+    for (int64_t g = 0; g < G; ++g) {
+      im2col_rows(pb, pb.in + n * pb.li.strides[0] + g * Cg * pb.li.strides[1], Cg, cols.data());
+      gemm::Args a;
+      a.M = P;
+      a.N = Mg;
+      a.K = K;
+      a.A = cols.data();
+      a.a_rs = K;
+      a.a_cs = 1;
+      a.B = pb.w + g * Mg * pb.lw.strides[0];  // B(k, co) = weight[co, k]
+      a.b_rs = 1;
+      a.b_cs = pb.lw.strides[0];
+      // out[n, g * Mg + co, p]: pixel p at p * stride(3) (a flat plane, checked by the caller)
+      a.C = pb.out + n * pb.lo.strides[0] + g * Mg * pb.lo.strides[1];
+      a.c_rs = pb.lo.strides[3];
+      a.c_cs = pb.lo.strides[1];
+      a.bias = pb.bias ? pb.bias + g * Mg * pb.bias_s : nullptr;
+      a.bias_rs = 0;
+      a.bias_cs = pb.bias_s;
+      a.scale = pb.scale ? pb.scale + g * Mg * pb.scale_s : nullptr;
+      a.scale_rs = 0;
+      a.scale_cs = pb.scale_s;
+      a.clamp = p.has_min || p.has_max;
+      a.act_min = p.has_min ? p.min : -__builtin_inff();
+      a.act_max = p.has_max ? p.max : __builtin_inff();
+      a.dot = true;
+      gemm::run(a, par);
+    }
+  }
+}
+
 }  // namespace detail
 
 inline bool is_depthwise(const Problem& pb) {
@@ -343,6 +423,10 @@ inline void run(const Problem& pb, Par&& par) {
   }
   const int64_t G = p.groups, Cg = pb.li.sizes[1] / G, Mg = Cout / G;
   const int64_t KH = pb.lw.sizes[2], KW = pb.lw.sizes[3];
+  if (detail::small_map(OH * OW, Cg * KH * KW)) {
+    detail::run_small_map(pb, par);
+    return;
+  }
   for (int64_t n = 0; n < N; ++n) {
     for (int64_t g = 0; g < G; ++g) {
       detail::PackCtx ctx{
