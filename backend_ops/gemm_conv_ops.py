@@ -2,7 +2,8 @@
 
 The activation is a clamp range: relu = [0, None], relu6 / hardtanh(0, 6) = [0, 6], none =
 [None, None]; then `activation`, one of "none", "silu" (x * sigmoid(x)), "sigmoid", "gelu"
-(erf) and "gelu_tanh", which the kernels apply to the output right after the GEMM. Each pattern
+(erf), "gelu_tanh", "hardswish" (x * clamp(x + 3, 0, 6) / 6) and "hardsigmoid"
+(clamp(x + 3, 0, 6) / 6), which the kernels apply to the output right after the GEMM. Each pattern
 computes exactly that with ATen ops, so a fused program retraces to plain ATen.
 
 | backend op          | pattern                                                     |
@@ -20,7 +21,7 @@ from .registry import BackendOp, register
 aten = torch.ops.aten
 
 
-ACTIVATIONS = ("none", "silu", "sigmoid", "gelu", "gelu_tanh")
+ACTIVATIONS = ("none", "silu", "sigmoid", "gelu", "gelu_tanh", "hardswish", "hardsigmoid")
 
 
 def _clamp(x, min, max):
@@ -41,6 +42,10 @@ def activation_pattern(x, activation: str):
         return aten.gelu.default(x)
     if activation == "gelu_tanh":
         return aten.gelu.default(x, approximate="tanh")
+    if activation == "hardswish":  # the edge dialect decomposes it (patterns/gemm_conv_rules.py)
+        return aten.hardswish.default(x)
+    if activation == "hardsigmoid":
+        return aten.hardsigmoid.default(x)
     raise ValueError(f"unknown activation {activation!r}; one of {', '.join(ACTIVATIONS)}")
 
 

@@ -28,6 +28,7 @@ residual `relu(add(conv(x), skip))` becomes `conv2d_act` + the foundation's `add
 
 from __future__ import annotations
 
+import inspect
 import math
 
 import torch
@@ -43,15 +44,74 @@ aten = torch.ops.aten
 F32 = (torch.float32,)
 
 # Example scalars: each scalar parameter of a pattern needs a value no other one has.
-_CONV_SCALARS = dict(s0=2, s1=3, p0=4, p1=5, d0=6, d1=7, groups=8)
+# (Not 0 or 6: the hard activations' patterns hold those as literals.)
+_CONV_SCALARS = dict(s0=2, s1=3, p0=4, p1=5, d0=9, d1=7, groups=8)
 _LO, _HI = -2.5, 3.5
 # Activations the kernels apply after the GEMM (the op's `activation` argument), not clamps.
 _UNARY = tuple(a for a in ACTIVATIONS if a != "none")
+# Activations the edge dialect decomposes with lifted tensor constants (3 and 6): their patterns
+# take the two constants as parameters where the clamp patterns take lo and hi, and match only
+# when their values are 3 and 6 (`Match.constant`: the program's constants, or the value a
+# lifted constant's fake tensor carries, so a graph module alone works too; unknown: no match).
+_HARD = ("hardswish", "hardsigmoid")
+_HARD_CONSTANTS = (3, 6)  # int64 0-dim constants, cast to float32 in the graph
+
+
+def _hard_activation(act: str, x, three, six):
+    """F.hardswish / F.hardsigmoid as the edge dialect spells them."""
+    def f32(c):
+        return aten._to_copy.default(c, dtype=torch.float32)
+
+    gate = aten.clamp.default(aten.clamp.default(aten.add.Tensor(x, f32(three)), 0), None, 6)
+    if act == "hardswish":
+        return aten.div.Tensor(aten.mul.Tensor(x, gate), f32(six))
+    return aten.div.Tensor(gate, f32(six))
+
+
+def _act_examples(act: str) -> tuple:
+    """Example inputs for the activation's own pattern parameters (the hard ones' constants)."""
+    return tuple(torch.tensor(c, dtype=torch.int64) for c in _HARD_CONSTANTS) if act in _HARD else ()
+
+
+def _named_for(act: str, pattern):
+    """A hard activation's pattern reads its constants where the clamp patterns read lo and hi:
+    the parameters are renamed, so bindings (and reports) say `three` and `six`."""
+    if act not in _HARD:
+        return pattern
+    sig = inspect.signature(pattern)
+    names = {"lo": "three", "hi": "six"}
+    pattern.__signature__ = sig.replace(
+        parameters=[p.replace(name=names.get(p.name, p.name)) for p in sig.parameters.values()])
+    return pattern
+
+
+def _checked(check, act: str):
+    """The rule's constraint, and for a hard activation the check of its constants."""
+    return all_of(check, _hard_constants(act)) if act in _HARD else check
+
+
+def _hard_constants(act: str):
+    """The constants a hard activation's pattern bound are 3 and 6, as values the program holds."""
+    def check(m: Match):
+        for name, want in zip(("three", "six"), _HARD_CONSTANTS):
+            value = m.constant(name)
+            if value is None:
+                return f"the {act} constant {name} has no known value (a graph module alone carries none)"
+            if value.numel() != 1 or float(value.reshape(())) != want:
+                return f"the {act} constant {name} is {value.tolist()!r}, not {want}"
+        return None
+
+    return check
+
+
+def _fresh(values) -> tuple:
+    """Example inputs as new objects per call (see _batch_norm_rules)."""
+    return tuple(v.clone() if isinstance(v, torch.Tensor) else v for v in values)
 
 
 def _conv_inputs(*act_scalars):
     return lambda: (torch.randn(1, 8, 40, 40), torch.randn(16, 1, 3, 3), torch.randn(16),
-                    *_CONV_SCALARS.values(), *act_scalars)
+                    *_CONV_SCALARS.values(), *_fresh(act_scalars))
 
 
 def _conv(input, weight, bias, s0, s1, p0, p1, d0, d1, groups):
@@ -75,20 +135,20 @@ def _conv2d_clamp(input, weight, bias, s0, s1, p0, p1, d0, d1, groups, lo, hi):
 
 
 def _conv2d_unary(act: str):
-    def pattern(input, weight, bias, s0, s1, p0, p1, d0, d1, groups):
-        return activation_pattern(_conv(input, weight, bias, s0, s1, p0, p1, d0, d1, groups), act)
+    def pattern(input, weight, bias, s0, s1, p0, p1, d0, d1, groups, lo=None, hi=None):
+        return _activation(act, _conv(input, weight, bias, s0, s1, p0, p1, d0, d1, groups), lo, hi)
 
-    return pattern
+    return _named_for(act, pattern)
 
 
 def _linear_unary(act: str, bias: bool):
     if bias:
-        def pattern(input, weight, bias):
-            return activation_pattern(aten.linear.default(input, weight, bias), act)
+        def pattern(input, weight, bias, lo=None, hi=None):
+            return _activation(act, aten.linear.default(input, weight, bias), lo, hi)
     else:
-        def pattern(input, weight):
-            return activation_pattern(aten.linear.default(input, weight), act)
-    return pattern
+        def pattern(input, weight, lo=None, hi=None):
+            return _activation(act, aten.linear.default(input, weight), lo, hi)
+    return _named_for(act, pattern)
 
 
 def _linear(input, weight, bias):
@@ -197,7 +257,7 @@ def _linear_arguments(act: str):
 
 
 def _linear_inputs(bias: bool, *act_scalars):
-    return lambda: (torch.randn(4, 8), torch.randn(16, 8), *((torch.randn(16),) if bias else ()), *act_scalars)
+    return lambda: (torch.randn(4, 8), torch.randn(16, 8), *((torch.randn(16),) if bias else ()), *_fresh(act_scalars))
 
 
 def _rules():
@@ -209,11 +269,12 @@ def _rules():
         name = "conv2d" if act == "none" else f"conv2d_{act}"
         rules.append(Rule(name, pattern, CONV2D_ACT, _conv_inputs(*extra), _CONV_CHECK, _conv_arguments(act)))
     for act in _UNARY:
-        rules.append(Rule(f"conv2d_{act}", _conv2d_unary(act), CONV2D_ACT, _conv_inputs(), _CONV_CHECK,
-                          _conv_arguments(act)))
+        rules.append(Rule(f"conv2d_{act}", _conv2d_unary(act), CONV2D_ACT, _conv_inputs(*_act_examples(act)),
+                          _checked(_CONV_CHECK, act), _conv_arguments(act)))
         for with_bias in (True, False):
             rules.append(Rule(f"linear_{act}" + ("" if with_bias else "_no_bias"), _linear_unary(act, with_bias),
-                              LINEAR_ACT, _linear_inputs(with_bias), _LINEAR_CHECK, _linear_arguments(act)))
+                              LINEAR_ACT, _linear_inputs(with_bias, *_act_examples(act)),
+                              _checked(_LINEAR_CHECK, act), _linear_arguments(act)))
     for act, with_bias, no_bias, extra in (
         ("relu", _linear_relu, _linear_relu_no_bias, ()),
         ("hardtanh", _linear_hardtanh, _linear_hardtanh_no_bias, (_LO, _HI)),
@@ -252,6 +313,8 @@ def _activation(act: str, x, lo=None, hi=None):
         return aten.hardtanh.default(x, lo, hi)
     if act == "clamp":
         return aten.clamp.default(x, lo, hi)
+    if act in _HARD:  # lo and hi are the constants 3 and 6 here (_named_for)
+        return _hard_activation(act, x, lo, hi)
     return activation_pattern(x, act)
 
 
@@ -261,7 +324,7 @@ def _conv2d_bn_pattern(act: str):
         conv = _conv(input, weight, bias, s0, s1, p0, p1, d0, d1, groups)
         return _activation(act, _bn(conv, bn_weight, bn_bias, running_mean, running_var, momentum, eps), lo, hi)
 
-    return pattern
+    return _named_for(act, pattern)
 
 
 def _linear_bn_pattern(act: str, bias: bool):
@@ -274,7 +337,7 @@ def _linear_bn_pattern(act: str, bias: bool):
         def pattern(input, weight, bn_weight, bn_bias, running_mean, running_var, momentum, eps, lo=None, hi=None):
             linear = aten.linear.default(input, weight)
             return _activation(act, _bn(linear, bn_weight, bn_bias, running_mean, running_var, momentum, eps), lo, hi)
-    return pattern
+    return _named_for(act, pattern)
 
 
 def _bn_stats(channels: int):
@@ -328,22 +391,28 @@ def _linear_bn_arguments(act: str):
 
 def _batch_norm_rules():
     rules = []
-    acts = (("relu", ()), ("hardtanh", (_LO, _HI)), ("clamp", (_LO, _HI)), ("none", ()), *((a, ()) for a in _UNARY))
-    for act, extra in acts:
+    # the activation's own example inputs, made afresh per call: one tensor object given to
+    # two patterns would become one shared input when the table is traced in one export
+    acts = (("relu", ()), ("hardtanh", (_LO, _HI)), ("clamp", (_LO, _HI)), ("none", ()))
+    for act, extra in (*acts, *((a, None) for a in _UNARY)):
         suffix = "" if act == "none" else f"_{act}"
         conv_inputs = _conv_inputs()
+
+        def act_inputs(extra=extra, act=act):
+            return _fresh(extra) if extra is not None else _act_examples(act)
+
         rules.append(Rule(
             f"conv2d_bn{suffix}", _conv2d_bn_pattern(act), CONV2D_BN_ACT,
-            lambda extra=extra, conv_inputs=conv_inputs: (
-                *conv_inputs()[:3], *_bn_stats(16), *_CONV_SCALARS.values(), *_BN_SCALARS.values(), *extra),
-            _CONV_BN_CHECK, _conv2d_bn_arguments(act)))
+            lambda act_inputs=act_inputs, conv_inputs=conv_inputs: (
+                *conv_inputs()[:3], *_bn_stats(16), *_CONV_SCALARS.values(), *_BN_SCALARS.values(), *act_inputs()),
+            _checked(_CONV_BN_CHECK, act), _conv2d_bn_arguments(act)))
         for with_bias in (True, False):
             rules.append(Rule(
                 f"linear_bn{suffix}" + ("" if with_bias else "_no_bias"), _linear_bn_pattern(act, with_bias),
                 LINEAR_BN_ACT,
-                lambda extra=extra, with_bias=with_bias: (
-                    *_linear_inputs(with_bias)(), *_bn_stats(16), *_BN_SCALARS.values(), *extra),
-                _LINEAR_BN_CHECK, _linear_bn_arguments(act)))
+                lambda act_inputs=act_inputs, with_bias=with_bias: (
+                    *_linear_inputs(with_bias)(), *_bn_stats(16), *_BN_SCALARS.values(), *act_inputs()),
+                _checked(_LINEAR_BN_CHECK, act), _linear_bn_arguments(act)))
     return rules
 
 

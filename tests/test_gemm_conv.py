@@ -437,7 +437,8 @@ class Conv1dTest(TestCase):
 # activations after the GEMM: silu, sigmoid, gelu (erf / tanh)
 
 EAGER_ACT = {"silu": F.silu, "sigmoid": torch.sigmoid, "gelu": F.gelu,
-             "gelu_tanh": lambda y: F.gelu(y, approximate="tanh")}
+             "gelu_tanh": lambda y: F.gelu(y, approximate="tanh"), "hardswish": F.hardswish,
+             "hardsigmoid": F.hardsigmoid}
 
 
 @pytest.mark.parametrize("isa", ["auto", "baseline"])
@@ -478,7 +479,7 @@ def test_activation_kernels_match_eager(act, isa):
 
 def test_unknown_activation_is_an_error_that_names_it():
     out = torch.empty(0)
-    with pytest.raises(RuntimeError, match=r"etfuse::linear_act.out: unknown activation 'swish' \(none, silu"):
+    with pytest.raises(RuntimeError, match=r"etfuse::linear_act.out: unknown activation 'swish' \(none, silu.*hardsigmoid\)"):
         ops.linear_act.out(torch.randn(2, 3), torch.randn(4, 3), None, None, None, "swish", out=out)
 
 
@@ -516,6 +517,65 @@ class ActivationTest(TestCase):
         for got in (out.exported_program().module()(*args), retraced.module()(*args), run(out.to_executorch(), args)):
             for g, w in zip(got, want):
                 torch.testing.assert_close(g, w, **TOL)
+
+
+class HardActivations(torch.nn.Module):
+    """MobileNetV3's conv -> bn -> hardswish, a squeeze-excite gate (1x1 conv -> hardsigmoid ->
+    channel-wise mul) and a hardswish classifier layer."""
+
+    def __init__(self):
+        super().__init__()
+        self.conv, self.bn = torch.nn.Conv2d(4, 8, 3, padding=1), torch.nn.BatchNorm2d(8)
+        self.squeeze, self.excite, self.fc = torch.nn.Conv2d(8, 4, 1), torch.nn.Conv2d(4, 8, 1), torch.nn.Linear(8, 6)
+
+    def forward(self, x):
+        y = F.hardswish(self.bn(self.conv(x)))
+        s = F.hardsigmoid(self.excite(F.relu(self.squeeze(y.mean((2, 3), keepdim=True)))))
+        return F.hardswish(self.fc((y * s).mean((2, 3))))
+
+
+class HardActivationTest(TestCase):
+    def test_hardswish_and_hardsigmoid_become_the_ops_epilogue(self):
+        """The edge dialect spells them with lifted constants 3 and 6: fused when the program knows
+        those values, on the runtime and retraced, equal to eager."""
+        model = _randomise_bn(HardActivations())
+        args = (torch.randn(2, 4, 10, 10) * 3,)
+        edge, out, passes = fused(model, args)
+        gm = out.exported_program().graph_module
+        self.assertEqual(op_names(gm), ["etfuse.conv2d_bn_act.default", "etfuse.mean_hw.default",
+                                        "etfuse.conv2d_act.default", "etfuse.conv2d_act.default", "aten.mul.Tensor",
+                                        "etfuse.mean_hw.default", "etfuse.linear_act.default"])
+        self.assertEqual([f.rule for f in passes[0].report.fused],
+                         ["conv2d_bn_hardswish", "mean_hw_keepdim_2_3", "conv2d_relu", "conv2d_hardsigmoid",
+                          "mean_hw_2_3", "linear_hardswish"])
+        want = model(*args)
+        retraced = out.exported_program().run_decompositions()
+        self.assertFalse([n for n in op_names(retraced.graph_module) if n.startswith("etfuse.")])
+        for got in (out.exported_program().module()(*args), retraced.module()(*args), run(out.to_executorch(), args)[0]):
+            torch.testing.assert_close(got, want, **TOL)
+
+    def test_other_constants_are_declined_and_graph_modules_fuse_too(self):
+        class NotHard(torch.nn.Module):  # hardswish's shape with 2 for 3: not a hardswish
+            def __init__(self):
+                super().__init__()
+                self.conv = torch.nn.Conv2d(3, 4, 1)
+
+            def forward(self, x):
+                y = self.conv(x)
+                return y * torch.clamp(y + torch.tensor(2), 0, 6) / torch.tensor(6)
+
+        model, args = NotHard().eval(), (torch.randn(1, 3, 5, 5),)
+        edge, out, passes = fused(model, args)
+        self.assertIn("etfuse.conv2d_act.default", op_names(out.exported_program().graph_module))
+        self.assertNotIn("conv2d_hardswish", [f.rule for f in passes[0].report.fused])
+        torch.testing.assert_close(out.exported_program().module()(*args), model(*args), **TOL)
+        # a graph module alone (ExecutorchBackendConfig.passes): a lifted constant's fake tensor
+        # carries its value, so that route fuses them too
+        gm = edge_program(HardActivations().eval(), (torch.randn(1, 4, 6, 6),)).exported_program().graph_module
+        fusion = FusionPass()
+        fusion(gm)
+        self.assertEqual([f.rule for f in fusion.report.fused if "hard" in f.rule],
+                         ["conv2d_bn_hardswish", "conv2d_hardsigmoid", "linear_hardswish"])
 
 
 def test_runtime_bad_shape_is_an_error_not_an_abort():

@@ -16,23 +16,24 @@ namespace etfuse {
 namespace core {
 namespace activation {
 
-enum class Kind { kNone = 0, kSilu, kSigmoid, kGelu, kGeluTanh };
+enum class Kind { kNone = 0, kSilu, kSigmoid, kGelu, kGeluTanh, kHardswish, kHardsigmoid };
 
-// The schema's `str activation` ("none", "silu", "sigmoid", "gelu", "gelu_tanh").
+// The schema's `str activation` ("none", "silu", "sigmoid", "gelu", "gelu_tanh", "hardswish", "hardsigmoid").
 inline bool parse(const char* op, const char* s, size_t n, Kind& kind, Status& st) {
   struct Name {
     const char* name;
     Kind kind;
   };
   static const Name names[] = {{"none", Kind::kNone}, {"silu", Kind::kSilu}, {"sigmoid", Kind::kSigmoid},
-                               {"gelu", Kind::kGelu}, {"gelu_tanh", Kind::kGeluTanh}};
+                               {"gelu", Kind::kGelu}, {"gelu_tanh", Kind::kGeluTanh},
+                               {"hardswish", Kind::kHardswish}, {"hardsigmoid", Kind::kHardsigmoid}};
   for (const Name& e : names) {
     if (std::strlen(e.name) == n && std::strncmp(e.name, s, n) == 0) {
       kind = e.kind;
       return true;
     }
   }
-  return st.fail("%s: unknown activation '%.*s' (none, silu, sigmoid, gelu, gelu_tanh)", op, (int)n, s);
+  return st.fail("%s: unknown activation '%.*s' (none, silu, sigmoid, gelu, gelu_tanh, hardswish, hardsigmoid)", op, (int)n, s);
 }
 
 namespace detail {
@@ -78,6 +79,12 @@ ETFUSE_ALWAYS_INLINE float erf_approx(float x) {
   return x < 0.0f ? -e : e;
 }
 
+// clamp(v + 3, 0, 6), NaN kept (as torch.clamp)
+ETFUSE_ALWAYS_INLINE float hard_gate(float v) {
+  const float t = v + 3.0f;
+  return t < 0.0f ? 0.0f : (t > 6.0f ? 6.0f : t);
+}
+
 template <Kind K>
 ETFUSE_ALWAYS_INLINE float apply(float v) {
   if constexpr (K == Kind::kSilu) {
@@ -89,6 +96,10 @@ ETFUSE_ALWAYS_INLINE float apply(float v) {
   } else if constexpr (K == Kind::kGeluTanh) {
     const float u = 0.7978845608028654f * (v + 0.044715f * v * v * v);
     return 0.5f * v * (2.0f - 2.0f / (exp_poly(2.0f * u) + 1.0f));  // 1 + tanh(u)
+  } else if constexpr (K == Kind::kHardswish) {
+    return v * hard_gate(v) / 6.0f;  // torch's order: x * clamp(x + 3, 0, 6) / 6
+  } else if constexpr (K == Kind::kHardsigmoid) {
+    return hard_gate(v) / 6.0f;
   } else {
     return v;
   }
@@ -104,6 +115,10 @@ inline float apply_one(Kind kind, float v) {
       return apply<Kind::kGelu>(v);
     case Kind::kGeluTanh:
       return apply<Kind::kGeluTanh>(v);
+    case Kind::kHardswish:
+      return apply<Kind::kHardswish>(v);
+    case Kind::kHardsigmoid:
+      return apply<Kind::kHardsigmoid>(v);
     default:
       return v;
   }
@@ -146,6 +161,10 @@ inline void dispatch(Kind kind, float* p, int64_t n) {
       return range<Kind::kGelu>(p, n);
     case Kind::kGeluTanh:
       return range<Kind::kGeluTanh>(p, n);
+    case Kind::kHardswish:
+      return range<Kind::kHardswish>(p, n);
+    case Kind::kHardsigmoid:
+      return range<Kind::kHardsigmoid>(p, n);
     default:
       return;
   }
