@@ -5,7 +5,7 @@ changes to executorch's registrations that fusing and running need.
 """
 
 from .registry import BackendOp, BackendOpError, register, registered_ops
-from .float_ops import ADD_RELU, ADDMM_RELU, FLOAT_OPS, LINEAR_RELU
+from .float_ops import ADD_RELU, ADDMM_RELU, FLOAT_OPS, LINEAR_RELU, MUL
 from .prims import PRIMS, PrimOp
 from .gemm_conv_ops import CONV2D_ACT, CONV2D_BN_ACT, GEMM_CONV_OPS, LINEAR_ACT, LINEAR_BN_ACT
 from .quantized_ops import QDQ_OPS, QUANTIZED_OPS, decompositions
@@ -19,7 +19,7 @@ CATALOG = [*FLOAT_OPS, *GEMM_CONV_OPS, *POOL_OPS, *QUANTIZED_OPS, PACK_EMBEDDING
 
 __all__ = [
     "BackendOp", "BackendOpError", "register", "registered_ops",
-    "ADD_RELU", "LINEAR_RELU", "ADDMM_RELU", "FLOAT_OPS", "PRIMS", "PrimOp", "CONV2D_ACT", "LINEAR_ACT", "CONV2D_BN_ACT", "LINEAR_BN_ACT", "GEMM_CONV_OPS",
+    "ADD_RELU", "LINEAR_RELU", "ADDMM_RELU", "MUL", "FLOAT_OPS", "PRIMS", "PrimOp", "CONV2D_ACT", "LINEAR_ACT", "CONV2D_BN_ACT", "LINEAR_BN_ACT", "GEMM_CONV_OPS",
     "MAX_POOL2D", "AVG_POOL2D", "MEAN_HW", "POOL_OPS",
     "QUANTIZED_OPS", "EMBEDDING_OPS", "PACK_EMBEDDING_WEIGHT", "QDQ_OPS", "decompositions", "install", "installed", "CATALOG",
 ]

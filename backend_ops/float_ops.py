@@ -11,6 +11,10 @@ def _add_relu(self, other):
     return aten.relu.default(aten.add.Tensor(self, other))
 
 
+def _mul(self, other):
+    return aten.mul.Tensor(self, other)
+
+
 def _linear_relu(input, weight, bias=None):
     return aten.relu.default(aten.linear.default(input, weight, bias))
 
@@ -29,4 +33,8 @@ ADDMM_RELU = register(BackendOp(
     "etfuse", "addmm_relu(Tensor self, Tensor mat1, Tensor mat2) -> Tensor", _addmm_relu,
     doc="relu(self + mat1 @ mat2), self broadcast to [M, N]", kernel="addmm_relu", triton="addmm_relu"))
 
-FLOAT_OPS = [ADD_RELU, LINEAR_RELU, ADDMM_RELU]
+MUL = register(BackendOp(
+    "etfuse", "mul(Tensor self, Tensor other) -> Tensor", _mul,
+    doc="self * other, broadcasting like aten.mul (the rules use it for a squeeze-excite's per-channel scale, "
+        "where the portable kernel's broadcast is slow)", kernel="mul"))
+FLOAT_OPS = [ADD_RELU, LINEAR_RELU, ADDMM_RELU, MUL]

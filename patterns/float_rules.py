@@ -4,6 +4,11 @@
 |---------------------|-----------------------------------------------------|---------------------|
 | add_relu            | relu(add(self, other))  (commutative, broadcasting) | etfuse::add_relu    |
 | addmm_relu          | relu(addmm(self, mat1, mat2))                       | etfuse::addmm_relu  |
+| mul_channels        | mul(x [N, C, H, W], s [N or 1, C, 1, 1]) (commutative) | etfuse::mul      |
+
+`mul_channels` is a squeeze-excite block's scale (and any per-channel gate): the portable `mul`
+walks a broadcast element by element, about 25x slower than a flat loop per channel plane.
+Other multiplications stay with the portable kernel.
 
 `relu` of an `nn.Linear` (`etfuse::linear_relu`) is a GEMM epilogue: its rules live in
 gemm_conv_rules.py and outrank `addmm_relu` there.
@@ -11,7 +16,7 @@ gemm_conv_rules.py and outrank `addmm_relu` there.
 
 import torch
 
-from etfuse.backend_ops import ADD_RELU, ADDMM_RELU
+from etfuse.backend_ops import ADD_RELU, ADDMM_RELU, MUL
 
 from .constraints import all_of, output_dtype, ranks, tensors
 from .rule import Rule
@@ -29,6 +34,19 @@ def _matmul_shapes(m):
     return None
 
 
+def _channel_scale(m):
+    # one operand [N, C, H, W], the other one value per (image, channel) plane, H * W > 1
+    a, b = m.value("self"), m.value("other")
+    if a.dim() != 4 or b.dim() != 4:
+        return f"operands of rank {a.dim()} and {b.dim()}; mul_channels takes [N, C, H, W] and [N or 1, C, 1, 1]"
+    if tuple(b.shape[2:]) != (1, 1):
+        a, b = b, a
+    n, c, h, w = a.shape
+    if tuple(b.shape[1:]) != (c, 1, 1) or b.shape[0] not in (1, n) or h * w == 1:
+        return f"shapes {tuple(a.shape)} and {tuple(b.shape)} are not a per-channel scale"
+    return None
+
+
 FLOAT_RULES = [
     Rule.for_op(
         ADD_RELU,
@@ -39,5 +57,10 @@ FLOAT_RULES = [
         ADDMM_RELU,
         example_inputs=lambda: (torch.randn(16), torch.randn(4, 8), torch.randn(8, 16)),
         constraint=all_of(tensors(["self", "mat1", "mat2"], F32), ranks(mat1=2, mat2=2), _matmul_shapes),
+    ),
+    Rule.for_op(
+        MUL, name="mul_channels",
+        example_inputs=lambda: (torch.randn(2, 8, 5, 5), torch.randn(2, 8, 1, 1)),
+        constraint=all_of(tensors(["self", "other"], F32), output_dtype(torch.float32), _channel_scale),
     ),
 ]

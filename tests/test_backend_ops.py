@@ -13,6 +13,8 @@ SAMPLE_ARGS = {
     "add_relu": [(torch.randn(3, 4), torch.randn(3, 4)), (torch.randn(2, 3, 4), torch.randn(4))],
     "linear_relu": [(torch.randn(3, 8), torch.randn(5, 8), torch.randn(5)), (torch.randn(3, 8), torch.randn(5, 8))],
     "addmm_relu": [(torch.randn(5), torch.randn(3, 7), torch.randn(7, 5))],
+    "mul": [(torch.randn(2, 8, 5, 5), torch.randn(2, 8, 1, 1)), (torch.randn(1, 8, 1, 1), torch.randn(3, 8, 4, 6)),
+            (torch.randn(3, 4), torch.randn(3, 4))],
 }
 
 
@@ -33,6 +35,7 @@ def test_out_schema_is_derived():
         "add_relu.out(Tensor self, Tensor other, *, Tensor(a!) out) -> Tensor(a!)",
         "linear_relu.out(Tensor input, Tensor weight, Tensor? bias=None, *, Tensor(a!) out) -> Tensor(a!)",
         "addmm_relu.out(Tensor self, Tensor mat1, Tensor mat2, *, Tensor(a!) out) -> Tensor(a!)",
+        "mul.out(Tensor self, Tensor other, *, Tensor(a!) out) -> Tensor(a!)",
     ]
 
 

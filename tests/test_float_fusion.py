@@ -146,6 +146,26 @@ class SemanticsTest(TestCase):
         self.assertEqual([(d.rule, d.node) for d in p.report.declined], [("add_relu", "aten_relu_default")])
         self.assertIn("torch.int64", p.report.declined[0].reason)
 
+    def test_per_channel_scale_becomes_etfuse_mul(self):
+        """A squeeze-excite scale ([N, C, H, W] * [N or 1, C, 1, 1], either order, channels-last
+        too) becomes etfuse::mul; a same-shape or a row broadcast stays the portable mul."""
+        class M(torch.nn.Module):
+            def forward(self, x, s, t, row):
+                return x * s, t * x.contiguous(memory_format=torch.channels_last), x * x, x * row
+
+        args = (torch.randn(2, 8, 5, 7), torch.randn(2, 8, 1, 1), torch.randn(1, 8, 1, 1), torch.randn(7))
+        ops, fused = self.fuse_ops(M(), args)
+        self.assertEqual(ops, ["etfuse.mul.default", "dim_order_ops._clone_dim_order.default", "etfuse.mul.default",
+                               "aten.mul.Tensor", "aten.mul.Tensor"])
+        want = M()(*args)
+        for got in (fused.exported_program().module()(*args), run(fused.to_executorch(), args)):
+            for g, w in zip(got, want):
+                torch.testing.assert_close(g, w)
+        # the kernels broadcast like aten.mul whatever the operands' order and layout
+        x, s = args[0], args[1]
+        for a, b in ((x, s), (s, x), (x.to(memory_format=torch.channels_last), s), (x, x[:1]), (x[..., ::2], s)):
+            torch.testing.assert_close(torch.ops.etfuse.mul(a, b), a * b, rtol=0, atol=0)
+
     def test_linear_relu(self):
         for bias in (True, False):
             args = (torch.randn(3, 8),)

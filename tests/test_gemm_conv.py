@@ -543,11 +543,11 @@ class HardActivationTest(TestCase):
         edge, out, passes = fused(model, args)
         gm = out.exported_program().graph_module
         self.assertEqual(op_names(gm), ["etfuse.conv2d_bn_act.default", "etfuse.mean_hw.default",
-                                        "etfuse.conv2d_act.default", "etfuse.conv2d_act.default", "aten.mul.Tensor",
+                                        "etfuse.conv2d_act.default", "etfuse.conv2d_act.default", "etfuse.mul.default",
                                         "etfuse.mean_hw.default", "etfuse.linear_act.default"])
         self.assertEqual([f.rule for f in passes[0].report.fused],
                          ["conv2d_bn_hardswish", "mean_hw_keepdim_2_3", "conv2d_relu", "conv2d_hardsigmoid",
-                          "mean_hw_2_3", "linear_hardswish"])
+                          "mul_channels", "mean_hw_2_3", "linear_hardswish"])
         want = model(*args)
         retraced = out.exported_program().run_decompositions()
         self.assertFalse([n for n in op_names(retraced.graph_module) if n.startswith("etfuse.")])

@@ -59,7 +59,7 @@ namespace detail {
 
 constexpr int64_t kKC = 256;  // K slice: a packed panel is kKC * NR floats (<= 32 KiB)
 constexpr int64_t kMC = 96;   // rows per task (multiple of every MR), fewer when tasks are few
-constexpr int64_t kMinTasks = 8;  // enough tasks to balance 2-4 threads
+constexpr int64_t kMinTasks = 4;  // below this, smaller row blocks (each repacks its B panel)
 
 // Vector of W floats (GCC vector extension); xmm, ymm or zmm code depending on the target.
 template <int W>
