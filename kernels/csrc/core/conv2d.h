@@ -4,8 +4,10 @@
 // padding, dilation and groups; every operand read through its strides. Two algorithms:
 //
 // * depthwise (groups == C, one input channel per group): a direct kernel, one output plane per
-//   task, each output row accumulated tap by tap in a row buffer (the stride-1 inner loop is a
-//   contiguous multiply-add that GCC vectorises), then bias + clamp on the way out;
+//   task, by polyphase decomposition (depthwise_planes): every tap is one contiguous multiply-add
+//   over the flattened plane, so any stride, dilation or map size vectorises;
+// * a small output map whose pixels fill the GEMM's panels badly (small_map): the transposed
+//   problem on the GEMM's dot-product path, over the image's im2col;
 // * everything else: the shared GEMM per (image, group) with M = output channels, N = output
 //   pixels, K = C / groups * KH * KW. No im2col buffer: the GEMM's B panels are packed straight
 //   from the input windows (implicit GEMM, `gemm::Args::pack`), zeros for the padding; bias and
