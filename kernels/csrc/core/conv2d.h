@@ -1,7 +1,7 @@
 // etfuse::conv2d_act.out core: out = clamp(conv2d(input, weight, bias), min, max), float32, NCHW.
 //
 // input [N, C, H, W], weight [Cout, C / groups, KH, KW], bias [Cout] or none; any stride,
-// padding, dilation and groups; every operand read through its strides. Two algorithms:
+// padding, dilation and groups; every operand read through its strides. Three algorithms:
 //
 // * depthwise (groups == C, one input channel per group): a direct kernel, one output plane per
 //   task, by polyphase decomposition (depthwise_planes): every tap is one contiguous multiply-add
