@@ -35,7 +35,7 @@ import torch
 import torch.fx as fx
 from executorch.exir.dialects.edge._ops import EdgeOpOverload
 
-from etfuse.patterns.rule import EdgePattern, Match, Rule, edge_patterns
+from etfuse.patterns.rule import ANY_SIZES, EdgePattern, Match, Rule, edge_patterns
 from etfuse.errors import EtfuseError
 
 # (self, other) of these may be swapped: x + y == y + x. Keyed by the ATen overload so edge and
@@ -120,6 +120,8 @@ def _schema_args(node: fx.Node) -> list[Any]:
 
 
 def _literal_equal(a, b) -> bool:
+    if a is ANY_SIZES:  # a free_sizes rule's view/expand sizes (its constraint checks shapes)
+        return isinstance(b, (list, tuple))
     if isinstance(a, (list, tuple)) and isinstance(b, (list, tuple)):
         return len(a) == len(b) and all(_literal_equal(x, y) for x, y in zip(a, b))
     if isinstance(a, fx.Node) or isinstance(b, fx.Node):

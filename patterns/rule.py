@@ -30,6 +30,16 @@ from etfuse.errors import EtfuseError
 CONSTANT_VALUE = "etfuse_constant_value"
 
 
+class _AnySizes:
+    """A size list of a `free_sizes` rule's view/expand: matches any literal list."""
+
+    def __repr__(self):
+        return "ANY_SIZES"
+
+
+ANY_SIZES = _AnySizes()
+
+
 class PatternError(EtfuseError, ValueError):
     """A rule's pattern cannot be lowered to something that matches edge-dialect graphs."""
 
@@ -122,6 +132,9 @@ class Rule:
     # Names of rules with the same anchor op that this rule is tried before, whatever the
     # pattern sizes (without it, the larger pattern is tried first). See passes/engine.py.
     outranks: tuple[str, ...] = ()
+    # The sizes of the pattern's view_copy / expand_copy (which export bakes from the example
+    # shapes) match any sizes. The constraint must then check the matched nodes' shapes.
+    free_sizes: bool = False
 
     @classmethod
     def for_op(cls, op: BackendOp, example_inputs, constraint=None, name=None, outranks=()) -> "Rule":
@@ -182,6 +195,10 @@ class Rule:
     def bind_literals(self, traced: EdgePattern, replacement: bool = False) -> EdgePattern:
         """Turn literals the rule treats as parameters into placeholders (scalars already are).
         `replacement`: `traced` is the replacement's graph, which may leave parameters unused."""
+        if self.free_sizes and not replacement:
+            for n in traced.ops:
+                if getattr(n.target, "_op", n.target) in _SIZED_OPS:
+                    n.args = (n.args[0], ANY_SIZES, *n.args[2:])
         return traced
 
     def replacement_call(self, m: Match) -> tuple[tuple, dict]:
@@ -251,6 +268,8 @@ def _bind_scalars(graph: fx.Graph, rule: "Rule", scalars: dict[str, Any]) -> Non
             n.args = substitute(n.args)
             n.kwargs = {k: substitute(v) for k, v in n.kwargs.items()}
 
+
+_SIZED_OPS = (torch.ops.aten.view_copy.default, torch.ops.aten.expand_copy.default)
 
 _TRACED: dict["Rule", EdgePattern] = {}  # Rule.edge_pattern's cache (rules hash by identity)
 _TRACED_REPLACEMENTS: dict["Rule", EdgePattern] = {}  # Rule.replacement_graph's cache

@@ -82,7 +82,12 @@ class RuleTableTest(TestCase):
         install()
         together = trace_edge_patterns(RULES)
         self.assertEqual(set(together), set(RULES))
+        # Each rule alone costs an export (two minutes for the whole table): the first rule of
+        # each replacement op (each namespace, each function replacement) stands for its family.
+        kinds = {}
         for rule in RULES:
+            kinds.setdefault((rule.key.split("::")[0], getattr(rule.replacement, "name", rule.name)), rule)
+        for rule in kinds.values():
             alone = rule.bind_literals(trace_edge_pattern(rule))
             batch = rule.bind_literals(together[rule])
             self.assertEqual(str(batch.graph), str(alone.graph), rule.name)

@@ -3,4 +3,5 @@
 // kernels (conv2d.h). No torch or executorch headers.
 #define ETFUSE_CORE_KERNELS 1
 #include "core/conv2d.h"
+#include "core/attention.h"
 #include "core/gemm.h"

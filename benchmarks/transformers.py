@@ -1,0 +1,130 @@
+"""Transformers end to end: stock portable runtime, etfuse, XNNPACK, XNNPACK + etfuse.
+
+    python benchmarks/transformers.py [--models llama_prefill,llama_decode,...] [--rounds 5] [--top 4]
+
+The models: executorch's example llama (`executorch.examples.models.llama`, random init) in the
+issue's tiny config (dim 288, 6 layers, 6 heads, vocab 512) and a larger one (dim 1024, 8 layers,
+16 heads, 4 KV heads), each as a 16-token prefill without a KV cache and as a one-token decode
+with a KV cache (its mutable buffers updated in place by the runtime).
+
+For each model: the four programs lowered from one `torch.export`, each checked against eager
+(relative max error of the logits), timed on the ExecuTorch runtime interleaved in batches
+(median; benchmarks/kernels.py), torch eager timed apart; the etfuse program's top ops by ETDump
+time. Prints a Markdown table and the machine's load.
+"""
+
+from __future__ import annotations
+
+import argparse
+import copy
+import importlib.util
+import os
+import sys
+import tempfile
+import warnings
+from pathlib import Path
+
+warnings.filterwarnings("ignore")
+
+import torch  # noqa: E402
+
+import etfuse  # noqa: E402
+import etfuse.kernels as kernels  # noqa: E402
+
+_spec = importlib.util.spec_from_file_location("_etfuse_bench_models", Path(__file__).with_name("models.py"))
+_models = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(_models)
+lowered, interleaved = _models.lowered, _models.interleaved
+
+TINY = dict(dim=288, n_layers=6, n_heads=6, vocab_size=512)
+LARGE = dict(dim=1024, n_layers=8, n_heads=16, n_kv_heads=4, vocab_size=4096)
+PREFILL = 16
+
+
+def llama(config: dict, kv_cache: bool):
+    """An example llama, random init, and its example inputs: 16 tokens, or 1 token at position 5."""
+    def make():
+        from executorch.examples.models.llama.llama_transformer import construct_transformer
+        from executorch.examples.models.llama.model_args import ModelArgs
+
+        torch.manual_seed(0)
+        model = construct_transformer(ModelArgs(**config, max_seq_len=128, max_context_len=128, multiple_of=32,
+                                                use_kv_cache=kv_cache)).eval()
+        for p in model.parameters():  # export keeps requires_grad into the mutable KV buffers otherwise
+            p.requires_grad_(False)
+        if kv_cache:
+            return model, (torch.tensor([[3]]), {"input_pos": torch.tensor([5])})
+        return model, (torch.randint(0, config["vocab_size"], (1, PREFILL), generator=torch.Generator().manual_seed(0)),)
+    return make
+
+
+ZOO = {
+    "llama_prefill": llama(TINY, kv_cache=False),
+    "llama_decode": llama(TINY, kv_cache=True),
+    "llama_large_prefill": llama(LARGE, kv_cache=False),
+    "llama_large_decode": llama(LARGE, kv_cache=True),
+}
+
+
+def flat(args) -> tuple:
+    """The runtime's positional inputs for export's (args, kwargs-dict) example."""
+    out = []
+    for a in args:
+        out.extend(a.values() if isinstance(a, dict) else [a])
+    return tuple(out)
+
+
+def runtime_exec(method, inputs):
+    """`Method.execute()` with its inputs set on every call: memory planning may reuse an input's
+    buffer once the input is dead (the token ids are read once, by the embedding)."""
+    raw, inputs = method._method, list(inputs)
+
+    def run():
+        raw.set_inputs(inputs)
+        raw.execute()
+    return run
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--models", default=",".join(ZOO), help=f"comma-separated, from: {', '.join(ZOO)}")
+    ap.add_argument("--rounds", type=int, default=5)
+    ap.add_argument("--top", type=int, default=4, help="top ops of the etfuse program (ETDump) to print")
+    ap.add_argument("--stock", action="store_true", help="time the stock portable program too (slow)")
+    args = ap.parse_args(argv)
+    info = kernels.load()
+    print(f"# etfuse transformer benchmark\n\n{os.cpu_count()} cores, load average {os.getloadavg()[0]:.1f} at the "
+          f"start, kernels ISA {info.isa}, runtime threads {info.runtime_threads}; ms per forward, medians of "
+          f"{args.rounds} interleaved rounds; error: max |runtime - eager| / max |eager| of the logits\n")
+    print("| model | stock | etfuse | XNNPACK | XNNPACK + etfuse | eager | etfuse / XNNPACK | XNNPACK+etfuse / XNNPACK "
+          "| etfuse error | etfuse top ops (ETDump share) |")
+    print("|---|---:|---:|---:|---:|---:|---:|---:|---:|---|")
+    with tempfile.TemporaryDirectory() as tmp:
+        for name in args.models.split(","):
+            model, example = ZOO[name]()
+            inputs = flat(example)
+            # a KV-cache model mutates its buffers: eager runs on a copy so every program starts equal
+            with torch.no_grad():
+                want = copy.deepcopy(model)(*example)
+            programs, methods = lowered(model, example, Path(tmp), name, args.stock)
+            errors = {}
+            for k, m in methods.items():
+                got = m.execute(inputs)[0]
+                errors[k] = float((got - want).abs().max() / want.abs().max())
+            ms = {k: 1e3 * v for k, v in interleaved({k: runtime_exec(m, inputs) for k, m in methods.items()},
+                                                      args.rounds, 0.2).items()}
+            eager_model = copy.deepcopy(model)
+            with torch.no_grad():
+                ms["eager"] = 1e3 * interleaved({"e": lambda: eager_model(*example)}, args.rounds, 0.2)["e"]
+            prof = etfuse.profile(programs["etfuse"], inputs, runs=2)
+            top = ", ".join(f"{r.op.split('::')[-1]} {100 * r.share:.0f}%" for r in list(prof)[:args.top])
+            stock = f"{ms['stock']:.2f}" if "stock" in ms else "-"
+            print(f"| {name} | {stock} | {ms['etfuse']:.2f} | {ms['xnnpack']:.2f} | {ms['xnnpack+etfuse']:.2f} | "
+                  f"{ms['eager']:.2f} | {ms['etfuse'] / ms['xnnpack']:.2f}x | {ms['xnnpack+etfuse'] / ms['xnnpack']:.2f}x "
+                  f"| {errors['etfuse']:.1e} | {top} |", flush=True)
+    print(f"\nload average at the end {os.getloadavg()[0]:.1f}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,92 @@
+"""Attention: the edge dialect's decomposition of `scaled_dot_product_attention` as one op.
+
+| rule             | edge pattern                                                                  | backend op   |
+|------------------|-------------------------------------------------------------------------------|--------------|
+| sdpa[_masked]    | mul(q, s), mul(permute(k), s) -> expand/view -> bmm -> view [-> add(., mask)] | etfuse::sdpa |
+|                  | -> _softmax, with its all--inf-row fix-up (eq, logical_not, any, full_like,   |              |
+|                  | where) -> expand/view -> bmm(., v) -> view -> permute/clone/permute            |              |
+
+`to_edge` lowers SDPA (math form) by scaling q and k^T by s = sqrt(scale) each; the rule binds
+s and hands the op scale = s * s. A boolean or causal mask reaches the add as the `where(mask, 0,
+-inf)` it becomes (that stays a stock op feeding `mask`). The view/expand sizes depend on the
+shapes, so the rule matches any (`free_sizes`) and its constraint checks every matched view and
+expand against the shapes SDPA gives for q [B, H, L, D], k [B, H, S, D], v [B, H, S, Dv].
+Heads repeated for grouped-query attention (`repeat_interleave` before SDPA) stay outside.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from etfuse.backend_ops import SDPA
+
+from .rule import Match, Rule
+
+aten = torch.ops.aten
+_S = 0.5  # example of sqrt(scale); 0.5 * 0.5 squares and roots exactly
+_SIZED = (aten.view_copy.default, aten.expand_copy.default)
+
+
+def _pattern(masked: bool):
+    if masked:
+        def pattern(query, key, value, mask, s):
+            return aten.scaled_dot_product_attention.default(query, key, value, mask, scale=s * s)
+    else:
+        def pattern(query, key, value, s):
+            return aten.scaled_dot_product_attention.default(query, key, value, scale=s * s)
+    return pattern
+
+
+def _examples(masked: bool):
+    def make():
+        q, k, v = torch.randn(2, 3, 5, 4), torch.randn(2, 3, 7, 4), torch.randn(2, 3, 7, 6)
+        return (q, k, v, torch.randn(5, 7), _S) if masked else (q, k, v, _S)
+    return make
+
+
+def _static(shape) -> bool:
+    return all(isinstance(d, int) for d in shape)
+
+
+def _attention_shapes(m: Match):
+    q, k, v = m.value("query"), m.value("key"), m.value("value")
+    tensors = [("query", q), ("key", k), ("value", v)] + ([("mask", m.value("mask"))] if "mask" in m.bindings else [])
+    for name, t in tensors:
+        if not isinstance(t, torch.Tensor) or t.dtype != torch.float32:
+            return f"{name} is not a float32 tensor"
+        if not _static(t.shape):
+            return f"{name} has symbolic shape {tuple(t.shape)}; sdpa is fused at static shapes"
+    if q.dim() != 4 or k.dim() != 4 or v.dim() != 4:
+        return f"query, key, value have ranks {q.dim()}, {k.dim()}, {v.dim()}; sdpa takes 4-D [B, H, L, D]"
+    B, H, L, D = q.shape
+    S, Dv = k.shape[2], v.shape[3]
+    if tuple(k.shape) != (B, H, S, D) or tuple(v.shape[:3]) != (B, H, S):
+        return f"key {tuple(k.shape)} and value {tuple(v.shape)} do not fit query {tuple(q.shape)}"
+    if "mask" in m.bindings:
+        mask = m.value("mask")
+        full = (B, H, L, S)
+        if mask.dim() > 4 or any(d not in (1, w) for d, w in zip(reversed(mask.shape), reversed(full))):
+            return f"mask {tuple(mask.shape)} does not broadcast to the scores {full}"
+    # what each view/expand of SDPA's decomposition gives, in any order
+    want = sorted([(B, H, L, D), (B * H, L, D), (B, H, D, S), (B * H, D, S), (B, H, L, S), (B, H, L, S),
+                   (B * H, L, S), (B, H, S, Dv), (B * H, S, Dv), (B, H, L, Dv)])
+    got = sorted(tuple(n.meta["val"].shape) for n in m.nodes if getattr(n.target, "_op", n.target) in _SIZED)
+    if got != want:
+        return f"the views and expands make {got}, not the attention's {want}"
+    if not isinstance(m.bindings["s"], float):
+        return "the scale is not a constant"
+    return None
+
+
+def _arguments(masked: bool):
+    def arguments(m: Match):
+        b = m.bindings
+        return (b["query"], b["key"], b["value"], b["mask"] if masked else None, b["s"] * b["s"]), {}
+    return arguments
+
+
+ATTENTION_RULES = [
+    Rule("sdpa_masked" if masked else "sdpa", _pattern(masked), SDPA, _examples(masked), _attention_shapes,
+         _arguments(masked), free_sizes=True)
+    for masked in (True, False)
+]
