@@ -171,8 +171,9 @@ class _Matcher:
     that matched the most pattern ops failed: the first point of difference, for near misses.
     """
 
-    def __init__(self, pattern: EdgePattern):
+    def __init__(self, pattern: EdgePattern, skips: frozenset = frozenset()):
         self.pattern = pattern
+        self.skips = skips  # graph ops the match may step over (Rule.skips)
         self.pattern_args = {n: _schema_args(n) for n in pattern.ops}
         self.miss: Optional[tuple] = None
         self._miss_depth = -1
@@ -214,6 +215,11 @@ class _Matcher:
                     return state
                 return self._fail(pnode, gvalue, matched, "binding")
             return {**bindings, pnode.name: gvalue}, matched
+        if (self.skips and isinstance(gvalue, fx.Node) and gvalue.op == "call_function" and gvalue.target != pnode.target
+                and _aten(gvalue.target) in self.skips and ("after", pnode) not in matched
+                and gvalue not in matched.values()):
+            # a value-preserving copy (Rule.skips) between two pattern ops: matched, then stepped over
+            return self._node(pnode, gvalue.args[0], (bindings, {**matched, ("after", pnode): gvalue}))
         if not isinstance(gvalue, fx.Node) or gvalue.op != "call_function" or gvalue.target != pnode.target:
             return self._fail(pnode, gvalue, matched, "op")
         if pnode in matched:
@@ -260,7 +266,7 @@ class RuleIndex:
             raise ValueError(f"rule names must be unique; repeated: {sorted(dup)}")
         self.by_anchor: dict[Any, list[tuple[Rule, _Matcher]]] = defaultdict(list)
         for rule, pattern in zip(self.rules, edge_patterns(self.rules)):  # one export for all new ones
-            self.by_anchor[pattern.anchor.target].append((rule, _Matcher(pattern)))
+            self.by_anchor[pattern.anchor.target].append((rule, _Matcher(pattern, frozenset(rule.skips))))
         anchor_of = {r.name: t for t, entries in self.by_anchor.items() for r, _ in entries}
         for rule in self.rules:
             for other in rule.outranks:
@@ -414,7 +420,8 @@ def find_matches(graph: fx.Graph, index: RuleIndex, graph_name: str, report: Fus
                     missed.append(_near_miss(rule, graph_name, anchor, matcher))
                 continue
             bindings, matched = found
-            nodes = [matched[p] for p in matcher.pattern.ops]
+            # pattern order; a stepped-over copy right after its producer (erased users first)
+            nodes = [g for p in matcher.pattern.ops for g in (matched[p], matched.get(("after", p))) if g is not None]
             if claimed.intersection(nodes):
                 if near_misses:
                     taken = next(n for n in nodes if n in claimed)

@@ -11,7 +11,8 @@ s and hands the op scale = s * s. A boolean or causal mask reaches the add as th
 -inf)` it becomes (that stays a stock op feeding `mask`). The view/expand sizes depend on the
 shapes, so the rule matches any (`free_sizes`) and its constraint checks every matched view and
 expand against the shapes SDPA gives for q [B, H, L, D], k [B, H, S, D], v [B, H, S, Dv].
-Heads repeated for grouped-query attention (`repeat_interleave` before SDPA) stay outside.
+The copies export inserts after expanding a non-contiguous q, k or v (`_clone_dim_order`) are
+stepped over (`skips`). Heads repeated for grouped-query attention (`repeat_interleave` before SDPA) stay outside.
 """
 
 from __future__ import annotations
@@ -25,6 +26,8 @@ from .rule import Match, Rule
 aten = torch.ops.aten
 _S = 0.5  # example of sqrt(scale); 0.5 * 0.5 squares and roots exactly
 _SIZED = (aten.view_copy.default, aten.expand_copy.default)
+# export copies an expanded non-contiguous q, k or v before its view: value-preserving, stepped over
+_COPIES = (torch.ops.dim_order_ops._clone_dim_order.default, aten.clone.default)
 
 
 def _pattern(masked: bool):
@@ -87,6 +90,6 @@ def _arguments(masked: bool):
 
 ATTENTION_RULES = [
     Rule("sdpa_masked" if masked else "sdpa", _pattern(masked), SDPA, _examples(masked), _attention_shapes,
-         _arguments(masked), free_sizes=True)
+         _arguments(masked), free_sizes=True, skips=_COPIES)
     for masked in (True, False)
 ]

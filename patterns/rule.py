@@ -135,6 +135,10 @@ class Rule:
     # The sizes of the pattern's view_copy / expand_copy (which export bakes from the example
     # shapes) match any sizes. The constraint must then check the matched nodes' shapes.
     free_sizes: bool = False
+    # Ops the match steps over between two pattern ops (value-preserving copies, e.g. the
+    # `_clone_dim_order` export puts after an expand of a non-contiguous tensor): they may or may
+    # not be there, and are removed with the match.
+    skips: tuple = ()
 
     @classmethod
     def for_op(cls, op: BackendOp, example_inputs, constraint=None, name=None, outranks=()) -> "Rule":

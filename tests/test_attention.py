@@ -1,0 +1,227 @@
+"""etfuse::sdpa: the kernel against torch's scaled_dot_product_attention, the rules on the edge
+dialect's decomposition (exact ops, eager / runtime / retrace equal to eager), and executorch's
+example llama end to end (prefill logits, greedy decoding with a KV cache on the runtime)."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+import torch.nn.functional as F
+from expecttest import TestCase
+
+import etfuse
+import etfuse.backend_ops  # noqa: F401  (schemas before the kernels load)
+import etfuse.kernels as kernels
+from etfuse.runtime import load_method, run
+from fusion_helpers import edge_program, op_names
+
+TOL = dict(rtol=1e-4, atol=1e-5)
+INF = float("inf")
+
+
+@pytest.fixture(scope="module", autouse=True)
+def loaded():
+    kernels.load()
+
+
+def sdpa_out(q, k, v, mask=None, scale=1.0):
+    out = torch.empty(0)
+    return torch.ops.etfuse.sdpa.out(q, k, v, mask, scale, out=out)
+
+
+# B, H, L, S, D, Dv, mask shape (None: no mask): the dot path (L < 8) and the GEMM path, odd sizes
+KERNEL_CASES = [
+    (1, 6, 1, 37, 48, 48, None),
+    (2, 3, 5, 7, 8, 11, (5, 7)),
+    (1, 4, 3, 130, 16, 16, (1, 1, 3, 130)),
+    (2, 2, 40, 33, 20, 9, (2, 1, 40, 33)),
+    (1, 3, 64, 64, 32, 32, (64, 64)),
+    (1, 2, 9, 1, 4, 4, (1, 9, 1)),
+]
+
+
+@pytest.mark.parametrize("isa", ["auto", "baseline"])
+@pytest.mark.parametrize("case", KERNEL_CASES, ids=str)
+def test_kernel_matches_torch(case, isa):
+    B, H, L, S, D, Dv, mask_shape = case
+    g = torch.Generator().manual_seed(sum(case[:6]))
+    q, k, v = (torch.randn(B, H, n, d, generator=g) for n, d in ((L, D), (S, D), (S, Dv)))
+    mask = None if mask_shape is None else torch.randn(mask_shape, generator=g)
+    kernels.set_isa(isa)
+    try:
+        got = sdpa_out(q, k, v, mask, 0.3)
+        # read in place through strides: q and v as transposed views of [B, L, H, D] storage
+        qt = q.transpose(1, 2).contiguous().transpose(1, 2)
+        vt = v.transpose(1, 2).contiguous().transpose(1, 2)
+        got_strided = sdpa_out(qt, k, vt, mask, 0.3)
+    finally:
+        kernels.set_isa("auto")
+    want = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, scale=0.3)
+    torch.testing.assert_close(got, want, **TOL)
+    torch.testing.assert_close(got_strided, want, **TOL)
+
+
+@pytest.mark.parametrize("L", [3, 20])  # dot path, GEMM path
+def test_all_masked_rows_are_zero_like_the_decomposition(L):
+    q, k, v = torch.randn(1, 2, L, 8), torch.randn(1, 2, 6, 8), torch.randn(1, 2, 6, 8)
+    mask = torch.zeros(L, 6)
+    mask[1] = -INF  # every key masked for query 1
+    mask[2, :3] = -INF
+    got = sdpa_out(q, k, v, mask, 0.5)
+    assert torch.equal(got[:, :, 1], torch.zeros(1, 2, 8))
+    # the edge dialect's own decomposition (what the rule replaces) gives 0 there too
+    edge = edge_program(Attention(masked=True, scale=0.5), (q, k, v, mask))
+    torch.testing.assert_close(got, edge.exported_program().module()(q, k, v, mask), **TOL)
+
+
+def test_bad_shapes_are_named():
+    q, k = torch.randn(1, 2, 3, 8), torch.randn(1, 2, 5, 8)
+    with pytest.raises(RuntimeError, match=r"etfuse::sdpa.out: query \[1, 2, 3, 8\], key \[1, 2, 5, 4\]"):
+        sdpa_out(q, torch.randn(1, 2, 5, 4), k)
+    with pytest.raises(RuntimeError, match=r"mask of shape \[4, 5\] does not broadcast to the scores \[1, 2, 3, 5\]"):
+        sdpa_out(q, k, k, torch.randn(4, 5))
+    with pytest.raises(RuntimeError, match=r"query must be 4-D"):
+        sdpa_out(torch.randn(2, 3, 8), k, k)
+
+
+def test_opcheck():
+    q, k, v = torch.randn(1, 2, 3, 8), torch.randn(1, 2, 5, 8), torch.randn(1, 2, 5, 4)
+    for args in ((q, k, v), (q, k, v, torch.randn(3, 5), 0.25)):
+        torch.library.opcheck(torch.ops.etfuse.sdpa.default, args)
+        torch.testing.assert_close(torch.ops.etfuse.sdpa(*args), F.scaled_dot_product_attention(
+            q, k, v, attn_mask=args[3] if len(args) > 3 else None, scale=args[4] if len(args) > 4 else 1.0))
+
+
+# --------------------------------------------------------------------------------------------
+# fusion
+
+
+class Attention(torch.nn.Module):
+    def __init__(self, masked=False, **kw):
+        super().__init__()
+        self.masked, self.kw = masked, kw
+
+    def forward(self, q, k, v, mask=None):
+        return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, **self.kw)
+
+
+class SelfAttention(torch.nn.Module):
+    """Projections, heads, SDPA with a boolean causal mask buffer, output projection."""
+
+    def __init__(self, dim=32, heads=4, seq=6):
+        super().__init__()
+        self.heads = heads
+        self.qkv = torch.nn.Linear(dim, 3 * dim)
+        self.out = torch.nn.Linear(dim, dim)
+        self.register_buffer("causal", torch.ones(seq, seq, dtype=torch.bool).tril())
+
+    def forward(self, x):
+        b, t, c = x.shape
+        q, k, v = self.qkv(x).view(b, t, 3, self.heads, c // self.heads).permute(2, 0, 3, 1, 4)
+        y = F.scaled_dot_product_attention(q, k, v, attn_mask=self.causal[:t, :t])
+        return self.out(y.transpose(1, 2).reshape(b, t, c))
+
+
+def _fused(model, args):
+    edge = edge_program(model, args)
+    out = etfuse.fuse(edge)
+    return edge, out
+
+
+def _check_numbers(model, args, out):
+    want = model(*args)
+    retraced = out.exported_program().run_decompositions()
+    assert not [n for n in op_names(retraced.graph_module) if n.startswith("etfuse.")]
+    for got in (out.exported_program().module()(*args), retraced.module()(*args), run(out.to_executorch(), args)[0]):
+        torch.testing.assert_close(got, want, **TOL)
+
+
+class FusionTest(TestCase):
+    def test_each_sdpa_form_is_one_op(self):
+        q, k, v = torch.randn(2, 3, 5, 8), torch.randn(2, 3, 7, 8), torch.randn(2, 3, 7, 6)
+        forms = {
+            "no mask": (Attention(), (q, k, v), ["etfuse.sdpa.default"]),
+            "scale": (Attention(scale=0.2), (q, k, v), ["etfuse.sdpa.default"]),
+            "float mask": (Attention(masked=True), (q, k, v, torch.randn(5, 7)), ["etfuse.sdpa.default"]),
+            # a boolean mask becomes where(mask, 0, -inf): a stock op feeding the fused one
+            "bool mask": (Attention(masked=True), (q, k, v, torch.rand(2, 1, 5, 7) > 0.3),
+                          ["aten.scalar_tensor.default", "aten.scalar_tensor.default", "aten.where.self",
+                           "etfuse.sdpa.default"]),
+        }
+        for name, (model, args, ops) in forms.items():
+            with self.subTest(name):
+                edge, out = _fused(model, args)
+                self.assertEqual(op_names(out.exported_program().graph_module), ops)
+                _check_numbers(model, args, out)
+
+    def test_causal_self_attention_block(self):
+        model, args = SelfAttention().eval(), (torch.randn(2, 6, 32),)
+        edge, out = _fused(model, args)
+        ops = op_names(out.exported_program().graph_module)
+        self.assertEqual(ops.count("etfuse.sdpa.default"), 1)
+        for gone in ("aten._softmax.default", "aten.any.dim", "aten.mul.Scalar"):
+            self.assertNotIn(gone, ops)
+        # the one bmm left is the output projection: a linear on [B, T, C] lowers to
+        # expand/view/bmm, which no rule fuses yet
+        self.assertEqual(ops.count("aten.bmm.default"), 1)
+        _check_numbers(model, args, out)
+
+    def test_scale_is_the_square_of_the_factor_export_applies(self):
+        q, k, v = torch.randn(1, 2, 3, 8), torch.randn(1, 2, 4, 8), torch.randn(1, 2, 4, 8)
+        out = _fused(Attention(scale=0.37), (q, k, v))[1]
+        node = next(n for n in out.exported_program().graph.nodes if "sdpa" in str(n.target))
+        self.assertAlmostEqual(node.args[4], 0.37, places=6)
+
+    def test_look_alikes_are_declined(self):
+        class HandWritten(torch.nn.Module):  # softmax over the query axis: not attention
+            def forward(self, q, k, v):
+                return torch.softmax(q @ k.transpose(-1, -2), dim=-2) @ v
+
+        args = (torch.randn(1, 2, 4, 8), torch.randn(1, 2, 4, 8), torch.randn(1, 2, 4, 8))
+        self.assertNotIn("etfuse.sdpa.default", op_names(_fused(HandWritten(), args)[1].exported_program().graph_module))
+
+
+# --------------------------------------------------------------------------------------------
+# executorch's example llama
+
+
+def _llama(kv_cache: bool):
+    from executorch.examples.models.llama.llama_transformer import construct_transformer
+    from executorch.examples.models.llama.model_args import ModelArgs
+
+    torch.manual_seed(0)
+    model = construct_transformer(ModelArgs(dim=64, n_layers=2, n_heads=4, vocab_size=97, max_seq_len=32,
+                                            max_context_len=32, multiple_of=16, use_kv_cache=kv_cache)).eval()
+    for p in model.parameters():
+        p.requires_grad_(False)
+    return model
+
+
+def test_llama_prefill_logits_on_the_runtime():
+    model = _llama(kv_cache=False)
+    tokens = torch.randint(0, 97, (1, 9), generator=torch.Generator().manual_seed(1))
+    edge, out = _fused(model, (tokens,))
+    ops = op_names(out.exported_program().graph_module)
+    assert ops.count("etfuse.sdpa.default") == 2 and "aten.bmm.default" not in ops
+    want = model(tokens)
+    got = run(out.to_executorch(), (tokens,))[0]
+    torch.testing.assert_close(got, want, **TOL)
+
+
+def test_llama_greedy_decoding_with_a_kv_cache_matches_eager():
+    model = _llama(kv_cache=True)
+    eager = _llama(kv_cache=True)
+    example = (torch.tensor([[1]]), {"input_pos": torch.tensor([0])})
+    out = etfuse.fuse(edge_program(model, example))
+    assert op_names(out.exported_program().graph_module).count("etfuse.sdpa.default") == 2
+    method = load_method(out.to_executorch())
+    token, got_tokens, want_tokens = 1, [], []
+    want_token = 1
+    for pos in range(12):
+        logits = method.execute((torch.tensor([[token]]), torch.tensor([pos])))[0]
+        want_logits = eager(torch.tensor([[want_token]]), {"input_pos": torch.tensor([pos])})
+        torch.testing.assert_close(logits, want_logits, **TOL)
+        token, want_token = int(logits[0, -1].argmax()), int(want_logits[0, -1].argmax())
+        got_tokens.append(token)
+        want_tokens.append(want_token)
+    assert got_tokens == want_tokens
