@@ -37,15 +37,20 @@ KERNEL_CASES = [
     (2, 2, 40, 33, 20, 9, (2, 1, 40, 33)),
     (1, 3, 64, 64, 32, 32, (64, 64)),
     (1, 2, 9, 1, 4, 4, (1, 9, 1)),
+    # grouped-query heads: k and v with H / 4 and H / 2 heads
+    (1, 8, 2, 19, 16, 16, None, 2),
+    (2, 4, 12, 10, 8, 8, (12, 10), 2),
 ]
 
 
 @pytest.mark.parametrize("isa", ["auto", "baseline"])
 @pytest.mark.parametrize("case", KERNEL_CASES, ids=str)
 def test_kernel_matches_torch(case, isa):
-    B, H, L, S, D, Dv, mask_shape = case
+    B, H, L, S, D, Dv, mask_shape = case[:7]
+    Hk = H // (case[7] if len(case) > 7 else 1)
     g = torch.Generator().manual_seed(sum(case[:6]))
-    q, k, v = (torch.randn(B, H, n, d, generator=g) for n, d in ((L, D), (S, D), (S, Dv)))
+    q = torch.randn(B, H, L, D, generator=g)
+    k, v = (torch.randn(B, Hk, S, d, generator=g) for d in (D, Dv))
     mask = None if mask_shape is None else torch.randn(mask_shape, generator=g)
     kernels.set_isa(isa)
     try:
@@ -56,7 +61,7 @@ def test_kernel_matches_torch(case, isa):
         got_strided = sdpa_out(qt, k, vt, mask, 0.3)
     finally:
         kernels.set_isa("auto")
-    want = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, scale=0.3)
+    want = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, scale=0.3, enable_gqa=Hk != H)
     torch.testing.assert_close(got, want, **TOL)
     torch.testing.assert_close(got_strided, want, **TOL)
 
@@ -80,6 +85,8 @@ def test_bad_shapes_are_named():
         sdpa_out(q, torch.randn(1, 2, 5, 4), k)
     with pytest.raises(RuntimeError, match=r"mask of shape \[4, 5\] does not broadcast to the scores \[1, 2, 3, 5\]"):
         sdpa_out(q, k, k, torch.randn(4, 5))
+    with pytest.raises(RuntimeError, match=r"Hk dividing H"):
+        sdpa_out(torch.randn(1, 3, 3, 8), k, k)
     with pytest.raises(RuntimeError, match=r"query must be 4-D"):
         sdpa_out(torch.randn(2, 3, 8), k, k)
 
@@ -103,6 +110,15 @@ class Attention(torch.nn.Module):
 
     def forward(self, q, k, v, mask=None):
         return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, **self.kw)
+
+
+class GroupedAttention(torch.nn.Module):
+    """llama's way: k and v heads repeated with repeat_interleave before SDPA."""
+
+    def forward(self, q, k, v, mask):
+        rep = q.shape[1] // k.shape[1]
+        return F.scaled_dot_product_attention(q, k.repeat_interleave(rep, dim=1), v.repeat_interleave(rep, dim=1),
+                                              attn_mask=mask)
 
 
 class SelfAttention(torch.nn.Module):
@@ -148,6 +164,10 @@ class FusionTest(TestCase):
                           ["aten.scalar_tensor.default", "aten.scalar_tensor.default", "aten.where.self",
                            "etfuse.sdpa.default"]),
         }
+        forms["grouped, 3 per head"] = (GroupedAttention(), (torch.randn(1, 6, 4, 8), torch.randn(1, 2, 5, 8),
+                                                             torch.randn(1, 2, 5, 8), torch.randn(4, 5)),
+                                        ["etfuse.sdpa.default"])
+        forms["grouped, 1 per head"] = (GroupedAttention(), (q, k, v, torch.randn(5, 7)), ["etfuse.sdpa.default"])
         for name, (model, args, ops) in forms.items():
             with self.subTest(name):
                 edge, out = _fused(model, args)

@@ -1,7 +1,9 @@
 // Scaled dot-product attention (etfuse::sdpa), float32:
 //
-//   out[b, h, i, :] = sum_j softmax_j(scale * q[b, h, i, :] . k[b, h, j, :] + mask[b, h, i, j]) v[b, h, j, :]
+//   out[b, h, i, :] = sum_j softmax_j(scale * q[b, h, i, :] . k[b, g, j, :] + mask[b, h, i, j]) v[b, g, j, :]
 //
+// g = h / (H / Hk): k and v may have fewer heads than q (grouped-query attention, read in place
+// instead of repeated).
 // with the edge dialect's rule for a row whose scores are all -inf (every key masked): that row
 // of out is 0, not NaN. q, k, v and the additive mask are read through their strides (a
 // transposed or head-split view is read in place); the mask's strides are 0 along its broadcast
@@ -30,6 +32,7 @@ namespace attention {
 
 struct Args {
   int64_t B = 0, H = 0, L = 0, S = 0, D = 0, Dv = 0;
+  int64_t rep = 1;  // query heads per key/value head (grouped-query attention): head h reads k, v head h / rep
   const float* q = nullptr;
   int64_t q_s[4] = {0};  // strides of q [B, H, L, D]
   const float* k = nullptr;
@@ -129,8 +132,8 @@ ETFUSE_ALWAYS_INLINE void block(const Args& a, int64_t index, float* scratch) {
   const int64_t b = bh / a.H, h = bh % a.H;
   const int64_t rows = a.L - i0 < kRows ? a.L - i0 : kRows;
   const float* qb = a.q + b * a.q_s[0] + h * a.q_s[1];
-  const float* kb = a.k + b * a.k_s[0] + h * a.k_s[1];
-  const float* vb = a.v + b * a.v_s[0] + h * a.v_s[1];
+  const float* kb = a.k + b * a.k_s[0] + (h / a.rep) * a.k_s[1];
+  const float* vb = a.v + b * a.v_s[0] + (h / a.rep) * a.v_s[1];
   const float* mb = a.mask ? a.mask + b * a.m_s[0] + h * a.m_s[1] : nullptr;
   float* scores = scratch;              // [rows][S]
   float* acc = scratch + kRows * a.S;   // [rows][Dv]
@@ -213,7 +216,7 @@ inline void gemm_block(const Args& a, int64_t index, float* scratch) {
   gemm::Args g;
   g.M = rows, g.N = a.S, g.K = a.D;
   g.A = a.q + b * a.q_s[0] + h * a.q_s[1] + i0 * a.q_s[2], g.a_rs = a.q_s[2], g.a_cs = a.q_s[3];
-  g.B = a.k + b * a.k_s[0] + h * a.k_s[1], g.b_rs = a.k_s[3], g.b_cs = a.k_s[2];  // k^T
+  g.B = a.k + b * a.k_s[0] + (h / a.rep) * a.k_s[1], g.b_rs = a.k_s[3], g.b_cs = a.k_s[2];  // k^T
   g.C = p, g.c_rs = a.S, g.c_cs = 1;
   g.scale = &a.scale;  // strides 0: one value
   if (a.mask) {
@@ -239,7 +242,7 @@ inline void gemm_block(const Args& a, int64_t index, float* scratch) {
   gemm::Args o;
   o.M = rows, o.N = a.Dv, o.K = a.S;
   o.A = p, o.a_rs = a.S, o.a_cs = 1;
-  o.B = a.v + b * a.v_s[0] + h * a.v_s[1], o.b_rs = a.v_s[2], o.b_cs = a.v_s[3];
+  o.B = a.v + b * a.v_s[0] + (h / a.rep) * a.v_s[1], o.b_rs = a.v_s[2], o.b_cs = a.v_s[3];
   o.C = a.out + (bh * a.L + i0) * a.Dv, o.c_rs = a.Dv, o.c_cs = 1;
   o.scale = inv, o.scale_rs = 1, o.scale_cs = 0;
   o.clamp = false;

@@ -41,14 +41,16 @@ Tensor& sdpa_out(Context& ctx, const Tensor& query, const Tensor& key, const Ten
       (!has(mask) || (check_float(op, "mask", *mask, st) && layout_of(*mask, "mask", lm, st))) &&
       layout_of(query, "query", lq, st) && layout_of(key, "key", lk, st) && layout_of(value, "value", lv, st) &&
       rank4(op, "query", lq, st) && rank4(op, "key", lk, st) && rank4(op, "value", lv, st);
-  if (ok && (lk.sizes[0] != lq.sizes[0] || lk.sizes[1] != lq.sizes[1] || lk.sizes[3] != lq.sizes[3] ||
-             lv.sizes[0] != lq.sizes[0] || lv.sizes[1] != lq.sizes[1] || lv.sizes[2] != lk.sizes[2])) {
-    ok = st.fail("%s: query %s, key %s and value %s do not fit: key must be [B, H, S, D] and value [B, H, S, Dv] "
-                 "for query [B, H, L, D]", op, etfuse::core::ShapeStr(lq).c_str(), etfuse::core::ShapeStr(lk).c_str(),
+  if (ok && (lk.sizes[0] != lq.sizes[0] || lk.sizes[1] == 0 || lq.sizes[1] % lk.sizes[1] != 0 ||
+             lk.sizes[3] != lq.sizes[3] || lv.sizes[0] != lq.sizes[0] || lv.sizes[1] != lk.sizes[1] ||
+             lv.sizes[2] != lk.sizes[2])) {
+    ok = st.fail("%s: query %s, key %s and value %s do not fit: key must be [B, Hk, S, D] and value [B, Hk, S, Dv] "
+                 "for query [B, H, L, D], Hk dividing H", op, etfuse::core::ShapeStr(lq).c_str(), etfuse::core::ShapeStr(lk).c_str(),
                  etfuse::core::ShapeStr(lv).c_str());
   }
   if (ok) {
     a.B = lq.sizes[0], a.H = lq.sizes[1], a.L = lq.sizes[2], a.D = lq.sizes[3], a.S = lk.sizes[2], a.Dv = lv.sizes[3];
+    a.rep = a.H / lk.sizes[1];
     const int64_t scores[4] = {a.B, a.H, a.L, a.S};
     const int64_t sizes[4] = {a.B, a.H, a.L, a.Dv};
     ok = (!has(mask) || mask_strides(op, lm, scores, a.m_s, st)) && o.resize(op, 4, sizes, st);
