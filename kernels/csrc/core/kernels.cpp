@@ -4,4 +4,5 @@
 #define ETFUSE_CORE_KERNELS 1
 #include "core/conv2d.h"
 #include "core/attention.h"
+#include "core/norm.h"
 #include "core/gemm.h"

@@ -1,0 +1,82 @@
+// RMS norm over the last dimension (etfuse::rms_norm), float32, rows contiguous:
+//
+//   out[r, :] = (x[r, :] * rsqrt(mean(x[r, :]^2) + eps)) * weight
+//
+// in the order llama's and transformers' RMSNorm compute it (normalise, then scale). One pass
+// for the sum of squares (vectors of W floats), one for the output. The per-ISA entry points are
+// compiled once per library, in core/kernels.cpp (-DETFUSE_CORE_KERNELS).
+#pragma once
+
+#include <cmath>
+
+#include "common.h"
+#include "gemm.h"  // detail::Vec, hsum
+
+namespace etfuse {
+namespace core {
+namespace norm {
+
+struct Args {
+  int64_t rows = 0, n = 0;  // rows of n contiguous floats
+  const float* x = nullptr;
+  const float* weight = nullptr;  // n floats, or null (no scale)
+  float eps = 0.0f;
+  float* out = nullptr;
+};
+
+void rows_baseline(const Args& a, int64_t r0, int64_t r1);
+ETFUSE_TARGET_AVX2 void rows_avx2(const Args& a, int64_t r0, int64_t r1);
+
+#if defined(ETFUSE_CORE_KERNELS)
+namespace detail {
+
+template <int W>
+ETFUSE_ALWAYS_INLINE void rows_impl(const Args& a, int64_t r0, int64_t r1) {
+  typedef typename gemm::detail::Vec<W>::type vf;
+  for (int64_t r = r0; r < r1; ++r) {
+    const float* x = a.x + r * a.n;
+    float* o = a.out + r * a.n;
+    vf acc = vf{};
+    int64_t j = 0;
+    for (; j + W <= a.n; j += W) {
+      vf v;
+      std::memcpy(&v, x + j, sizeof(vf));
+      acc += v * v;
+    }
+    float sum = gemm::detail::hsum<W>(acc);
+    for (; j < a.n; ++j) sum += x[j] * x[j];
+    const float inv = 1.0f / std::sqrt(sum / static_cast<float>(a.n) + a.eps);
+    if (a.weight) {
+      for (j = 0; j < a.n; ++j) o[j] = (x[j] * inv) * a.weight[j];
+    } else {
+      for (j = 0; j < a.n; ++j) o[j] = x[j] * inv;
+    }
+  }
+}
+
+}  // namespace detail
+
+void rows_baseline(const Args& a, int64_t r0, int64_t r1) {
+  detail::rows_impl<4>(a, r0, r1);
+}
+ETFUSE_TARGET_AVX2 void rows_avx2(const Args& a, int64_t r0, int64_t r1) {
+  detail::rows_impl<8>(a, r0, r1);
+}
+#endif
+
+template <class Par>
+inline void run(const Args& a, Par&& par) {
+  if (a.rows == 0 || a.n == 0) return;
+  auto rows = selected_isa() == Isa::kAvx2 ? &rows_avx2 : &rows_baseline;
+  int64_t grain = (int64_t(1) << 16) / a.n;  // about 64K elements per chunk
+  if (grain < 1) grain = 1;
+  if (a.rows <= grain) {
+    rows(a, 0, a.rows);
+    return;
+  }
+  par(0, a.rows, grain, [&](int64_t begin, int64_t end) { rows(a, begin, end); });
+}
+
+}  // namespace norm
+}  // namespace core
+}  // namespace etfuse

@@ -1,0 +1,104 @@
+"""etfuse::rms_norm: the kernel against its pattern, and the rules on llama's and transformers'
+hand-written RMSNorm (exact ops; eager, runtime and retrace equal to eager)."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from expecttest import TestCase
+
+import etfuse
+from etfuse.passes import FusionPass, default_passes
+import etfuse.kernels as kernels
+from etfuse.backend_ops import RMS_NORM
+from etfuse.runtime import run
+from fusion_helpers import edge_program, op_names
+
+TOL = dict(rtol=1e-4, atol=1e-5)
+
+
+@pytest.fixture(scope="module", autouse=True)
+def loaded():
+    kernels.load()
+
+
+def rms_out(x, weight, eps):
+    return torch.ops.etfuse.rms_norm.out(x, weight, eps, out=torch.empty(0))
+
+
+@pytest.mark.parametrize("isa", ["auto", "baseline"])
+@pytest.mark.parametrize("shape", [(7,), (3, 5, 37), (2, 288), (1, 1, 1000)], ids=str)
+def test_kernel_matches_its_pattern(shape, isa):
+    x, w = torch.randn(shape) * 3, torch.randn(shape[-1])
+    kernels.set_isa(isa)
+    try:
+        got = [rms_out(x, w, 1e-5), rms_out(x, None, 1e-6)]
+        if len(shape) > 1:  # rows read through a transposed view
+            xt = x.transpose(0, -2).contiguous().transpose(0, -2)
+            got.append(rms_out(xt, w, 1e-5))
+    finally:
+        kernels.set_isa("auto")
+    torch.testing.assert_close(got[0], RMS_NORM.pattern(x, w, 1e-5), **TOL)
+    torch.testing.assert_close(got[1], RMS_NORM.pattern(x, None, 1e-6), **TOL)
+    for g in got[2:]:
+        torch.testing.assert_close(g, RMS_NORM.pattern(x, w, 1e-5), **TOL)
+
+
+def test_bad_weight_is_named_and_opcheck():
+    with pytest.raises(RuntimeError, match=r"etfuse::rms_norm.out: weight \[5\] must be \[8\], the input's last dim"):
+        rms_out(torch.randn(2, 8), torch.randn(5), 1e-5)
+    for args in ((torch.randn(2, 3, 8), torch.randn(8), 1e-5), (torch.randn(4, 6), None, 0.1)):
+        torch.library.opcheck(RMS_NORM.aten, args)
+
+
+class LlamaRMSNorm(torch.nn.Module):  # executorch.examples.models.llama.norm.RMSNorm
+    def __init__(self, dim, eps=1e-5):
+        super().__init__()
+        self.eps, self.weight = eps, torch.nn.Parameter(torch.randn(dim))
+
+    def forward(self, x):
+        return x * torch.rsqrt((x * x).mean(-1, keepdim=True) + self.eps) * self.weight
+
+
+class HfRMSNorm(torch.nn.Module):  # transformers' LlamaRMSNorm
+    def __init__(self, dim, eps=1e-6):
+        super().__init__()
+        self.eps, self.weight = eps, torch.nn.Parameter(torch.randn(dim))
+
+    def forward(self, x):
+        variance = x.pow(2).mean(-1, keepdim=True)
+        return self.weight * (x * torch.rsqrt(variance + self.eps))
+
+
+class UnscaledRMSNorm(torch.nn.Module):
+    def forward(self, x):
+        return x * torch.rsqrt((x * x).mean(-1, keepdim=True) + 1e-3)
+
+
+class NormTest(TestCase):
+    def test_hand_written_rms_norms_become_one_op(self):
+        x = torch.randn(2, 5, 16)
+        for model, rule in ((LlamaRMSNorm(16), "rms_norm"), (HfRMSNorm(16), "rms_norm_pow"),
+                            (UnscaledRMSNorm(), "rms_norm_no_weight")):
+            with self.subTest(rule):
+                edge = edge_program(model.eval(), (x,))
+                passes = default_passes()
+                out = etfuse.fuse(edge, passes)
+                self.assertEqual(op_names(out.exported_program().graph_module), ["etfuse.rms_norm.default"])
+                fusion = next(p for p in passes if type(p) is FusionPass)
+                self.assertEqual([f.rule for f in fusion.report.fused], [rule])
+                node = next(n for n in out.exported_program().graph.nodes if "rms_norm" in str(n.target))
+                self.assertAlmostEqual(node.args[2], model.eps if hasattr(model, "eps") else 1e-3, places=9)
+                want = model(x)
+                retraced = out.exported_program().run_decompositions()
+                self.assertFalse([n for n in op_names(retraced.graph_module) if n.startswith("etfuse.")])
+                for got in (out.exported_program().module()(x), retraced.module()(x), run(out.to_executorch(), (x,))[0]):
+                    torch.testing.assert_close(got, want, **TOL)
+
+    def test_mean_over_another_dim_is_not_rms_norm(self):
+        class Other(torch.nn.Module):
+            def forward(self, x):
+                return x * torch.rsqrt((x * x).mean(1, keepdim=True) + 1e-5)
+
+        out = etfuse.fuse(edge_program(Other(), (torch.randn(2, 5, 16),)))
+        self.assertNotIn("etfuse.rms_norm.default", op_names(out.exported_program().graph_module))
