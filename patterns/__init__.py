@@ -14,9 +14,10 @@ from .gemm_conv_rules import GEMM_CONV_RULES
 from .pool_rules import POOL_RULES
 from .attention_rules import ATTENTION_RULES
 from .norm_rules import NORM_RULES
+from .layout_rules import LAYOUT_RULES
 
 QUANT_RULES = [*QUANTIZED_ADD_RULES, *EMBEDDING_RULES]  # QuantFusionPass's
-RULES = [*QUANT_RULES, *GEMM_CONV_RULES, *POOL_RULES, *ATTENTION_RULES, *NORM_RULES, *FLOAT_RULES]
+RULES = [*QUANT_RULES, *GEMM_CONV_RULES, *POOL_RULES, *ATTENTION_RULES, *NORM_RULES, *LAYOUT_RULES, *FLOAT_RULES]
 
 __all__ = ["Constraint", "EdgePattern", "Match", "PatternError", "Rule", "edge_patterns", "trace_edge_pattern", "trace_edge_patterns", "FLOAT_RULES",
-           "QUANT_RULES", "QUANTIZED_ADD_RULES", "EMBEDDING_RULES", "QuantRule", "GEMM_CONV_RULES", "POOL_RULES", "ATTENTION_RULES", "NORM_RULES", "RULES"]
+           "QUANT_RULES", "QUANTIZED_ADD_RULES", "EMBEDDING_RULES", "QuantRule", "GEMM_CONV_RULES", "POOL_RULES", "ATTENTION_RULES", "NORM_RULES", "LAYOUT_RULES", "RULES"]

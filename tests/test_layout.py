@@ -1,0 +1,58 @@
+"""etfuse::permute_copy: the kernel against torch (dtypes, ranks, strided inputs) and the rules on
+a channel shuffle (exact ops; eager, runtime and retrace equal to eager)."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from expecttest import TestCase
+
+import etfuse
+import etfuse.kernels as kernels
+from etfuse.backend_ops import PERMUTE_COPY
+from etfuse.runtime import run
+from fusion_helpers import edge_program, op_names
+
+
+@pytest.fixture(scope="module", autouse=True)
+def loaded():
+    kernels.load()
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.int64, torch.float16, torch.bool], ids=str)
+@pytest.mark.parametrize("shape, dims", [((1, 16, 6, 48), [0, 2, 1, 3]), ((3, 4, 5), [2, 0, 1]), ((7, 9), [1, 0]),
+                                         ((2, 3, 4, 5, 6), [4, 3, 2, 1, 0]), ((1, 1, 5), [2, 1, -3]),
+                                         ((2, 0, 3), [1, 2, 0])], ids=str)
+def test_kernel_is_torch_permute(shape, dims, dtype):
+    x = (torch.randn(shape) * 3).to(dtype)
+    for src in (x, x.transpose(0, -1).contiguous().transpose(0, -1)):
+        got = torch.ops.etfuse.permute_copy.out(src, dims, out=torch.empty(0, dtype=dtype))
+        assert torch.equal(got, src.permute(dims)) and got.is_contiguous()
+
+
+def test_bad_dims_are_named_and_opcheck():
+    with pytest.raises(RuntimeError, match=r"etfuse::permute_copy.out: dims is not a permutation"):
+        torch.ops.etfuse.permute_copy.out(torch.randn(2, 3), [0, 0], out=torch.empty(0))
+    with pytest.raises(RuntimeError, match=r"dims has 3 entries for a tensor of rank 2"):
+        torch.ops.etfuse.permute_copy.out(torch.randn(2, 3), [0, 1, 2], out=torch.empty(0))
+    torch.library.opcheck(PERMUTE_COPY.aten, (torch.randn(2, 3, 4), [1, 2, 0]))
+
+
+class ChannelShuffle(torch.nn.Module):  # ShuffleNetV2's
+    def forward(self, x):
+        n, c, h, w = x.shape
+        return x.view(n, 2, c // 2, h, w).transpose(1, 2).reshape(n, c, h, w).permute(0, 2, 3, 1)
+
+
+class LayoutTest(TestCase):
+    def test_channel_shuffle_permutes_become_the_gather(self):
+        model, args = ChannelShuffle(), (torch.randn(2, 8, 3, 5),)
+        out = etfuse.fuse(edge_program(model, args))
+        self.assertEqual(op_names(out.exported_program().graph_module),
+                         ["aten.view_copy.default", "etfuse.permute_copy.default", "dim_order_ops._clone_dim_order.default",
+                          "aten.view_copy.default", "etfuse.permute_copy.default"])
+        want = model(*args)
+        retraced = out.exported_program().run_decompositions()
+        self.assertFalse([n for n in op_names(retraced.graph_module) if n.startswith("etfuse.")])
+        for got in (out.exported_program().module()(*args), retraced.module()(*args), run(out.to_executorch(), args)[0]):
+            self.assertTrue(torch.equal(got, want))
