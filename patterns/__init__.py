@@ -11,13 +11,14 @@ from .float_rules import FLOAT_RULES
 from .quant_rules import QUANT_RULES as QUANTIZED_ADD_RULES, QuantRule
 from .embedding_rules import EMBEDDING_RULES
 from .gemm_conv_rules import GEMM_CONV_RULES
+from .linear_rank_rules import LINEAR_RANK_RULES
 from .pool_rules import POOL_RULES
 from .attention_rules import ATTENTION_RULES
 from .norm_rules import NORM_RULES
 from .layout_rules import LAYOUT_RULES
 
 QUANT_RULES = [*QUANTIZED_ADD_RULES, *EMBEDDING_RULES]  # QuantFusionPass's
-RULES = [*QUANT_RULES, *GEMM_CONV_RULES, *POOL_RULES, *ATTENTION_RULES, *NORM_RULES, *LAYOUT_RULES, *FLOAT_RULES]
+RULES = [*QUANT_RULES, *GEMM_CONV_RULES, *LINEAR_RANK_RULES, *POOL_RULES, *ATTENTION_RULES, *NORM_RULES, *LAYOUT_RULES, *FLOAT_RULES]
 
 __all__ = ["Constraint", "EdgePattern", "Match", "PatternError", "Rule", "edge_patterns", "trace_edge_pattern", "trace_edge_patterns", "FLOAT_RULES",
-           "QUANT_RULES", "QUANTIZED_ADD_RULES", "EMBEDDING_RULES", "QuantRule", "GEMM_CONV_RULES", "POOL_RULES", "ATTENTION_RULES", "NORM_RULES", "LAYOUT_RULES", "RULES"]
+           "QUANT_RULES", "QUANTIZED_ADD_RULES", "EMBEDDING_RULES", "QuantRule", "GEMM_CONV_RULES", "LINEAR_RANK_RULES", "POOL_RULES", "ATTENTION_RULES", "NORM_RULES", "LAYOUT_RULES", "RULES"]

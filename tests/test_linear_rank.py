@@ -1,0 +1,62 @@
+"""Linear on rank >= 3 (`view -> mm / addmm -> view` in the edge dialect) as one etfuse::linear_act
+on the input as it is, a SiLU after it as its epilogue: exact ops, eager / runtime / retrace."""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+from expecttest import TestCase
+
+import etfuse
+from etfuse.passes import FusionPass, default_passes
+from etfuse.runtime import run
+from fusion_helpers import edge_program, op_names
+
+TOL = dict(rtol=1e-4, atol=1e-5)
+
+
+class GatedMLP(torch.nn.Module):  # llama's FeedForward: w2(silu(w1(x)) * w3(x))
+    def __init__(self, dim=16, hidden=24):
+        super().__init__()
+        self.w1 = torch.nn.Linear(dim, hidden, bias=False)
+        self.w2 = torch.nn.Linear(hidden, dim, bias=True)
+        self.w3 = torch.nn.Linear(dim, hidden, bias=False)
+
+    def forward(self, x):
+        return self.w2(F.silu(self.w1(x)) * self.w3(x))
+
+
+class LinearRankTest(TestCase):
+    def test_gated_mlp_on_3d_input(self):
+        model, args = GatedMLP().eval(), (torch.randn(2, 5, 16),)
+        passes = default_passes()
+        out = etfuse.fuse(edge_program(model, args), passes)
+        self.assertEqual(op_names(out.exported_program().graph_module),
+                         ["etfuse.linear_act.default", "etfuse.linear_act.default", "aten.mul.Tensor",
+                          "etfuse.linear_act.default"])
+        fusion = next(p for p in passes if type(p) is FusionPass)
+        self.assertEqual(sorted(f.rule for f in fusion.report.fused), ["linear_nd", "linear_nd_no_bias",
+                                                                       "linear_nd_no_bias_silu"])
+        acts = [n.args[5] if len(n.args) > 5 else n.kwargs.get("activation", "none")
+                for n in out.exported_program().graph.nodes if "linear_act" in str(n.target)]
+        self.assertEqual(sorted(acts), ["none", "none", "silu"])
+        want = model(*args)
+        retraced = out.exported_program().run_decompositions()
+        self.assertFalse([n for n in op_names(retraced.graph_module) if n.startswith("etfuse.")])
+        for got in (out.exported_program().module()(*args), retraced.module()(*args), run(out.to_executorch(), args)[0]):
+            torch.testing.assert_close(got, want, **TOL)
+
+    def test_reshape_that_does_not_restore_the_leading_dims_keeps_its_views(self):
+        class Regroup(torch.nn.Module):
+            def __init__(self):
+                super().__init__()
+                self.fc = torch.nn.Linear(8, 6)
+
+            def forward(self, x):  # [2, 3, 8] -> [6, 8] -> [6, 6] -> [3, 2, 6]: not x's leading dims
+                return (x.reshape(6, 8) @ self.fc.weight.t()).reshape(3, 2, 6)
+
+        model, args = Regroup().eval(), (torch.randn(2, 3, 8),)
+        out = etfuse.fuse(edge_program(model, args))
+        ops = op_names(out.exported_program().graph_module)
+        self.assertEqual(ops.count("aten.view_copy.default"), 2)
+        torch.testing.assert_close(out.exported_program().module()(*args), model(*args), **TOL)
