@@ -32,3 +32,16 @@ def eval_with_bn_stats(model: torch.nn.Module) -> torch.nn.Module:
             m.running_mean.copy_(torch.randn(m.num_features, generator=g) * 0.1)
             m.running_var.copy_(torch.rand(m.num_features, generator=g) + 0.5)
     return model.eval()
+
+
+def assert_fused_matches_eager(model: torch.nn.Module, args: tuple, fused: EdgeProgramManager, **tol) -> None:
+    """The fused program, its retrace to ATen (no etfuse op left) and its `.pte` on the ExecuTorch
+    runtime each give eager's result (`tol`: assert_close's; rtol=0, atol=0 for bit-exact)."""
+    from etfuse.runtime import run
+
+    want = model(*args)
+    retraced = fused.exported_program().run_decompositions()
+    assert not [n for n in op_names(retraced.graph_module) if n.startswith("etfuse.")]
+    for got in (fused.exported_program().module()(*args), retraced.module()(*args),
+                run(fused.to_executorch(), args)[0]):
+        torch.testing.assert_close(got, want, **tol)

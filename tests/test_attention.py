@@ -13,7 +13,7 @@ import etfuse
 import etfuse.backend_ops  # noqa: F401  (schemas before the kernels load)
 import etfuse.kernels as kernels
 from etfuse.runtime import load_method, run
-from fusion_helpers import edge_program, op_names
+from fusion_helpers import assert_fused_matches_eager, edge_program, op_names
 
 TOL = dict(rtol=1e-4, atol=1e-5)
 INF = float("inf")
@@ -144,14 +144,6 @@ def _fused(model, args):
     return edge, out
 
 
-def _check_numbers(model, args, out):
-    want = model(*args)
-    retraced = out.exported_program().run_decompositions()
-    assert not [n for n in op_names(retraced.graph_module) if n.startswith("etfuse.")]
-    for got in (out.exported_program().module()(*args), retraced.module()(*args), run(out.to_executorch(), args)[0]):
-        torch.testing.assert_close(got, want, **TOL)
-
-
 class FusionTest(TestCase):
     def test_each_sdpa_form_is_one_op(self):
         q, k, v = torch.randn(2, 3, 5, 8), torch.randn(2, 3, 7, 8), torch.randn(2, 3, 7, 6)
@@ -172,7 +164,7 @@ class FusionTest(TestCase):
             with self.subTest(name):
                 edge, out = _fused(model, args)
                 self.assertEqual(op_names(out.exported_program().graph_module), ops)
-                _check_numbers(model, args, out)
+                assert_fused_matches_eager(model, args, out, **TOL)
 
     def test_causal_self_attention_block(self):
         model, args = SelfAttention().eval(), (torch.randn(2, 6, 32),)
@@ -184,7 +176,7 @@ class FusionTest(TestCase):
         # the one bmm left is the output projection: a linear on [B, T, C] lowers to
         # expand/view/bmm, which no rule fuses yet
         self.assertEqual(ops.count("aten.bmm.default"), 1)
-        _check_numbers(model, args, out)
+        assert_fused_matches_eager(model, args, out, **TOL)
 
     def test_scale_is_the_square_of_the_factor_export_applies(self):
         q, k, v = torch.randn(1, 2, 3, 8), torch.randn(1, 2, 4, 8), torch.randn(1, 2, 4, 8)

@@ -10,8 +10,7 @@ from expecttest import TestCase
 import etfuse
 import etfuse.kernels as kernels
 from etfuse.backend_ops import PERMUTE_COPY
-from etfuse.runtime import run
-from fusion_helpers import edge_program, op_names
+from fusion_helpers import assert_fused_matches_eager, edge_program, op_names
 
 
 @pytest.fixture(scope="module", autouse=True)
@@ -51,8 +50,4 @@ class LayoutTest(TestCase):
         self.assertEqual(op_names(out.exported_program().graph_module),
                          ["aten.view_copy.default", "etfuse.permute_copy.default", "dim_order_ops._clone_dim_order.default",
                           "aten.view_copy.default", "etfuse.permute_copy.default"])
-        want = model(*args)
-        retraced = out.exported_program().run_decompositions()
-        self.assertFalse([n for n in op_names(retraced.graph_module) if n.startswith("etfuse.")])
-        for got in (out.exported_program().module()(*args), retraced.module()(*args), run(out.to_executorch(), args)[0]):
-            self.assertTrue(torch.equal(got, want))
+        assert_fused_matches_eager(model, args, out, rtol=0, atol=0)

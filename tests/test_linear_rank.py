@@ -9,8 +9,7 @@ from expecttest import TestCase
 
 import etfuse
 from etfuse.passes import FusionPass, default_passes
-from etfuse.runtime import run
-from fusion_helpers import edge_program, op_names
+from fusion_helpers import assert_fused_matches_eager, edge_program, op_names
 
 TOL = dict(rtol=1e-4, atol=1e-5)
 
@@ -40,11 +39,7 @@ class LinearRankTest(TestCase):
         acts = [n.args[5] if len(n.args) > 5 else n.kwargs.get("activation", "none")
                 for n in out.exported_program().graph.nodes if "linear_act" in str(n.target)]
         self.assertEqual(sorted(acts), ["none", "none", "silu"])
-        want = model(*args)
-        retraced = out.exported_program().run_decompositions()
-        self.assertFalse([n for n in op_names(retraced.graph_module) if n.startswith("etfuse.")])
-        for got in (out.exported_program().module()(*args), retraced.module()(*args), run(out.to_executorch(), args)[0]):
-            torch.testing.assert_close(got, want, **TOL)
+        assert_fused_matches_eager(model, args, out, **TOL)
 
     def test_reshape_that_does_not_restore_the_leading_dims_keeps_its_views(self):
         class Regroup(torch.nn.Module):

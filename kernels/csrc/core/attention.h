@@ -49,6 +49,18 @@ constexpr int64_t kRows = 4;        // query rows per block on the dot-product p
 constexpr int64_t kGemmRows = 32;   // query rows per block on the GEMM path
 constexpr int64_t kGemmMinRows = 8;  // fewer query rows: the dot-product path
 
+// The largest score of a row; `all_masked`: every score is -inf (or the row is empty), and the
+// row's output is 0 (the edge dialect's rule).
+inline float row_max(const float* s, int64_t n, bool& all_masked) {
+  float m = -__builtin_inff();
+  all_masked = true;
+  for (int64_t j = 0; j < n; ++j) {
+    all_masked = all_masked && s[j] == -__builtin_inff();
+    m = s[j] > m ? s[j] : m;
+  }
+  return m;
+}
+
 // s[j] = exp(s[j] - m) (0 where s[j] is -inf) for j < n; returns their sum. Vectorised (the
 // polynomial exp of activation.h): softmax's exp is most of attention's time at long sequences.
 float exp_row_baseline(float* s, int64_t n, float m);
@@ -150,12 +162,8 @@ ETFUSE_ALWAYS_INLINE void block(const Args& a, int64_t index, float* scratch) {
   bool masked[kRows];
   for (int64_t r = 0; r < rows; ++r) {
     float* s = scores + r * a.S;
-    float m = -__builtin_inff();
-    bool all_inf = true;
-    for (int64_t j = 0; j < a.S; ++j) {
-      all_inf = all_inf && s[j] == -__builtin_inff();
-      m = s[j] > m ? s[j] : m;
-    }
+    bool all_inf;
+    const float m = row_max(s, a.S, all_inf);
     masked[r] = all_inf;  // also S == 0: an empty softmax row is all-masked too
     inv[r] = 1.0f / exp_row<W>(s, a.S, m);
     float* ar = acc + r * a.Dv;
@@ -226,12 +234,8 @@ inline void gemm_block(const Args& a, int64_t index, float* scratch) {
   gemm::run(g, Serial{});
   for (int64_t r = 0; r < rows; ++r) {
     float* s = p + r * a.S;
-    float m = -__builtin_inff();
-    bool all_inf = true;
-    for (int64_t j = 0; j < a.S; ++j) {
-      all_inf = all_inf && s[j] == -__builtin_inff();
-      m = s[j] > m ? s[j] : m;
-    }
+    bool all_inf;
+    const float m = row_max(s, a.S, all_inf);
     if (all_inf) {  // every key masked (or none): the row is 0
       for (int64_t j = 0; j < a.S; ++j) s[j] = 0.0f;
       inv[r] = 0.0f;
