@@ -12,6 +12,8 @@ are taken first.
 
 from __future__ import annotations
 
+import inspect
+
 import torch
 
 from etfuse.backend_ops import PERMUTE_COPY
@@ -29,7 +31,7 @@ def _rule(rank: int) -> Rule:
     def pattern(x, *dims):
         return aten.permute.default(x, list(dims))
 
-    import inspect
+    # one named parameter per entry of dims (the rule's scalars are found by parameter name)
     pattern.__signature__ = inspect.Signature(
         [inspect.Parameter("x", inspect.Parameter.POSITIONAL_OR_KEYWORD)]
         + [inspect.Parameter(n, inspect.Parameter.POSITIONAL_OR_KEYWORD) for n in names])
