@@ -1,14 +1,15 @@
 """FoldPackedWeightsPass: what the embedding fusions leave to be done with the weights' values.
 
 The sub-byte embedding rules (patterns/embedding_rules.py) write
-`quant_fusion._pack_embedding_weight(w, bits) -> embedding_{4,2}bit(packed, ...)`: a graph module
+`quant_fusion._pack_embedding_weight(w, bits) -> embedding_{4,2}bit(packed, ...)`, the 4-bit
+linear rules (patterns/weight_only_rules.py) `etfuse::pack_int4(w) -> linear_qw(...)`: a graph module
 has no weight values, so the packing is an op. With the program in hand this pass
 
 * runs every pack op whose weight is a constant (parameter, buffer, lifted constant) once and
   puts the packed table in the program as a constant, in place of the op (executorch's
   `constant_prop_pass`, asked to fold the pack ops and nothing else); the unpacked weight goes
   when nothing else reads it;
-* drops zero points that are constants and all 0 from the embedding ops (None: symmetric
+* drops zero points that are constants and all 0 from the embedding ops and linear_qw (None: symmetric
   quantization; `(q - 0) * s` is `q * s`, bit for bit).
 
 It works on a copy: the caller's program, graph module, state dict and constants stay as they
@@ -28,7 +29,7 @@ from executorch.exir.pass_base import ExportedProgramPassBase, ExportedProgramPa
 from executorch.exir.passes.constant_prop_pass import constant_prop_pass, get_constant_placeholder_dict
 from torch.fx.passes.infra.pass_base import PassResult
 
-from etfuse.backend_ops import EMBEDDING_OPS, PACK_EMBEDDING_WEIGHT
+from etfuse.backend_ops import EMBEDDING_OPS, LINEAR_QW, PACK_EMBEDDING_WEIGHT, PACK_INT4
 
 from .graph_copy import copy_graph_module, program_with
 
@@ -37,11 +38,15 @@ def _aten(target):
     return getattr(target, "_op", target)
 
 
+_PACKS = {PACK_EMBEDDING_WEIGHT.aten, PACK_INT4.aten}
+
+
 def _is_pack(target) -> bool:
-    return _aten(target) == PACK_EMBEDDING_WEIGHT.aten
+    return _aten(target) in _PACKS
 
 
-_EMBEDDINGS = {op.aten for op in EMBEDDING_OPS}
+# the ops whose zero points go when they are all 0: op -> the zero points' argument index
+_ZERO_POINTS = {**{op.aten: 2 for op in EMBEDDING_OPS}, LINEAR_QW.aten: 3}
 
 
 class FoldPackedWeightsPass(ExportedProgramPassBase):
@@ -55,8 +60,8 @@ class FoldPackedWeightsPass(ExportedProgramPassBase):
     def call(self, ep) -> ExportedProgramPassResult:
         constants = get_constant_placeholder_dict(ep)
         packs = [n for n in ep.graph.nodes if n.op == "call_function" and _is_pack(n.target) and n.args[0] in constants]
-        zero_zps = [n for n in ep.graph.nodes if n.op == "call_function" and _aten(n.target) in _EMBEDDINGS
-                    and _all_zero(n.args[2] if len(n.args) > 2 else None, constants)]
+        zero_zps = [n for n in ep.graph.nodes if n.op == "call_function" and _aten(n.target) in _ZERO_POINTS
+                    and _all_zero(_zero_points(n), constants)]
         if not packs and not zero_zps:
             return ExportedProgramPassResult(ep, False)
         new = program_with(ep, copy_graph_module(ep.graph_module), copy.deepcopy(ep.graph_signature),
@@ -66,8 +71,9 @@ class FoldPackedWeightsPass(ExportedProgramPassBase):
             dropped = set()
             for n in new.graph.nodes:
                 if n.name in names:
-                    dropped.add(n.args[2])
-                    n.args = (*n.args[:2], None, *n.args[3:])
+                    i = _ZERO_POINTS[_aten(n.target)]
+                    dropped.add(n.args[i])
+                    n.args = (*n.args[:i], None, *n.args[i + 1:])
             new = _without_unused_constants(new, dropped)
         if packs:
             # every other op is skipped: only the packing is folded, the rest of the program stays
@@ -92,6 +98,11 @@ def _without_unused_constants(ep, candidates: set):
     ep.graph_module.recompile()
     sig.input_specs = [s for s in sig.input_specs if s.arg.name not in erased]  # the pass's own copy
     return program_with(ep, ep.graph_module, sig, ep.state_dict, ep.constants)
+
+
+def _zero_points(node: fx.Node):
+    i = _ZERO_POINTS[_aten(node.target)]
+    return node.args[i] if len(node.args) > i else None
 
 
 def _all_zero(arg, constants: dict) -> bool:

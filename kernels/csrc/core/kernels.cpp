@@ -5,4 +5,5 @@
 #include "core/conv2d.h"
 #include "core/attention.h"
 #include "core/norm.h"
+#include "core/linear_qw.h"
 #include "core/gemm.h"

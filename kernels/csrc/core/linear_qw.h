@@ -1,0 +1,177 @@
+// Linear with weight-only quantized weights (etfuse::linear_qw), float32 activations:
+//
+//   C[m, n] = sum_k A[m, k] * ((q[n, k] - zp[n, g]) * scale[n, g]) + bias[n],  g = k / G
+//
+// q is int8 [N, K] (bits 8, stored as torchao stores it) or 4-bit values packed two per byte
+// (bits 4, by etfuse::pack_int4): in every 32-column chunk, byte i (0..15) holds column i in its
+// low nibble and column 16 + i in its high nibble, each as q + 8. One 16-byte load then gives 32
+// weights with one `and` and one shift, in column order.
+//
+// Decode (M <= 4 rows): dot products, 4 weight rows at a time, converted to float in registers
+// as they stream past (the weight is read once, in its packed size: a quarter or an eighth of
+// the float weight). Within a group the sum of x * q runs unscaled; the group's scale multiplies
+// the partial sum once; a zero point subtracts zp * scale * sum(x over the group), the sums of x
+// taken once per call. Prefill (more rows): the float GEMM (gemm.h) with a packer that
+// dequantizes each [KC, NR] panel as it fills it. The per-ISA entry points are compiled once per
+// library, in core/kernels.cpp (-DETFUSE_CORE_KERNELS).
+#pragma once
+
+#include <vector>
+
+#include "common.h"
+#include "gemm.h"
+
+namespace etfuse {
+namespace core {
+namespace linear_qw {
+
+constexpr int64_t kChunk = 32;  // columns per packed 4-bit chunk (16 bytes)
+constexpr int64_t kDotRows = 4;  // up to this many rows: dot products on the quantized weight
+constexpr int64_t kRowsMax = 64;  // up to this many: dot products on dequantized blocks; more: the GEMM
+
+struct Args {
+  int64_t M = 0, N = 0, K = 0;
+  const float* A = nullptr;  // [M, K], rows a_rs apart, columns contiguous
+  int64_t a_rs = 0;
+  const uint8_t* W = nullptr;  // weight rows w_rs bytes apart (K for bits 8, K / 2 for bits 4)
+  int64_t w_rs = 0;
+  int bits = 8;
+  const float* scales = nullptr;  // [N, groups], contiguous
+  int64_t groups = 1;             // G = K / groups columns each
+  const int8_t* zp = nullptr;     // [N, groups] or null (symmetric)
+  const float* bias = nullptr;    // [N] or null
+  float* C = nullptr;             // [M, N], rows c_rs apart, columns contiguous
+  int64_t c_rs = 0;
+  const float* xsum = nullptr;    // [M, groups]: sum of A over each group (set by run when zp)
+};
+
+// The dequantized weight element (n, k), as the pattern computes it.
+ETFUSE_ALWAYS_INLINE float weight_at(const Args& a, int64_t n, int64_t k) {
+  const uint8_t* row = a.W + n * a.w_rs;
+  int q;
+  if (a.bits == 8) {
+    q = static_cast<int8_t>(row[k]);
+  } else {
+    const int64_t i = k % kChunk;
+    const uint8_t b = row[(k / kChunk) * (kChunk / 2) + (i & 15)];
+    q = (i < 16 ? (b & 15) : (b >> 4)) - 8;
+  }
+  const int64_t g = k / (a.K / a.groups);
+  const int z = a.zp ? a.zp[n * a.groups + g] : 0;
+  return static_cast<float>(q - z) * a.scales[n * a.groups + g];
+}
+
+// etfuse::pack_int4: int8 values in [-8, 7], rows of k (a multiple of kChunk) -> the layout above.
+inline void pack4(const int8_t* q, int64_t rows, int64_t k, uint8_t* out) {
+  for (int64_t r = 0; r < rows; ++r) {
+    const int8_t* src = q + r * k;
+    uint8_t* dst = out + r * (k / 2);
+    for (int64_t c = 0; c < k; c += kChunk)
+      for (int64_t i = 0; i < kChunk / 2; ++i)
+        dst[c / 2 + i] = static_cast<uint8_t>(((src[c + i] + 8) & 15) | (((src[c + 16 + i] + 8) & 15) << 4));
+  }
+}
+
+void dot_cols_baseline(const Args& a, int64_t j0, int64_t j1);
+ETFUSE_TARGET_AVX2 void dot_cols_avx2(const Args& a, int64_t j0, int64_t j1);
+void rows_cols_baseline(const Args& a, int64_t j0, int64_t j1);
+ETFUSE_TARGET_AVX2 void rows_cols_avx2(const Args& a, int64_t j0, int64_t j1);
+void pack_panel(const void* ctx, int64_t k0, int64_t kc, int64_t j0, int64_t nr, int64_t NR, float* pack);
+
+#if defined(ETFUSE_CORE_KERNELS)
+// The dot kernels, once per ISA: linear_qw_dot.h with its vector width and namespace, the AVX2
+// one under `#pragma GCC target` so that its int8 -> float intrinsics inline into it.
+#define ETFUSE_QW_NS dot_baseline
+#define ETFUSE_QW_W 4
+#include "linear_qw_dot.h"
+#undef ETFUSE_QW_NS
+#undef ETFUSE_QW_W
+
+#if defined(__GNUC__) && defined(__x86_64__)
+#pragma GCC push_options
+#pragma GCC target("avx2,fma")
+#define ETFUSE_QW_AVX2 1
+#endif
+#define ETFUSE_QW_NS dot_avx2
+#define ETFUSE_QW_W 8
+#include "linear_qw_dot.h"
+#undef ETFUSE_QW_NS
+#undef ETFUSE_QW_W
+#if defined(__GNUC__) && defined(__x86_64__)
+#undef ETFUSE_QW_AVX2
+#pragma GCC pop_options
+#endif
+
+void dot_cols_baseline(const Args& a, int64_t j0, int64_t j1) {
+  dot_baseline::dot_cols(a, j0, j1);
+}
+ETFUSE_TARGET_AVX2 void dot_cols_avx2(const Args& a, int64_t j0, int64_t j1) {
+  dot_avx2::dot_cols(a, j0, j1);
+}
+void rows_cols_baseline(const Args& a, int64_t j0, int64_t j1) {
+  dot_baseline::rows_cols(a, j0, j1);
+}
+ETFUSE_TARGET_AVX2 void rows_cols_avx2(const Args& a, int64_t j0, int64_t j1) {
+  dot_avx2::rows_cols(a, j0, j1);
+}
+
+// gemm::Args::pack: pack[k][j] = dequantized weight (j0 + j, k0 + k), zero past nr.
+void pack_panel(const void* ctx, int64_t k0, int64_t kc, int64_t j0, int64_t nr, int64_t NR, float* pack) {
+  const Args& a = *static_cast<const Args*>(ctx);
+  for (int64_t j = 0; j < NR; ++j) {
+    if (j >= nr) {
+      for (int64_t k = 0; k < kc; ++k) pack[k * NR + j] = 0.0f;
+      continue;
+    }
+    for (int64_t k = 0; k < kc; ++k) pack[k * NR + j] = weight_at(a, j0 + j, k0 + k);
+  }
+}
+#endif
+
+// Runs the linear described by `a` (validated by the caller). `xsum` is scratch for the zero
+// points' sums of x.
+template <class Par>
+inline void run(Args a, std::vector<float>& xsum, Par&& par) {
+  if (a.M <= 0 || a.N <= 0) return;
+  const bool few = a.M <= kDotRows;
+  if (a.M > kRowsMax) {
+    gemm::Args g;
+    g.M = a.M;
+    g.N = a.N;
+    g.K = a.K;
+    g.A = a.A;
+    g.a_rs = a.a_rs;
+    g.a_cs = 1;
+    g.C = a.C;
+    g.c_rs = a.c_rs;
+    g.c_cs = 1;
+    g.bias = a.bias;
+    g.bias_cs = a.bias ? 1 : 0;
+    g.clamp = false;
+    g.pack = &pack_panel;
+    g.pack_ctx = &a;
+    gemm::run(g, par);
+    return;
+  }
+  if (a.zp && few) {
+    const int64_t G = a.K / a.groups;
+    xsum.assign(static_cast<size_t>(a.M * a.groups), 0.0f);
+    for (int64_t m = 0; m < a.M; ++m)
+      for (int64_t k = 0; k < a.K; ++k) xsum[m * a.groups + k / G] += a.A[m * a.a_rs + k];
+    a.xsum = xsum.data();
+  }
+  const bool avx2 = selected_isa() == Isa::kAvx2;
+  auto dot = few ? (avx2 ? &dot_cols_avx2 : &dot_cols_baseline) : (avx2 ? &rows_cols_avx2 : &rows_cols_baseline);
+  // column blocks of about 256K multiply-adds, a multiple of 4 columns
+  int64_t grain = ((int64_t(1) << 18) / (a.M * a.K) + 3) / 4 * 4;
+  if (grain < 4) grain = 4;
+  if (a.N <= grain) {
+    dot(a, 0, a.N);
+    return;
+  }
+  par(0, a.N, grain, [&](int64_t begin, int64_t end) { dot(a, begin, end); });
+}
+
+}  // namespace linear_qw
+}  // namespace core
+}  // namespace etfuse

@@ -1,0 +1,178 @@
+// linear_qw's dot-product kernel (core/linear_qw.h) for one vector width: included once per ISA
+// with ETFUSE_QW_NS (its namespace), ETFUSE_QW_W (floats per vector) and, for the AVX2 copy,
+// ETFUSE_QW_AVX2 (int8 -> float through intrinsics: GCC's generic int8 vector conversions go
+// through scalar lanes). No include guard, on purpose.
+#if defined(ETFUSE_QW_AVX2)
+#include <immintrin.h>
+#endif
+
+namespace ETFUSE_QW_NS {
+
+constexpr int W = ETFUSE_QW_W;
+typedef typename gemm::detail::Vec<W>::type vf;
+
+// W int8 weights at p -> W floats.
+ETFUSE_ALWAYS_INLINE vf q8(const uint8_t* p) {
+#if defined(ETFUSE_QW_AVX2)
+  return (vf)_mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(p))));
+#else
+  vf out;
+  for (int t = 0; t < W; ++t) out[t] = static_cast<float>(static_cast<int8_t>(p[t]));
+  return out;
+#endif
+}
+
+// One 32-column chunk of 4-bit weights (16 bytes at p) -> kChunk / W vectors, in column order.
+ETFUSE_ALWAYS_INLINE void q4(const uint8_t* p, vf (&out)[kChunk / W]) {
+#if defined(ETFUSE_QW_AVX2)
+  const __m128i b = _mm_loadu_si128(reinterpret_cast<const __m128i*>(p));
+  const __m128i mask = _mm_set1_epi8(15), eight = _mm_set1_epi8(8);
+  const __m128i lo = _mm_sub_epi8(_mm_and_si128(b, mask), eight);
+  const __m128i hi = _mm_sub_epi8(_mm_and_si128(_mm_srli_epi16(b, 4), mask), eight);
+  out[0] = (vf)_mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(lo));
+  out[1] = (vf)_mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_srli_si128(lo, 8)));
+  out[2] = (vf)_mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(hi));
+  out[3] = (vf)_mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_srli_si128(hi, 8)));
+#else
+  for (int t = 0; t < kChunk / W; ++t) {
+    for (int l = 0; l < W; ++l) {
+      const int i = t * W + l;
+      const uint8_t b = p[i & 15];
+      out[t][l] = static_cast<float>((i < 16 ? (b & 15) : (b >> 4)) - 8);
+    }
+  }
+#endif
+}
+
+// Row m of C, columns [j, j + nj) (nj <= 4; w[c] for c >= nj repeats a valid row of the weight).
+ETFUSE_ALWAYS_INLINE void dot_row(const Args& a, int64_t m, int64_t j, int64_t nj, const uint8_t* const* w) {
+  const float* x = a.A + m * a.a_rs;
+  const int64_t G = a.K / a.groups;
+  vf tot[4] = {vf{}, vf{}, vf{}, vf{}};
+  float tail[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+  for (int64_t g = 0; g < a.groups; ++g) {
+    const int64_t k0 = g * G, k1 = k0 + G;
+    // two sums per column: 8 independent multiply-add chains hide the FMA latency
+    vf acc[4] = {vf{}, vf{}, vf{}, vf{}}, acc2[4] = {vf{}, vf{}, vf{}, vf{}};
+    float rest[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+    if (a.bits == 4) {  // G is a multiple of the chunk
+      for (int64_t k = k0; k < k1; k += kChunk) {
+        for (int c = 0; c < 4; ++c) {
+          vf wv[kChunk / W];
+          q4(w[c] + k / 2, wv);
+          for (int t = 0; t < kChunk / W; t += 2) {
+            vf x0, x1;  // x is reloaded per column: L1 loads are cheaper than spilled registers
+            std::memcpy(&x0, x + k + t * W, sizeof(vf));
+            std::memcpy(&x1, x + k + (t + 1) * W, sizeof(vf));
+            acc[c] += x0 * wv[t];
+            acc2[c] += x1 * wv[t + 1];
+          }
+        }
+      }
+    } else {
+      int64_t k = k0;
+      for (; k + 2 * W <= k1; k += 2 * W) {
+        vf x0, x1;
+        std::memcpy(&x0, x + k, sizeof(vf));
+        std::memcpy(&x1, x + k + W, sizeof(vf));
+        for (int c = 0; c < 4; ++c) {
+          acc[c] += x0 * q8(w[c] + k);
+          acc2[c] += x1 * q8(w[c] + k + W);
+        }
+      }
+      for (; k + W <= k1; k += W) {
+        vf xv;
+        std::memcpy(&xv, x + k, sizeof(vf));
+        for (int c = 0; c < 4; ++c) acc[c] += xv * q8(w[c] + k);
+      }
+      for (; k < k1; ++k)
+        for (int c = 0; c < 4; ++c) rest[c] += x[k] * static_cast<float>(static_cast<int8_t>(w[c][k]));
+    }
+    for (int c = 0; c < 4; ++c) acc[c] += acc2[c];
+    for (int c = 0; c < 4; ++c) {
+      const int64_t n = j + (c < nj ? c : 0);
+      const float s = a.scales[n * a.groups + g];
+      tot[c] += acc[c] * s;
+      tail[c] += rest[c] * s;
+      if (a.zp) tail[c] -= static_cast<float>(a.zp[n * a.groups + g]) * s * a.xsum[m * a.groups + g];
+    }
+  }
+  for (int c = 0; c < nj; ++c) {
+    float sum = gemm::detail::hsum<W>(tot[c]) + tail[c];
+    if (a.bias) sum += a.bias[j + c];
+    a.C[m * a.c_rs + j + c] = sum;
+  }
+}
+
+inline void dot_cols(const Args& a, int64_t j0, int64_t j1) {
+  for (int64_t j = j0; j < j1; j += 4) {
+    const int64_t nj = (j1 - j) < 4 ? (j1 - j) : 4;
+    const uint8_t* w[4];
+    for (int c = 0; c < 4; ++c) w[c] = a.W + (j + (c < nj ? c : 0)) * a.w_rs;
+    for (int64_t m = 0; m < a.M; ++m) dot_row(a, m, j, nj, w);
+  }
+}
+
+// Weight rows [j, j + nj) dequantized into scratch rows of K floats, (q - zp) * scale as the
+// pattern computes it.
+ETFUSE_ALWAYS_INLINE void dequantize_rows(const Args& a, int64_t j, int64_t nj, float* scratch) {
+  const int64_t G = a.K / a.groups;
+  for (int64_t c = 0; c < nj; ++c) {
+    const int64_t n = j + c;
+    const uint8_t* w = a.W + n * a.w_rs;
+    float* dst = scratch + c * a.K;
+    for (int64_t g = 0; g < a.groups; ++g) {
+      const float s = a.scales[n * a.groups + g];
+      const float z = a.zp ? static_cast<float>(a.zp[n * a.groups + g]) : 0.0f;
+      int64_t k = g * G;
+      const int64_t k1 = k + G;
+      if (a.bits == 4) {
+        for (; k < k1; k += kChunk) {
+          vf wv[kChunk / W];
+          q4(w + k / 2, wv);
+          for (int t = 0; t < kChunk / W; ++t) {
+            const vf v = (wv[t] - z) * s;
+            std::memcpy(dst + k + t * W, &v, sizeof(vf));
+          }
+        }
+      } else {
+        for (; k + W <= k1; k += W) {
+          const vf v = (q8(w + k) - z) * s;
+          std::memcpy(dst + k, &v, sizeof(vf));
+        }
+        for (; k < k1; ++k) dst[k] = (static_cast<float>(static_cast<int8_t>(w[k])) - z) * s;
+      }
+    }
+  }
+}
+
+// More rows (prefill): each block of 4 weight rows is dequantized once into an L1-sized scratch
+// and every row of A runs the float GEMM's dot products over it (gemm.h dot_block).
+inline void rows_cols(const Args& a, int64_t j0, int64_t j1) {
+  std::vector<float> scratch(static_cast<size_t>(4 * a.K));
+  gemm::Args g;
+  g.M = a.M;
+  g.N = a.N;
+  g.K = a.K;
+  g.A = a.A;
+  g.a_rs = a.a_rs;
+  g.a_cs = 1;
+  g.b_rs = 1;
+  g.C = a.C;
+  g.c_rs = a.c_rs;
+  g.c_cs = 1;
+  g.bias = a.bias;
+  g.bias_cs = 1;
+  g.clamp = false;
+  for (int64_t j = j0; j < j1; j += 4) {
+    const int64_t nj = (j1 - j) < 4 ? (j1 - j) : 4;
+    dequantize_rows(a, j, nj, scratch.data());
+    const float* b[4];
+    for (int c = 0; c < 4; ++c) b[c] = scratch.data() + (c < nj ? c : 0) * a.K;
+    int64_t i = 0;
+    for (; i + 2 <= a.M; i += 2) gemm::detail::dot_block<W, 2>(g, i, j, nj, b);
+    if (i < a.M) gemm::detail::dot_block<W, 1>(g, i, j, nj, b);
+  }
+}
+
+}  // namespace ETFUSE_QW_NS

@@ -1,0 +1,140 @@
+"""Weight-only quantized linears: what torchao's `IntxWeightOnlyConfig` (int8 per channel, int4 in
+groups) leaves in the edge dialect, `torchao.dequantize_affine(q, [1, g], scale, zp, int8, qmin,
+qmax) -> permute_copy -> mm / addmm` (rank 2) or the same between two view_copy (rank >= 3), as
+one `etfuse::linear_qw` that keeps the weight quantized (backend_ops/weight_only_ops.py).
+
+| rule                                   | edge pattern                                                  | replacement                   |
+|----------------------------------------|---------------------------------------------------------------|-------------------------------|
+| linear_q{8,4}[_no_bias][_silu]         | mm(x, permute(dequantize_affine(q, ...))) or addmm(b, ...)     | linear_qw(x, q', ...)         |
+| linear_q{8,4}_nd[_no_bias][_silu]      | view(mm(view(x), permute(dequantize_affine(q, ...)))) or addmm | linear_qw(x, q', ..., "silu") |
+|                                        | [-> mul(., sigmoid(.))]                                       |                               |
+
+{8,4} is the width the quant range declares ((-128, 127) or (-8, 7)). At 8 bits q' is q; at 4 bits
+the replacement is a function, `pack_int4(q)` then the op; `etfuse.fuse` / `transform
+(default_passes())` fold the packing into a constant and drop zero points that are all 0
+(passes/fold_packed_weights.py; the 8-bit rules drop them themselves). Without a rule the program
+does not run on the portable runtime at all: it has no `dequantize_affine` kernel.
+
+The fused op dequantizes as `dequantize_affine` does ((q - zp) * scale, float32), so the retraced
+program is the original one; the kernel sums in another order (float32 accumulation tolerance).
+"""
+
+from __future__ import annotations
+
+from typing import Optional
+
+import torch
+
+from etfuse.backend_ops import LINEAR_QW, PACK_INT4
+
+from .constraints import all_of, output_dtype, tensors
+from .linear_rank_rules import _shapes as _nd_shapes
+from .rule import Match, Rule
+
+aten = torch.ops.aten
+WIDTHS = {8: (-128, 127), 4: (-8, 7)}
+_CHUNK = 32  # pack_int4 packs 32-column chunks
+
+
+def _weight(weight, group_size, scale, zero_point, quant_min, quant_max):
+    w = torch.ops.torchao.dequantize_affine.default(weight, [1, group_size], scale, zero_point, torch.int8,
+                                                    quant_min, quant_max, torch.float32)
+    return aten.permute.default(w, [1, 0])
+
+
+def _pattern(nd: bool, bias: bool, silu: bool):
+    def linear(input, w, b):
+        flat = aten.view.default(input, [15, 32]) if nd else input
+        y = aten.addmm.default(b, flat, w) if bias else aten.mm.default(flat, w)
+        y = aten.view.default(y, [3, 5, 6]) if nd else y
+        return aten.mul.Tensor(y, aten.sigmoid.default(y)) if silu else y
+
+    if bias:
+        def pattern(input, weight, group_size, scale, zero_point, quant_min, quant_max, bias):
+            return linear(input, _weight(weight, group_size, scale, zero_point, quant_min, quant_max), bias)
+    else:
+        def pattern(input, weight, group_size, scale, zero_point, quant_min, quant_max):
+            return linear(input, _weight(weight, group_size, scale, zero_point, quant_min, quant_max), None)
+    return pattern
+
+
+def _examples(nd: bool, bias: bool):
+    # distinct scalars (export's literals are found by value): group 16 of 32 columns, range (-8, 7)
+    def examples():
+        x = torch.randn(3, 5, 32) if nd else torch.randn(15, 32)
+        args = (x, torch.zeros(6, 32, dtype=torch.int8), 16, torch.ones(6, 2), torch.zeros(6, 2, dtype=torch.int8),
+                -8, 7)
+        return (*args, torch.randn(6)) if bias else args
+    return examples
+
+
+def _int4_replacement(bias: bool, silu: bool):
+    act = "silu" if silu else "none"
+    if bias:
+        def replacement(input, weight, group_size, scale, zero_point, quant_min, quant_max, bias):
+            return LINEAR_QW.aten(input, PACK_INT4.aten(weight), scale, zero_point, 4, bias, act)
+    else:
+        def replacement(input, weight, group_size, scale, zero_point, quant_min, quant_max):
+            return LINEAR_QW.aten(input, PACK_INT4.aten(weight), scale, zero_point, 4, None, act)
+    return replacement
+
+
+def _int8_arguments(bias: bool, silu: bool):
+    def arguments(m: Match):
+        b = m.bindings
+        z = m.constant("zero_point") if b["zero_point"] is not None else None
+        zp = None if z is not None and bool((z == 0).all()) else b["zero_point"]
+        return (b["input"], b["weight"], b["scale"], zp, 8, b["bias"] if bias else None,
+                "silu" if silu else "none"), {}
+    return arguments
+
+
+# --- constraints ------------------------------------------------------------------------------
+
+def _quantized_weight(bits: int):
+    """int8 [N, K] values in the declared range, [1, g] blocks (g | K; at 4 bits whole 32-column
+    chunks), float32 scales [N, K / g], zero points None or int8 like the scales."""
+    def check(m: Match) -> Optional[str]:
+        qmin, qmax = m.bindings["quant_min"], m.bindings["quant_max"]
+        if (qmin, qmax) != WIDTHS[bits]:
+            return f"quant range [{qmin}, {qmax}] is not the int{bits} range {list(WIDTHS[bits])}"
+        w, s = m.value("weight"), m.value("scale")
+        if w.dtype != torch.int8 or w.dim() != 2 or w.device.type != "cpu":
+            return f"weight is a rank-{w.dim()} {w.dtype} {w.device} tensor; the kernel takes a CPU int8 [N, K]"
+        n, k = w.shape
+        g = m.bindings["group_size"]
+        if not isinstance(g, int) or g < 1 or k % g:
+            return f"block size [1, {g}] does not divide K = {k}"
+        if bits == 4 and g % _CHUNK:
+            return f"4-bit groups of {g} columns; the packed kernel takes multiples of {_CHUNK}"
+        if s.dtype != torch.float32 or tuple(s.shape) not in ((n, k // g),) + (((n,),) if g == k else ()):
+            return f"scales are {s.dtype} {tuple(s.shape)}; [1, {g}] blocks of [{n}, {k}] need float32 [{n}, {k // g}]"
+        if m.bindings["zero_point"] is not None:
+            z = m.value("zero_point")
+            if z.dtype != torch.int8 or z.numel() != s.numel():
+                return f"zero points are {z.dtype} {tuple(z.shape)}; the kernel takes int8 of the scales' shape"
+        return None
+    return check
+
+
+def _rank2(m: Match) -> Optional[str]:
+    x = m.value("input")
+    return None if x.dim() == 2 else f"input has rank {x.dim()}; the rank-2 rule takes [M, K]"
+
+
+def _rules():
+    rules = []
+    for nd in (False, True):
+        for bias in (True, False):
+            for silu in (False, True):
+                for bits in (8, 4):
+                    name = f"linear_q{bits}{'_nd' if nd else ''}{'' if bias else '_no_bias'}{'_silu' if silu else ''}"
+                    check = all_of(tensors(["input"] + (["bias"] if bias else [])),
+                                   output_dtype(torch.float32), _quantized_weight(bits), _nd_shapes if nd else _rank2)
+                    replacement = LINEAR_QW if bits == 8 else _int4_replacement(bias, silu)
+                    rules.append(Rule(name, _pattern(nd, bias, silu), replacement, _examples(nd, bias), check,
+                                      _int8_arguments(bias, silu) if bits == 8 else None, free_sizes=nd))
+    return rules
+
+
+WEIGHT_ONLY_RULES = _rules()
