@@ -66,6 +66,61 @@ ZOO = {
 }
 
 
+QUANTIZED = {"llama_decode": "llama_decode", "llama_large_decode": "llama_large_decode",
+             "llama_large_prefill": "llama_large_prefill"}
+
+
+def weight_only(model, bits: int):
+    """`model` with its linears' weights quantized by torchao's IntxWeightOnlyConfig (in place):
+    int8 per output channel, or int4 in groups of 32 columns; symmetric, as torchao's default."""
+    from torchao.quantization.granularity import PerAxis, PerGroup
+    from torchao.quantization.quant_api import IntxWeightOnlyConfig, quantize_
+
+    granularity = PerAxis(0) if bits == 8 else PerGroup(32)
+    quantize_(model, IntxWeightOnlyConfig(weight_dtype=getattr(torch, f"int{bits}"), granularity=granularity))
+    return model
+
+
+def quantized_table(names: list, rounds: int, tmp: Path) -> None:
+    """fp32 / int8 / int4 etfuse programs of each model, timed interleaved; the stock portable
+    runtime and XNNPACK do not run `torchao.dequantize_affine`, so etfuse's own fp32 program is
+    the baseline."""
+    from executorch.exir import EdgeCompileConfig, to_edge
+    from executorch.runtime import Runtime
+
+    print("\n## Weight-only quantized linears (torchao IntxWeightOnlyConfig: int8 per channel, int4 groups "
+          "of 32)\n")
+    print("| model | fp32 ms | int8 ms | int4 ms | fp32 / int8 | fp32 / int4 | .pte MB fp32 / int8 / int4 "
+          "| error int8 / int4 (vs its eager) | int4 top ops (ETDump share) |")
+    print("|---|---:|---:|---:|---:|---:|---|---|---|")
+    for name in names:
+        model, example = ZOO[name]()
+        inputs = flat(example)
+        methods, programs, errors = {}, {}, {}
+        for variant in ("fp32", "int8", "int4"):
+            m = copy.deepcopy(model)
+            if variant != "fp32":
+                weight_only(m, int(variant[-1]))
+            with torch.no_grad():
+                want = copy.deepcopy(m)(*example)
+            edge = to_edge(torch.export.export(m, example),
+                           compile_config=EdgeCompileConfig(_check_ir_validity=False))
+            programs[variant] = etfuse.fuse(edge).to_executorch().buffer
+            path = tmp / f"{name}_{variant}.pte"
+            path.write_bytes(programs[variant])
+            methods[variant] = Runtime.get().load_program(str(path)).load_method("forward")
+            got = methods[variant].execute(inputs)[0]
+            errors[variant] = float((got - want).abs().max() / want.abs().max())
+        ms = {k: 1e3 * v for k, v in interleaved({k: runtime_exec(m, inputs) for k, m in methods.items()},
+                                                  rounds, 0.2).items()}
+        prof = etfuse.profile(programs["int4"], inputs, runs=2)
+        top = ", ".join(f"{r.op.split('::')[-1]} {100 * r.share:.0f}%" for r in list(prof)[:4])
+        mb = " / ".join(f"{len(programs[k]) / 1e6:.1f}" for k in ("fp32", "int8", "int4"))
+        print(f"| {name} | {ms['fp32']:.2f} | {ms['int8']:.2f} | {ms['int4']:.2f} | {ms['fp32'] / ms['int8']:.2f}x | "
+              f"{ms['fp32'] / ms['int4']:.2f}x | {mb} | {errors['int8']:.1e} / {errors['int4']:.1e} | {top} |",
+              flush=True)
+
+
 def flat(args) -> tuple:
     """The runtime's positional inputs for export's (args, kwargs-dict) example."""
     out = []
@@ -91,6 +146,8 @@ def main(argv=None) -> int:
     ap.add_argument("--rounds", type=int, default=5)
     ap.add_argument("--top", type=int, default=4, help="top ops of the etfuse program (ETDump) to print")
     ap.add_argument("--stock", action="store_true", help="time the stock portable program too (slow)")
+    ap.add_argument("--quantized", default=",".join(QUANTIZED),
+                    help="comma-separated models to time as fp32 / int8 / int4 weight-only etfuse programs ('' for none)")
     args = ap.parse_args(argv)
     info = kernels.load()
     print(f"# etfuse transformer benchmark\n\n{os.cpu_count()} cores, load average {os.getloadavg()[0]:.1f} at the "
@@ -100,7 +157,7 @@ def main(argv=None) -> int:
           "| etfuse error | etfuse top ops (ETDump share) |")
     print("|---|---:|---:|---:|---:|---:|---:|---:|---:|---|")
     with tempfile.TemporaryDirectory() as tmp:
-        for name in args.models.split(","):
+        for name in [n for n in args.models.split(",") if n]:
             model, example = ZOO[name]()
             inputs = flat(example)
             # a KV-cache model mutates its buffers: eager runs on a copy so every program starts equal
@@ -122,6 +179,8 @@ def main(argv=None) -> int:
             print(f"| {name} | {stock} | {ms['etfuse']:.2f} | {ms['xnnpack']:.2f} | {ms['xnnpack+etfuse']:.2f} | "
                   f"{ms['eager']:.2f} | {ms['etfuse'] / ms['xnnpack']:.2f}x | {ms['xnnpack+etfuse'] / ms['xnnpack']:.2f}x "
                   f"| {errors['etfuse']:.1e} | {top} |", flush=True)
+        if args.quantized:
+            quantized_table(args.quantized.split(","), args.rounds, Path(tmp))
     print(f"\nload average at the end {os.getloadavg()[0]:.1f}")
     return 0
 

@@ -10,6 +10,7 @@ namespace ETFUSE_QW_NS {
 
 constexpr int W = ETFUSE_QW_W;
 typedef typename gemm::detail::Vec<W>::type vf;
+typedef float vfu __attribute__((vector_size(W * 4), aligned(4), may_alias));  // an unaligned load
 
 // W int8 weights at p -> W floats.
 ETFUSE_ALWAYS_INLINE vf q8(const uint8_t* p) {
@@ -57,15 +58,14 @@ ETFUSE_ALWAYS_INLINE void dot_row(const Args& a, int64_t m, int64_t j, int64_t n
     float rest[4] = {0.0f, 0.0f, 0.0f, 0.0f};
     if (a.bits == 4) {  // G is a multiple of the chunk
       for (int64_t k = k0; k < k1; k += kChunk) {
+        vf xv[kChunk / W];  // plain loads, not memcpy: GCC turns a memcpy loop into a stack copy
+        for (int t = 0; t < kChunk / W; ++t) xv[t] = *reinterpret_cast<const vfu*>(x + k + t * W);
         for (int c = 0; c < 4; ++c) {
           vf wv[kChunk / W];
           q4(w[c] + k / 2, wv);
           for (int t = 0; t < kChunk / W; t += 2) {
-            vf x0, x1;  // x is reloaded per column: L1 loads are cheaper than spilled registers
-            std::memcpy(&x0, x + k + t * W, sizeof(vf));
-            std::memcpy(&x1, x + k + (t + 1) * W, sizeof(vf));
-            acc[c] += x0 * wv[t];
-            acc2[c] += x1 * wv[t + 1];
+            acc[c] += xv[t] * wv[t];
+            acc2[c] += xv[t + 1] * wv[t + 1];
           }
         }
       }
