@@ -1,0 +1,178 @@
+"""Weight-only quantized linears (etfuse::linear_qw, etfuse::pack_int4): the kernels against their
+patterns (both ISAs, every path: decode dot products, dequantized blocks, the GEMM), named
+errors, opcheck; torchao `IntxWeightOnlyConfig` models fused through each route (exact ops;
+eager, retrace and runtime equal to eager); an int4 llama decoding 32 tokens greedily as eager
+does."""
+
+from __future__ import annotations
+
+import copy
+
+import pytest
+import torch
+from executorch.exir import ExecutorchBackendConfig
+from torchao.quantization.granularity import PerAxis, PerGroup
+from torchao.quantization.quant_api import IntxWeightOnlyConfig, MappingType, quantize_
+
+import etfuse
+import etfuse.kernels as kernels
+from etfuse.backend_ops import LINEAR_QW, PACK_INT4
+from etfuse.passes import default_passes
+from etfuse.runtime import load_method, run
+from fusion_helpers import assert_fused_matches_eager, edge_program, op_names
+
+TOL = dict(rtol=1e-4, atol=1e-5)
+
+
+@pytest.fixture(scope="module", autouse=True)
+def loaded():
+    kernels.load()
+
+
+def pack(q):
+    return torch.ops.etfuse.pack_int4.out(q, out=torch.empty(0, dtype=torch.uint8))
+
+
+def linear_qw(*args):
+    return torch.ops.etfuse.linear_qw.out(*args, out=torch.empty(0))
+
+
+def quantized_weight(n, k, group, bits, zero_points, seed=0):
+    g = torch.Generator().manual_seed(seed)
+    lo, hi = (-8, 7) if bits == 4 else (-128, 127)
+    q = torch.randint(lo, hi + 1, (n, k), dtype=torch.int8, generator=g)
+    scales = torch.rand(n, k // group, generator=g) * 0.1 + 0.01
+    zp = torch.randint(-3, 4, (n, k // group), dtype=torch.int8, generator=g) if zero_points else None
+    return q, (pack(q) if bits == 4 else q), scales, zp
+
+
+# rows: 1 and 3 run the dot products on the quantized weight, 9 and 40 dequantized blocks, 70 the GEMM
+@pytest.mark.parametrize("isa", ["auto", "baseline"])
+@pytest.mark.parametrize("rows,n,k,group,bits,zero_points,bias", [
+    (1, 37, 64, 32, 4, False, True), (3, 40, 96, 96, 8, True, False), (9, 13, 72, 36, 8, True, True),
+    (40, 20, 64, 32, 4, True, True), (70, 9, 128, 64, 4, False, False), (70, 11, 70, 35, 8, True, True),
+], ids=str)
+def test_kernel_matches_its_pattern(rows, n, k, group, bits, zero_points, bias, isa):
+    q, w, scales, zp = quantized_weight(n, k, group, bits, zero_points)
+    b = torch.randn(n) if bias else None
+    x = torch.randn(rows, k) if rows % 2 else torch.randn(2, rows // 2, k)
+    kernels.set_isa(isa)
+    try:
+        got = {act: linear_qw(x, w, scales, zp, bits, b, act) for act in ("none", "silu")}
+        got["strided"] = linear_qw(x.transpose(0, -1).contiguous().transpose(0, -1), w, scales, zp, bits, b, "none")
+    finally:
+        kernels.set_isa("auto")
+    for act in ("none", "silu"):
+        torch.testing.assert_close(got[act], LINEAR_QW.pattern(x, w, scales, zp, bits, b, act), **TOL)
+    torch.testing.assert_close(got["strided"], got["none"], **TOL)
+    # the pattern is dequantize-then-linear, exactly
+    zf = zp.float() if zp is not None else torch.zeros_like(scales)
+    dequantized = ((q.float().reshape(n, -1, group) - zf[..., None]) * scales[..., None]).reshape(n, k)
+    torch.testing.assert_close(LINEAR_QW.pattern(x, w, scales, zp, bits, b), torch.nn.functional.linear(x, dequantized, b),
+                               rtol=1e-6, atol=1e-6)
+
+
+def test_pack_int4_matches_its_pattern_and_round_trips():
+    q = torch.randint(-8, 8, (5, 96), dtype=torch.int8)
+    packed = pack(q)
+    assert packed.dtype == torch.uint8 and packed.shape == (5, 48)
+    torch.testing.assert_close(packed, PACK_INT4.pattern(q), rtol=0, atol=0)
+    ones = torch.ones(5, 1)
+    torch.testing.assert_close(LINEAR_QW.pattern(torch.eye(96), packed, ones, None, 4).T, q.float(), rtol=0, atol=0)
+
+
+def test_bad_arguments_are_named_and_opcheck():
+    q, w, scales, _ = quantized_weight(8, 64, 32, 4, False)
+    with pytest.raises(RuntimeError, match=r"etfuse::linear_qw.out: bits must be 8 or 4, got 5"):
+        linear_qw(torch.randn(2, 64), w, scales, None, 5, None, "none")
+    with pytest.raises(RuntimeError, match=r"etfuse::linear_qw.out: weight \[8, 32\] does not hold 48 input features"):
+        linear_qw(torch.randn(2, 48), w, scales, None, 4, None, "none")
+    with pytest.raises(RuntimeError, match=r"etfuse::linear_qw.out: weight must be Byte, got Char"):
+        linear_qw(torch.randn(2, 64), q, scales, None, 4, None, "none")
+    with pytest.raises(RuntimeError, match=r"4-bit groups of 16 columns; the packing needs a multiple of 32"):
+        linear_qw(torch.randn(2, 64), w, torch.ones(8, 4), None, 4, None, "none")
+    with pytest.raises(RuntimeError, match=r"etfuse::pack_int4.out: weight must be \[N, K\] with K a multiple of 32"):
+        pack(torch.zeros(3, 40, dtype=torch.int8))
+    torch.library.opcheck(PACK_INT4.aten, (q,))
+    for args in ((torch.randn(3, 64), w, scales, None, 4, torch.randn(8), "silu"),
+                 (torch.randn(2, 2, 64), q, scales, torch.ones(8, 2, dtype=torch.int8), 8, None, "none")):
+        torch.library.opcheck(LINEAR_QW.aten, args)
+
+
+class Mlp(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.up, self.down, self.out = torch.nn.Linear(64, 96), torch.nn.Linear(96, 64, bias=False), torch.nn.Linear(64, 32)
+
+    def forward(self, x):
+        return self.out(self.down(torch.nn.functional.silu(self.up(x))))
+
+
+def quantized(model, bits, group=None, mapping=MappingType.SYMMETRIC):
+    model = copy.deepcopy(model)
+    quantize_(model, IntxWeightOnlyConfig(weight_dtype=getattr(torch, f"int{bits}"),
+                                          granularity=PerGroup(group) if group else PerAxis(0), mapping_type=mapping))
+    return model
+
+
+@pytest.mark.parametrize("bits,group,mapping,shape", [
+    (4, 32, MappingType.SYMMETRIC, (2, 3, 64)), (8, None, MappingType.SYMMETRIC, (4, 64)),
+    (4, 32, MappingType.ASYMMETRIC, (4, 64)), (8, 32, MappingType.ASYMMETRIC, (2, 3, 64)),
+], ids=str)
+def test_torchao_models_fuse_and_match_eager(bits, group, mapping, shape):
+    torch.manual_seed(0)
+    model = quantized(Mlp().eval(), bits, group, mapping)
+    x = torch.randn(shape)
+    fused = etfuse.fuse(edge_program(model, (x,)))
+    gm = fused.exported_program().graph_module
+    # every linear fused, the SiLU in the first; the packing folded into a constant; symmetric
+    # zero points (all 0) dropped
+    assert op_names(gm) == ["etfuse.linear_qw.default"] * 3
+    calls = [n for n in gm.graph.nodes if n.op == "call_function"]
+    activations = [n.args[6] if len(n.args) > 6 else n.kwargs.get("activation", "none") for n in calls]
+    assert [n.args[4] for n in calls] == [bits] * 3 and activations == ["silu", "none", "none"]
+    assert all((n.args[3] is None) == (mapping == MappingType.SYMMETRIC) for n in calls)
+    assert_fused_matches_eager(model, (x,), fused, **TOL)
+
+
+def test_backend_config_route_packs_on_the_runtime():
+    """transform(default_passes()) gives fuse's program; ExecutorchBackendConfig(passes=...) has no
+    weight values, so pack_int4 stays in the program and runs per call: same numbers."""
+    torch.manual_seed(0)
+    model = quantized(Mlp().eval(), 4, 32)
+    x = torch.randn(2, 3, 64)
+    edge = edge_program(model, (x,))
+    transformed = copy.deepcopy(edge).transform(default_passes())
+    assert op_names(transformed.exported_program().graph_module) == ["etfuse.linear_qw.default"] * 3
+    program = copy.deepcopy(edge).to_executorch(ExecutorchBackendConfig(passes=default_passes()))
+    assert op_names(program.exported_program().graph_module).count("etfuse.pack_int4.out") == 3
+    want = model(x)
+    for p in (transformed.to_executorch(), program):
+        torch.testing.assert_close(run(p, (x,))[0], want, **TOL)
+
+
+def test_int4_llama_greedy_decoding_matches_eager():
+    from executorch.examples.models.llama.llama_transformer import construct_transformer
+    from executorch.examples.models.llama.model_args import ModelArgs
+
+    torch.manual_seed(0)
+    model = construct_transformer(ModelArgs(dim=64, n_layers=2, n_heads=4, vocab_size=97, max_seq_len=32,
+                                            max_context_len=32, multiple_of=32, use_kv_cache=True)).eval()
+    for p in model.parameters():
+        p.requires_grad_(False)
+    model = quantized(model, 4, 32)
+    eager = copy.deepcopy(model)
+    out = etfuse.fuse(edge_program(model, (torch.tensor([[1]]), {"input_pos": torch.tensor([0])})))
+    ops = op_names(out.exported_program().graph_module)
+    assert ops.count("etfuse.linear_qw.default") == 2 * 7 + 1 and "torchao.dequantize_affine.default" not in ops
+    method = load_method(out.to_executorch())
+    token = want_token = 1
+    got_tokens, want_tokens = [], []
+    for pos in range(32):
+        logits = method.execute((torch.tensor([[token]]), torch.tensor([pos])))[0]
+        want_logits = eager(torch.tensor([[want_token]]), {"input_pos": torch.tensor([pos])})
+        torch.testing.assert_close(logits, want_logits, **TOL)
+        token, want_token = int(logits[0, -1].argmax()), int(want_logits[0, -1].argmax())
+        got_tokens.append(token)
+        want_tokens.append(want_token)
+    assert got_tokens == want_tokens
