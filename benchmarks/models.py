@@ -264,11 +264,14 @@ def lowered(model, args, workdir: Path, name: str, with_stock: bool, without: tu
     from executorch.exir import to_edge, to_edge_transform_and_lower
     from executorch.runtime import Runtime
 
+    from etfuse.passes import passes_beside_xnnpack
+
     ep = torch.export.export(model, args)
     programs = {"etfuse": etfuse.fuse(to_edge(ep)).to_executorch().buffer,
                 "xnnpack": to_edge_transform_and_lower(ep, partitioner=[XnnpackPartitioner()]).to_executorch().buffer,
+                # etfuse's rules for what XNNPACK leaves (attention, norms) before partitioning, the rest after
                 "xnnpack+etfuse": etfuse.fuse(to_edge_transform_and_lower(
-                    ep, partitioner=[XnnpackPartitioner()])).to_executorch().buffer}
+                    ep, transform_passes=passes_beside_xnnpack(), partitioner=[XnnpackPartitioner()])).to_executorch().buffer}
     if with_stock:
         programs["stock"] = to_edge(ep).to_executorch().buffer
     if without:  # what a family of rules buys: etfuse without the rules whose names contain these

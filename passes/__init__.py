@@ -3,7 +3,7 @@ the workarounds for executorch 1.5.1 behaviour that the pipeline needs."""
 
 from .engine import Declined, Fused, FusionError, FusionReport, NearMiss, RuleIndex, apply_matches, find_matches
 from .graph_copy import copy_graph_module, graph_modules
-from .fusion_pass import FloatFusionPass, FusionPass, GemmConvFusionPass
+from .fusion_pass import BesideXnnpackFusionPass, FloatFusionPass, FusionPass, GemmConvFusionPass
 from .quant_fusion import QuantFusionPass
 from .compat.symint_to_prims import SymIntLoweringError, SymIntToPrimsPass
 from .compat.while_loop_to_scan import LoopLoweringError, LoopLoweringPass
@@ -14,11 +14,11 @@ from .fold_packed_weights import FoldPackedWeightsPass
 from .fused_program import FusedEdgeProgramManager
 from .verify import verify_written_nodes
 from .replace_pattern import replace_pattern, replace_patterns
-from .pipeline import correctness_passes, default_passes, fuse, to_edge
+from .pipeline import correctness_passes, default_passes, fuse, passes_beside_xnnpack, to_edge
 
 __all__ = [
     "Declined", "Fused", "FusionError", "FusionReport", "NearMiss", "RuleIndex", "apply_matches", "find_matches",
-    "FusionPass", "graph_modules", "FloatFusionPass", "QuantFusionPass", "GemmConvFusionPass",
+    "FusionPass", "BesideXnnpackFusionPass", "passes_beside_xnnpack", "graph_modules", "FloatFusionPass", "QuantFusionPass", "GemmConvFusionPass",
     "SymIntLoweringError", "SymIntToPrimsPass", "LoopLoweringError", "LoopLoweringPass", "MapToScanPass",
     "SpecialisedShapeError", "refuse_specialised", "CondOutputCopyPass", "CondViewCopyPass", "default_passes",
     "correctness_passes", "fuse", "to_edge", "copy_graph_module",

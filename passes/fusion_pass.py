@@ -27,7 +27,9 @@ import torch.fx as fx
 from executorch.exir.pass_base import ExportPass, PassResult
 
 from etfuse.backend_ops import FLOAT_OPS, install
-from etfuse.patterns import FLOAT_RULES, GEMM_CONV_RULES, RULES, QuantRule, Rule
+from etfuse.patterns import (
+    ATTENTION_RULES, EMBEDDING_RULES, FLOAT_RULES, GEMM_CONV_RULES, NORM_RULES, RULES, WEIGHT_ONLY_RULES, QuantRule, Rule,
+)
 
 from .engine import FusionReport, RuleIndex, apply_matches, find_matches, rebuild_with_matches
 from .graph_copy import copy_graph_module, graph_modules
@@ -102,3 +104,15 @@ class GemmConvFusionPass(FusionPass):
 
     def __init__(self, near_misses: bool = False):
         super().__init__(GEMM_CONV_RULES, near_misses)
+
+
+class BesideXnnpackFusionPass(FusionPass):
+    """The rules for what the XNNPACK delegate leaves to the portable runtime: attention (XNNPACK
+    takes its bmm and softmax apart, not the whole), RMS norm, quantized embeddings and weight-only
+    quantized linears (it runs no `dequantize_affine` weight-only linear). Run before
+    `to_backend(XnnpackPartitioner())` (`passes_beside_xnnpack()`), so the partitioner takes the
+    linears and convolutions and etfuse the rest."""
+
+    def __init__(self, near_misses: bool = False):
+        super().__init__([*ATTENTION_RULES, *NORM_RULES, *EMBEDDING_RULES, *WEIGHT_ONLY_RULES], near_misses)
+

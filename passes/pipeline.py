@@ -34,7 +34,7 @@ from .compat.typed_pass_errors import install_typed_pass_errors
 from .compat.while_loop_to_scan import LoopLoweringPass
 from .fold_packed_weights import FoldPackedWeightsPass
 from .fused_program import FusedEdgeProgramManager
-from .fusion_pass import FusionPass
+from .fusion_pass import BesideXnnpackFusionPass, FusionPass
 from .graph_copy import copy_graph_module, graph_modules, has_hop, program_with
 from .verify import verify_written_nodes
 
@@ -54,6 +54,16 @@ def default_passes() -> list:
     install_typed_pass_errors()  # so `edge.transform(default_passes())` raises etfuse's errors as themselves
     return [LoopLoweringPass(), FusionPass(), FoldPackedWeightsPass(), CondOutputCopyPass(), CondViewCopyPass(),
             SymIntToPrimsPass()]
+
+
+def passes_beside_xnnpack() -> list:
+    """`default_passes()` with the fusion pass limited to what the XNNPACK delegate leaves to the
+    portable runtime (`BesideXnnpackFusionPass`): for `etfuse.fuse(to_edge(ep), passes_beside_xnnpack())`
+    then `.to_backend(XnnpackPartitioner())`. Fusing after lowering instead finds attention already
+    split between the delegate (bmm, softmax) and the portable runtime."""
+    install_typed_pass_errors()
+    return [LoopLoweringPass(), BesideXnnpackFusionPass(), FoldPackedWeightsPass(), CondOutputCopyPass(),
+            CondViewCopyPass(), SymIntToPrimsPass()]
 
 
 def correctness_passes() -> list:
