@@ -229,7 +229,7 @@ def test_llama_greedy_decoding_with_a_kv_cache_matches_eager():
     method = load_method(out.to_executorch())
     token, got_tokens, want_tokens = 1, [], []
     want_token = 1
-    for pos in range(12):
+    for pos in range(32):  # the issue asks for 32 greedy tokens equal to eager
         logits = method.execute((torch.tensor([[token]]), torch.tensor([pos])))[0]
         want_logits = eager(torch.tensor([[want_token]]), {"input_pos": torch.tensor([pos])})
         torch.testing.assert_close(logits, want_logits, **TOL)
@@ -237,3 +237,28 @@ def test_llama_greedy_decoding_with_a_kv_cache_matches_eager():
         got_tokens.append(token)
         want_tokens.append(want_token)
     assert got_tokens == want_tokens
+
+
+def test_llama_through_transform_and_beside_xnnpack():
+    """The `transform` route gives `fuse`'s program; `passes_beside_xnnpack()` as the transform passes
+    of `to_edge_transform_and_lower` fuses attention and RMS norm before XNNPACK partitions the rest
+    (after lowering, XNNPACK would have taken attention's bmm and softmax apart)."""
+    from executorch.backends.xnnpack.partition.xnnpack_partitioner import XnnpackPartitioner
+    from executorch.exir import to_edge_transform_and_lower
+
+    from etfuse.passes import default_passes, passes_beside_xnnpack
+
+    model = _llama(kv_cache=False)
+    tokens = torch.randint(0, 97, (1, 9), generator=torch.Generator().manual_seed(2))
+    want = model(tokens)
+    edge, fused = _fused(model, (tokens,))
+    transformed = edge.transform(default_passes())
+    assert op_names(transformed.exported_program().graph_module) == op_names(fused.exported_program().graph_module)
+    beside = etfuse.fuse(to_edge_transform_and_lower(torch.export.export(model, (tokens,)),
+                                                     transform_passes=passes_beside_xnnpack(),
+                                                     partitioner=[XnnpackPartitioner()]))
+    ops = op_names(beside.exported_program().graph_module)
+    assert ops.count("etfuse.sdpa.default") == 2 and ops.count("etfuse.rms_norm.default") == 5
+    assert "executorch_call_delegate" in ops and not {"aten.bmm.default", "aten._softmax.default"} & set(ops)
+    for program in (transformed.to_executorch(), beside.to_executorch()):
+        torch.testing.assert_close(run(program, (tokens,))[0], want, **TOL)
