@@ -45,3 +45,19 @@ def assert_fused_matches_eager(model: torch.nn.Module, args: tuple, fused: EdgeP
     for got in (fused.exported_program().module()(*args), retraced.module()(*args),
                 run(fused.to_executorch(), args)[0]):
         torch.testing.assert_close(got, want, **tol)
+
+
+def assert_greedy_decoding_matches_eager(method, eager: torch.nn.Module, steps: int, **tol) -> None:
+    """A KV-cache llama's `.pte` method and its eager twin decode `steps` tokens greedily from
+    token 1: each step's logits close (`tol`), and the same tokens."""
+    token = want_token = 1
+    got_tokens, want_tokens = [], []
+    for pos in range(steps):
+        logits = method.execute((torch.tensor([[token]]), torch.tensor([pos])))[0]
+        want_logits = eager(torch.tensor([[want_token]]), {"input_pos": torch.tensor([pos])})
+        torch.testing.assert_close(logits, want_logits, **tol)
+        token, want_token = int(logits[0, -1].argmax()), int(want_logits[0, -1].argmax())
+        got_tokens.append(token)
+        want_tokens.append(want_token)
+    assert got_tokens == want_tokens
+

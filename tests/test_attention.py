@@ -13,7 +13,7 @@ import etfuse
 import etfuse.backend_ops  # noqa: F401  (schemas before the kernels load)
 import etfuse.kernels as kernels
 from etfuse.runtime import load_method, run
-from fusion_helpers import assert_fused_matches_eager, edge_program, op_names
+from fusion_helpers import assert_fused_matches_eager, assert_greedy_decoding_matches_eager, edge_program, op_names
 
 TOL = dict(rtol=1e-4, atol=1e-5)
 INF = float("inf")
@@ -227,16 +227,7 @@ def test_llama_greedy_decoding_with_a_kv_cache_matches_eager():
     out = etfuse.fuse(edge_program(model, example))
     assert op_names(out.exported_program().graph_module).count("etfuse.sdpa.default") == 2
     method = load_method(out.to_executorch())
-    token, got_tokens, want_tokens = 1, [], []
-    want_token = 1
-    for pos in range(32):  # the issue asks for 32 greedy tokens equal to eager
-        logits = method.execute((torch.tensor([[token]]), torch.tensor([pos])))[0]
-        want_logits = eager(torch.tensor([[want_token]]), {"input_pos": torch.tensor([pos])})
-        torch.testing.assert_close(logits, want_logits, **TOL)
-        token, want_token = int(logits[0, -1].argmax()), int(want_logits[0, -1].argmax())
-        got_tokens.append(token)
-        want_tokens.append(want_token)
-    assert got_tokens == want_tokens
+    assert_greedy_decoding_matches_eager(method, eager, 32, **TOL)  # the issue asks for 32 tokens
 
 
 def test_llama_through_transform_and_beside_xnnpack():

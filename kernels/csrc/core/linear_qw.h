@@ -72,6 +72,24 @@ inline void pack4(const int8_t* q, int64_t rows, int64_t k, uint8_t* out) {
   }
 }
 
+// The float GEMM over A, C and the bias, B left to the caller (a packer, or dequantized rows).
+inline gemm::Args float_gemm(const Args& a) {
+  gemm::Args g;
+  g.M = a.M;
+  g.N = a.N;
+  g.K = a.K;
+  g.A = a.A;
+  g.a_rs = a.a_rs;
+  g.a_cs = 1;
+  g.C = a.C;
+  g.c_rs = a.c_rs;
+  g.c_cs = 1;
+  g.bias = a.bias;
+  g.bias_cs = a.bias ? 1 : 0;
+  g.clamp = false;
+  return g;
+}
+
 void dot_cols_baseline(const Args& a, int64_t j0, int64_t j1);
 ETFUSE_TARGET_AVX2 void dot_cols_avx2(const Args& a, int64_t j0, int64_t j1);
 void rows_cols_baseline(const Args& a, int64_t j0, int64_t j1);
@@ -135,19 +153,7 @@ inline void run(Args a, std::vector<float>& xsum, Par&& par) {
   if (a.M <= 0 || a.N <= 0) return;
   const bool few = a.M <= kDotRows;
   if (a.M > kRowsMax) {
-    gemm::Args g;
-    g.M = a.M;
-    g.N = a.N;
-    g.K = a.K;
-    g.A = a.A;
-    g.a_rs = a.a_rs;
-    g.a_cs = 1;
-    g.C = a.C;
-    g.c_rs = a.c_rs;
-    g.c_cs = 1;
-    g.bias = a.bias;
-    g.bias_cs = a.bias ? 1 : 0;
-    g.clamp = false;
+    gemm::Args g = float_gemm(a);
     g.pack = &pack_panel;
     g.pack_ctx = &a;
     gemm::run(g, par);

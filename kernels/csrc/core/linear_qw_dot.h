@@ -150,20 +150,8 @@ ETFUSE_ALWAYS_INLINE void dequantize_rows(const Args& a, int64_t j, int64_t nj, 
 // and every row of A runs the float GEMM's dot products over it (gemm.h dot_block).
 inline void rows_cols(const Args& a, int64_t j0, int64_t j1) {
   std::vector<float> scratch(static_cast<size_t>(4 * a.K));
-  gemm::Args g;
-  g.M = a.M;
-  g.N = a.N;
-  g.K = a.K;
-  g.A = a.A;
-  g.a_rs = a.a_rs;
-  g.a_cs = 1;
+  gemm::Args g = float_gemm(a);
   g.b_rs = 1;
-  g.C = a.C;
-  g.c_rs = a.c_rs;
-  g.c_cs = 1;
-  g.bias = a.bias;
-  g.bias_cs = 1;
-  g.clamp = false;
   for (int64_t j = j0; j < j1; j += 4) {
     const int64_t nj = (j1 - j) < 4 ? (j1 - j) : 4;
     dequantize_rows(a, j, nj, scratch.data());
