@@ -1,6 +1,6 @@
 """Transformers end to end: stock portable runtime, etfuse, XNNPACK, XNNPACK + etfuse.
 
-    python benchmarks/transformers.py [--models llama_prefill,llama_decode,...] [--rounds 5] [--top 4]
+    python benchmarks/transformers.py [--models llama_prefill,llama_decode,...] [--rounds 5] [--top 4] [--without a,b]
 
 The models: executorch's example llama (`executorch.examples.models.llama`, random init) in the
 issue's tiny config (dim 288, 6 layers, 6 heads, vocab 512) and a larger one (dim 1024, 8 layers,
@@ -153,7 +153,10 @@ def main(argv=None) -> int:
     ap.add_argument("--rounds", type=int, default=5)
     ap.add_argument("--top", type=int, default=4, help="top ops of the etfuse program (ETDump) to print")
     ap.add_argument("--stock", action="store_true", help="time the stock portable program too (slow)")
+    ap.add_argument("--without", default="", help="comma-separated rule-name parts: also time etfuse without the "
+                                                  "rules whose names contain them (what those rules buy)")
     args = ap.parse_args(argv)
+    without = tuple(w for w in args.without.split(",") if w)
     info = kernels.load()
     print(f"# etfuse transformer benchmark\n\n{os.cpu_count()} cores, load average {os.getloadavg()[0]:.1f} at the "
           f"start, kernels ISA {info.isa}, runtime threads {info.runtime_threads}; ms per forward, medians of "
@@ -168,7 +171,7 @@ def main(argv=None) -> int:
             # a KV-cache model mutates its buffers: eager runs on a copy so every program starts equal
             with torch.no_grad():
                 want = copy.deepcopy(model)(*example)
-            programs, methods = lowered(model, example, Path(tmp), name, args.stock)
+            programs, methods = lowered(model, example, Path(tmp), name, args.stock, without)
             errors = {}
             for k, m in methods.items():
                 got = m.execute(inputs)[0]
@@ -180,6 +183,9 @@ def main(argv=None) -> int:
                 ms["eager"] = 1e3 * interleaved({"e": lambda: eager_model(*example)}, args.rounds, 0.2)["e"]
             prof = etfuse.profile(programs["etfuse"], inputs, runs=2)
             top = ", ".join(f"{r.op.split('::')[-1]} {100 * r.share:.0f}%" for r in list(prof)[:args.top])
+            if without:
+                top += (f"; etfuse without {', '.join(without)}: {ms['etfuse without']:.2f} ms "
+                        f"({ms['etfuse without'] / ms['xnnpack']:.2f}x XNNPACK's time)")
             stock = f"{ms['stock']:.2f}" if "stock" in ms else "-"
             print(f"| {name} | {stock} | {ms['etfuse']:.2f} | {ms['xnnpack']:.2f} | {ms['xnnpack+etfuse']:.2f} | "
                   f"{ms['eager']:.2f} | {ms['etfuse'] / ms['xnnpack']:.2f}x | {ms['xnnpack+etfuse'] / ms['xnnpack']:.2f}x "
