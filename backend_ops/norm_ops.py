@@ -1,4 +1,5 @@
-"""Normalisation backend ops: RMS norm as one pass instead of mul, mean, add, rsqrt, mul, mul."""
+"""Normalisation backend ops: RMS norm as one pass instead of mul, mean, add, rsqrt, mul, mul;
+layer norm over the last dim instead of the portable kernel's scalar loops."""
 
 import torch
 
@@ -19,4 +20,17 @@ RMS_NORM = register(BackendOp(
     doc="input * rsqrt(mean(input^2 over the last dim) + eps) * weight, float32; weight [last dim] or None",
     kernel="rms_norm"))
 
-NORM_OPS = [RMS_NORM]
+def _layer_norm(input, weight=None, bias=None, eps=1e-5):
+    # what the edge dialect makes of nn.LayerNorm / F.layer_norm over the last dim: the
+    # normalised output of native_layer_norm (its mean and rstd outputs unused)
+    return aten.native_layer_norm.default(input, [input.shape[-1]], weight, bias, eps)[0]
+
+
+LAYER_NORM = register(BackendOp(
+    "etfuse", "layer_norm(Tensor input, Tensor? weight=None, Tensor? bias=None, float eps=1e-05) -> Tensor",
+    _layer_norm,
+    doc="(input - mean) * rsqrt(var + eps) * weight + bias over the last dim (biased var), float32; weight and bias "
+        "[last dim] or None",
+    kernel="layer_norm"))
+
+NORM_OPS = [RMS_NORM, LAYER_NORM]

@@ -1,11 +1,13 @@
 """Transformers end to end: stock portable runtime, etfuse, XNNPACK, XNNPACK + etfuse.
 
-    python benchmarks/transformers.py [--models llama_prefill,llama_decode,...] [--rounds 5] [--top 4]
+    python benchmarks/transformers.py [--models llama_prefill,llama_decode,...] [--rounds 5] [--top 4] [--without a,b]
 
 The models: executorch's example llama (`executorch.examples.models.llama`, random init) in the
 issue's tiny config (dim 288, 6 layers, 6 heads, vocab 512) and a larger one (dim 1024, 8 layers,
 16 heads, 4 KV heads), each as a 16-token prefill without a KV cache and as a one-token decode
-with a KV cache (its mutable buffers updated in place by the runtime).
+with a KV cache (its mutable buffers updated in place by the runtime). `vit_b16_96`: a standard
+ViT-B/16 (timm's layout, written from torch blocks: torchvision is not installable here) on a
+1x3x96x96 image, random init.
 
 For each model: the four programs lowered from one `torch.export`, each checked against eager
 (relative max error of the logits), timed on the ExecuTorch runtime interleaved in batches
@@ -58,11 +60,71 @@ def llama(config: dict, kv_cache: bool):
     return make
 
 
+class VitAttention(torch.nn.Module):
+    """Multi-head self-attention the timm way: one qkv linear, reshape/permute/unbind, SDPA, proj."""
+
+    def __init__(self, dim, heads):
+        super().__init__()
+        self.heads = heads
+        self.qkv = torch.nn.Linear(dim, 3 * dim)
+        self.proj = torch.nn.Linear(dim, dim)
+
+    def forward(self, x):
+        B, N, C = x.shape
+        qkv = self.qkv(x).reshape(B, N, 3, self.heads, C // self.heads).permute(2, 0, 3, 1, 4)
+        q, k, v = qkv.unbind(0)
+        x = torch.nn.functional.scaled_dot_product_attention(q, k, v)
+        return self.proj(x.transpose(1, 2).reshape(B, N, C))
+
+
+class VitBlock(torch.nn.Module):
+    """Pre-norm encoder block: x + attn(norm1(x)), then x + mlp(norm2(x)) with a GELU MLP."""
+
+    def __init__(self, dim, heads, hidden):
+        super().__init__()
+        self.norm1 = torch.nn.LayerNorm(dim, eps=1e-6)
+        self.attn = VitAttention(dim, heads)
+        self.norm2 = torch.nn.LayerNorm(dim, eps=1e-6)
+        self.mlp = torch.nn.Sequential(torch.nn.Linear(dim, hidden), torch.nn.GELU(), torch.nn.Linear(hidden, dim))
+
+    def forward(self, x):
+        x = x + self.attn(self.norm1(x))
+        return x + self.mlp(self.norm2(x))
+
+
+class VisionTransformer(torch.nn.Module):
+    """ViT-B/16 by default: 16x16 patches (a stride-16 conv), class token, learned position
+    embedding, pre-norm blocks, final norm, a linear head on the class token."""
+
+    def __init__(self, image=96, patch=16, dim=768, depth=12, heads=12, hidden=3072, classes=1000):
+        super().__init__()
+        self.patch_embed = torch.nn.Conv2d(3, dim, patch, stride=patch)
+        self.cls_token = torch.nn.Parameter(torch.randn(1, 1, dim) * 0.02)
+        self.pos_embed = torch.nn.Parameter(torch.randn(1, (image // patch) ** 2 + 1, dim) * 0.02)
+        self.blocks = torch.nn.Sequential(*[VitBlock(dim, heads, hidden) for _ in range(depth)])
+        self.norm = torch.nn.LayerNorm(dim, eps=1e-6)
+        self.head = torch.nn.Linear(dim, classes)
+
+    def forward(self, x):
+        x = self.patch_embed(x).flatten(2).transpose(1, 2)  # [B, patches, dim]
+        x = torch.cat([self.cls_token.expand(x.shape[0], -1, -1), x], dim=1) + self.pos_embed
+        x = self.norm(self.blocks(x))
+        return self.head(x[:, 0])
+
+
+def vit_b16(image: int):
+    def make():
+        torch.manual_seed(0)
+        return VisionTransformer(image=image).eval(), (torch.randn(1, 3, image, image),)
+    return make
+
+
 ZOO = {
     "llama_prefill": llama(TINY, kv_cache=False),
     "llama_decode": llama(TINY, kv_cache=True),
     "llama_large_prefill": llama(LARGE, kv_cache=False),
     "llama_large_decode": llama(LARGE, kv_cache=True),
+    "vit_b16_96": vit_b16(96),
 }
 
 
@@ -148,7 +210,10 @@ def main(argv=None) -> int:
     ap.add_argument("--stock", action="store_true", help="time the stock portable program too (slow)")
     ap.add_argument("--quantized", default=",".join(QUANTIZED),
                     help="comma-separated models to time as fp32 / int8 / int4 weight-only etfuse programs ('' for none)")
+    ap.add_argument("--without", default="", help="comma-separated rule-name parts: also time etfuse without the "
+                                                  "rules whose names contain them (what those rules buy)")
     args = ap.parse_args(argv)
+    without = tuple(w for w in args.without.split(",") if w)
     info = kernels.load()
     print(f"# etfuse transformer benchmark\n\n{os.cpu_count()} cores, load average {os.getloadavg()[0]:.1f} at the "
           f"start, kernels ISA {info.isa}, runtime threads {info.runtime_threads}; ms per forward, medians of "
@@ -163,7 +228,7 @@ def main(argv=None) -> int:
             # a KV-cache model mutates its buffers: eager runs on a copy so every program starts equal
             with torch.no_grad():
                 want = copy.deepcopy(model)(*example)
-            programs, methods = lowered(model, example, Path(tmp), name, args.stock)
+            programs, methods = lowered(model, example, Path(tmp), name, args.stock, without)
             errors = {}
             for k, m in methods.items():
                 got = m.execute(inputs)[0]
@@ -175,6 +240,9 @@ def main(argv=None) -> int:
                 ms["eager"] = 1e3 * interleaved({"e": lambda: eager_model(*example)}, args.rounds, 0.2)["e"]
             prof = etfuse.profile(programs["etfuse"], inputs, runs=2)
             top = ", ".join(f"{r.op.split('::')[-1]} {100 * r.share:.0f}%" for r in list(prof)[:args.top])
+            if without:
+                top += (f"; etfuse without {', '.join(without)}: {ms['etfuse without']:.2f} ms "
+                        f"({ms['etfuse without'] / ms['xnnpack']:.2f}x XNNPACK's time)")
             stock = f"{ms['stock']:.2f}" if "stock" in ms else "-"
             print(f"| {name} | {stock} | {ms['etfuse']:.2f} | {ms['xnnpack']:.2f} | {ms['xnnpack+etfuse']:.2f} | "
                   f"{ms['eager']:.2f} | {ms['etfuse'] / ms['xnnpack']:.2f}x | {ms['xnnpack+etfuse'] / ms['xnnpack']:.2f}x "

@@ -1,17 +1,20 @@
 """Linear on any rank: what `nn.Linear` on [..., K] becomes in the edge dialect,
 `view_copy(x, [M, K]) -> mm / addmm(., permute_copy(weight)) -> view_copy(., [..., N])`, as one
-`etfuse::linear_act` on x as it is (the kernel takes the leading dims), with a SiLU after it as
-the op's epilogue.
+`etfuse::linear_act` on x as it is (the kernel takes the leading dims), with the activation after
+the final view as the op's epilogue: relu (min 0) or any of `linear_act`'s activations (SiLU,
+sigmoid, GELU erf and tanh, hardswish, hardsigmoid), spelled as the rank-2 rules spell them.
 
 | rule                              | edge pattern                                                          | backend op         |
 |-----------------------------------|-----------------------------------------------------------------------|--------------------|
-| linear_nd[_no_bias][_silu]        | view_copy(mm(view_copy(x), permute_copy(w)) or addmm(b, ...))          | etfuse::linear_act |
-|                                   | [-> mul(., sigmoid(.))]                                               |                    |
+| linear_nd[_no_bias][_act]         | view_copy(mm(view_copy(x), permute_copy(w)) or addmm(b, ...))          | etfuse::linear_act |
+|   act: relu, silu, sigmoid, gelu, | [-> act(.)]                                                           |                    |
+|   gelu_tanh, hardswish, hardsigmoid |                                                                     |                    |
 
 The view sizes depend on the shapes: the rules match any (`free_sizes`) and the constraint checks
 that the first view flattens x's leading dims and the second restores them. The matches end
-later in the graph than the rank-2 `linear` rules' (at the view or the SiLU's mul), so they are
-taken first.
+later in the graph than the rank-2 `linear` rules' (at the view or the activation's last op), so
+they are taken first, and a rule with an activation ends later than the same linear without one,
+so the activation is absorbed whenever it can be.
 """
 
 from __future__ import annotations
@@ -21,33 +24,32 @@ import torch
 from etfuse.backend_ops import LINEAR_ACT
 
 from .constraints import all_of, output_dtype, tensors
+from .gemm_conv_rules import _UNARY, _act_examples, _activation, _checked, _named_for, _unary_argument
 from .rule import Match, Rule
 
 aten = torch.ops.aten
+_ACTS = ("none", "relu", *_UNARY)
 
 
-def _pattern(bias: bool, silu: bool):
+def _pattern(bias: bool, act: str):
     def linear(input, weight, b=None):
         flat = aten.view.default(input, [15, 8])
         w = aten.permute.default(weight, [1, 0])
         y = aten.addmm.default(b, flat, w) if bias else aten.mm.default(flat, w)
         return aten.view.default(y, [3, 5, 6])
 
-    def act(v):
-        return aten.mul.Tensor(v, aten.sigmoid.default(v)) if silu else v
-
+    # lo / hi: a hard activation's constants 3 and 6 (gemm_conv_rules' _named_for renames them)
     if bias:
-        def pattern(input, weight, bias):
-            return act(linear(input, weight, bias))
+        def pattern(input, weight, bias, lo=None, hi=None):
+            return _activation(act, linear(input, weight, bias), lo, hi)
     else:
-        def pattern(input, weight):
-            return act(linear(input, weight))
-    return pattern
+        def pattern(input, weight, lo=None, hi=None):
+            return _activation(act, linear(input, weight), lo, hi)
+    return _named_for(act, pattern)
 
 
-def _examples(bias: bool):
-    return lambda: (torch.randn(3, 5, 8), torch.randn(6, 8), torch.randn(6)) if bias else (
-        torch.randn(3, 5, 8), torch.randn(6, 8))
+def _examples(bias: bool, act: str):
+    return lambda: (torch.randn(3, 5, 8), torch.randn(6, 8), *((torch.randn(6),) if bias else ()), *_act_examples(act))
 
 
 def _shapes(m: Match):
@@ -69,16 +71,18 @@ def _shapes(m: Match):
     return None
 
 
-def _arguments(bias: bool, silu: bool):
+def _arguments(bias: bool, act: str):
     def arguments(m: Match):
         b = m.bindings
-        return (b["input"], b["weight"], b["bias"] if bias else None, None, None, "silu" if silu else "none"), {}
+        return (b["input"], b["weight"], b["bias"] if bias else None, 0.0 if act == "relu" else None, None,
+                *(_unary_argument(act) or ("none",))), {}
     return arguments
 
 
 LINEAR_RANK_RULES = [
-    Rule("linear_nd" + ("" if bias else "_no_bias") + ("_silu" if silu else ""), _pattern(bias, silu), LINEAR_ACT,
-         _examples(bias), all_of(tensors(["input", "weight"] + (["bias"] if bias else [])), output_dtype(torch.float32),
-                                 _shapes), _arguments(bias, silu), free_sizes=True)
-    for bias in (True, False) for silu in (True, False)
+    Rule("linear_nd" + ("" if bias else "_no_bias") + ("" if act == "none" else f"_{act}"), _pattern(bias, act),
+         LINEAR_ACT, _examples(bias, act),
+         _checked(all_of(tensors(["input", "weight"] + (["bias"] if bias else [])), output_dtype(torch.float32),
+                         _shapes), act), _arguments(bias, act), free_sizes=True)
+    for bias in (True, False) for act in _ACTS
 ]

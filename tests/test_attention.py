@@ -138,6 +138,21 @@ class SelfAttention(torch.nn.Module):
         return self.out(y.transpose(1, 2).reshape(b, t, c))
 
 
+class TimmAttention(torch.nn.Module):
+    """ViT's self-attention as timm writes it: one qkv linear, reshape/permute/unbind, no mask."""
+
+    def __init__(self, dim=32, heads=4):
+        super().__init__()
+        self.heads = heads
+        self.qkv = torch.nn.Linear(dim, 3 * dim)
+        self.proj = torch.nn.Linear(dim, dim)
+
+    def forward(self, x):
+        b, n, c = x.shape
+        q, k, v = self.qkv(x).reshape(b, n, 3, self.heads, c // self.heads).permute(2, 0, 3, 1, 4).unbind(0)
+        return self.proj(F.scaled_dot_product_attention(q, k, v).transpose(1, 2).reshape(b, n, c))
+
+
 def _fused(model, args):
     edge = edge_program(model, args)
     out = etfuse.fuse(edge)
@@ -177,6 +192,27 @@ class FusionTest(TestCase):
         # expand/view/bmm, which no rule fuses yet
         self.assertEqual(ops.count("aten.bmm.default"), 1)
         assert_fused_matches_eager(model, args, out, **TOL)
+
+    def test_vit_attention_q_k_v_unbound_from_one_qkv_linear(self):
+        # q, k, v are slices of one permuted tensor (slice_copy + squeeze_copy each), read by
+        # sdpa through their strides; the decomposition's closing permutes go into the op (sdpa_closed)
+        head = ["etfuse.linear_act.default", "aten.view_copy.default", "etfuse.permute_copy.default",
+                *["aten.slice_copy.Tensor"] * 3, *["aten.squeeze_copy.dims"] * 3, "etfuse.sdpa.default"]
+        tail = ["etfuse.permute_copy.default", "aten.view_copy.default", "etfuse.linear_act.default"]
+        for batch in (1, 2):
+            with self.subTest(batch=batch):
+                model, args = TimmAttention().eval(), (torch.randn(batch, 7, 32),)
+                passes = etfuse.passes.default_passes()
+                out = etfuse.fuse(edge_program(model, args), passes)
+                ops = op_names(out.exported_program().graph_module)
+                if batch == 1:
+                    self.assertEqual(ops, head + tail)
+                else:  # the proj linear on the transposed [2, 7, 32] lowers to expand/view/bmm: no rule yet
+                    self.assertEqual(ops[:len(head)], head)
+                    self.assertNotIn("aten._softmax.default", ops)
+                fusion = next(p for p in passes if type(p) is etfuse.passes.FusionPass)
+                self.assertIn("sdpa_closed", [f.rule for f in fusion.report.fused])
+                assert_fused_matches_eager(model, args, out, **TOL)
 
     def test_scale_is_the_square_of_the_factor_export_applies(self):
         q, k, v = torch.randn(1, 2, 3, 8), torch.randn(1, 2, 4, 8), torch.randn(1, 2, 4, 8)

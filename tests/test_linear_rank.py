@@ -1,8 +1,10 @@
 """Linear on rank >= 3 (`view -> mm / addmm -> view` in the edge dialect) as one etfuse::linear_act
-on the input as it is, a SiLU after it as its epilogue: exact ops, eager / runtime / retrace."""
+on the input as it is, the activation after it (relu, SiLU, GELU, ...) as its epilogue: exact ops,
+eager / runtime / retrace."""
 
 from __future__ import annotations
 
+import pytest
 import torch
 import torch.nn.functional as F
 from expecttest import TestCase
@@ -55,3 +57,58 @@ class LinearRankTest(TestCase):
         ops = op_names(out.exported_program().graph_module)
         self.assertEqual(ops.count("aten.view_copy.default"), 2)
         torch.testing.assert_close(out.exported_program().module()(*args), model(*args), **TOL)
+
+
+class Mlp(torch.nn.Module):  # ViT's / timm's MLP: fc1 -> act -> fc2 on [B, tokens, dim]
+    def __init__(self, act, bias=True, dim=16, hidden=24):
+        super().__init__()
+        self.fc1 = torch.nn.Linear(dim, hidden, bias=bias)
+        self.act = act
+        self.fc2 = torch.nn.Linear(hidden, dim)
+
+    def forward(self, x):
+        return self.fc2(self.act(self.fc1(x)))
+
+
+# module, the rule's activation suffix, linear_act's (min, activation)
+EPILOGUES = [
+    (torch.nn.ReLU(), "relu", (0.0, "none")),
+    (torch.nn.GELU(), "gelu", (None, "gelu")),
+    (torch.nn.GELU(approximate="tanh"), "gelu_tanh", (None, "gelu_tanh")),
+    (torch.nn.SiLU(), "silu", (None, "silu")),
+    (torch.nn.Sigmoid(), "sigmoid", (None, "sigmoid")),
+    (torch.nn.Hardswish(), "hardswish", (None, "hardswish")),
+    (torch.nn.Hardsigmoid(), "hardsigmoid", (None, "hardsigmoid")),
+]
+
+
+@pytest.mark.parametrize("bias", [True, False], ids=["bias", "no_bias"])
+@pytest.mark.parametrize("act, suffix, epilogue", EPILOGUES, ids=[e[1] for e in EPILOGUES])
+def test_activation_after_the_view_is_the_epilogue(act, suffix, epilogue, bias):
+    model, args = Mlp(act, bias).eval(), (torch.randn(2, 5, 16) * 3,)
+    passes = default_passes()
+    out = etfuse.fuse(edge_program(model, args), passes)
+    assert op_names(out.exported_program().graph_module) == ["etfuse.linear_act.default"] * 2
+    fusion = next(p for p in passes if type(p) is FusionPass)
+    first = "linear_nd" + ("" if bias else "_no_bias") + f"_{suffix}"
+    assert sorted(f.rule for f in fusion.report.fused) == sorted([first, "linear_nd"])
+    fc1 = next(n for n in out.exported_program().graph.nodes if "linear_act" in str(n.target))
+    assert (fc1.args[3], fc1.args[5]) == epilogue and fc1.args[4] is None
+    assert_fused_matches_eager(model, args, out, **TOL)
+
+
+def test_activation_whose_input_is_also_read_stays_apart():
+    class Both(torch.nn.Module):  # the linear's output is needed as it is: not an epilogue
+        def __init__(self):
+            super().__init__()
+            self.fc = torch.nn.Linear(16, 8)
+
+        def forward(self, x):
+            y = self.fc(x)
+            return F.gelu(y) + y
+
+    model, args = Both().eval(), (torch.randn(2, 5, 16),)
+    out = etfuse.fuse(edge_program(model, args))
+    assert op_names(out.exported_program().graph_module) == ["etfuse.linear_act.default", "aten.gelu.default",
+                                                              "aten.add.Tensor"]
+    assert_fused_matches_eager(model, args, out, **TOL)

@@ -1,5 +1,6 @@
-"""etfuse::rms_norm: the kernel against its pattern, and the rules on llama's and transformers'
-hand-written RMSNorm (exact ops; eager, runtime and retrace equal to eager)."""
+"""etfuse::rms_norm and etfuse::layer_norm: the kernels against their patterns, and the rules on
+llama's and transformers' hand-written RMSNorm and on nn.LayerNorm / F.layer_norm (exact ops;
+eager, runtime and retrace equal to eager)."""
 
 from __future__ import annotations
 
@@ -10,7 +11,7 @@ from expecttest import TestCase
 import etfuse
 from etfuse.passes import FusionPass, default_passes
 import etfuse.kernels as kernels
-from etfuse.backend_ops import RMS_NORM
+from etfuse.backend_ops import LAYER_NORM, RMS_NORM
 from fusion_helpers import assert_fused_matches_eager, edge_program, op_names
 
 TOL = dict(rtol=1e-4, atol=1e-5)
@@ -97,3 +98,89 @@ class NormTest(TestCase):
 
         out = etfuse.fuse(edge_program(Other(), (torch.randn(2, 5, 16),)))
         self.assertNotIn("etfuse.rms_norm.default", op_names(out.exported_program().graph_module))
+
+
+LN_TOL = dict(rtol=1e-4, atol=5e-5)
+
+
+def layer_out(x, weight, bias, eps):
+    return torch.ops.etfuse.layer_norm.out(x, weight, bias, eps, out=torch.empty(0))
+
+
+@pytest.mark.parametrize("isa", ["auto", "baseline"])
+@pytest.mark.parametrize("shape", [(7,), (3, 5, 37), (37, 768), (1, 1, 1000)], ids=str)
+def test_layer_norm_kernel_matches_its_pattern(shape, isa):
+    # an offset large against the spread: a one-pass sum of squares loses the variance by ~5e-4
+    # here; x - mean itself rounds at ~1e-5 (x near 100), so the tolerance is LN_TOL
+    x, w, b = torch.randn(shape) * 3 + 100, torch.randn(shape[-1]), torch.randn(shape[-1])
+    kernels.set_isa(isa)
+    try:
+        cases = [((x, w, b, 1e-5), layer_out(x, w, b, 1e-5)), ((x, None, None, 1e-6), layer_out(x, None, None, 1e-6)),
+                 ((x, w, None, 0.1), layer_out(x, w, None, 0.1))]
+        if len(shape) > 1:  # rows read through a transposed view, weight through a strided one
+            xt = x.transpose(0, -2).contiguous().transpose(0, -2)
+            ws = torch.randn(2 * shape[-1])[::2]
+            cases.append(((x, ws, b, 1e-5), layer_out(xt, ws, b, 1e-5)))
+    finally:
+        kernels.set_isa("auto")
+    for args, got in cases:
+        torch.testing.assert_close(got, LAYER_NORM.pattern(*args), **LN_TOL)
+        torch.testing.assert_close(got, torch.nn.functional.layer_norm(args[0], args[0].shape[-1:], *args[1:]),
+                                   **LN_TOL)
+
+
+def test_layer_norm_bad_bias_is_named_and_opcheck():
+    with pytest.raises(RuntimeError, match=r"etfuse::layer_norm.out: bias \[5\] must be \[8\], the input's last dim"):
+        layer_out(torch.randn(2, 8), torch.randn(8), torch.randn(5), 1e-5)
+    for args in ((torch.randn(2, 3, 8), torch.randn(8), torch.randn(8), 1e-5), (torch.randn(4, 6), None, None, 0.1)):
+        torch.library.opcheck(LAYER_NORM.aten, args)
+
+
+class LayerNorms(torch.nn.Module):  # affine, weight only, none; and F.layer_norm
+    def __init__(self, dim):
+        super().__init__()
+        self.affine = torch.nn.LayerNorm(dim, eps=1e-6)
+        self.no_bias = torch.nn.LayerNorm(dim, bias=False)
+        self.plain = torch.nn.LayerNorm(dim, elementwise_affine=False)
+
+    def forward(self, x):
+        y = self.plain(self.no_bias(self.affine(x)))
+        return torch.nn.functional.layer_norm(torch.relu(y), (y.shape[-1],), eps=1e-3)
+
+
+class LayerNormTest(TestCase):
+    def test_layer_norms_over_the_last_dim_become_one_op_each(self):
+        torch.manual_seed(0)
+        model, args = LayerNorms(16).eval(), (torch.randn(2, 5, 16) * 4 + 1,)
+        with torch.no_grad():
+            for p in model.parameters():
+                p.normal_()
+        passes = default_passes()
+        out = etfuse.fuse(edge_program(model, args), passes)
+        self.assertEqual(op_names(out.exported_program().graph_module),
+                         ["etfuse.layer_norm.default"] * 3 + ["aten.relu.default", "etfuse.layer_norm.default"])
+        fusion = next(p for p in passes if type(p) is FusionPass)
+        self.assertEqual([f.rule for f in fusion.report.fused], ["layer_norm"] * 4)
+        nodes = [n for n in out.exported_program().graph.nodes if "layer_norm" in str(n.target)]
+        self.assertEqual([(n.args[1] is None, n.args[2] is None, n.args[3]) for n in nodes],
+                         [(False, False, 1e-6), (False, True, 1e-5), (True, True, 1e-5), (True, True, 1e-3)])
+        assert_fused_matches_eager(model, args, out, **TOL)
+
+    def test_layer_norm_over_two_dims_or_with_its_statistics_read_stays_stock(self):
+        class TwoDims(torch.nn.Module):
+            def forward(self, x):
+                return torch.nn.functional.layer_norm(x, x.shape[-2:])
+
+        class Stats(torch.nn.Module):
+            def forward(self, x):
+                out, mean, rstd = torch.ops.aten.native_layer_norm.default(x, [16], None, None, 1e-5)
+                return out + mean * rstd
+
+        for model in (TwoDims(), Stats()):
+            with self.subTest(type(model).__name__):
+                args = (torch.randn(2, 5, 16),)
+                out = etfuse.fuse(edge_program(model, args))
+                ops = op_names(out.exported_program().graph_module)
+                self.assertIn("aten.native_layer_norm.default", ops)
+                self.assertNotIn("etfuse.layer_norm.default", ops)
+                torch.testing.assert_close(out.exported_program().module()(*args), model(*args), **TOL)
