@@ -81,3 +81,19 @@ def int_scalars(names: Iterable[str], what: str = "symbolic conv parameters are 
         return None
 
     return check
+
+
+_DEQUANTIZE_AFFINE = "torchao::dequantize_affine"
+
+
+def not_dequantized(name: str = "weight"):
+    """`name` is not the output of torchao's `dequantize_affine`: a float op reading it would leave
+    the dequantization to the portable runtime, which has no kernel for it. The weight-only rules
+    (patterns/weight_only_rules.py) take those linears."""
+    def check(m: Match) -> Optional[str]:
+        node = m.bindings.get(name)
+        target = getattr(getattr(node, "target", None), "_op", getattr(node, "target", None))
+        if isinstance(target, torch._ops.OpOverload) and target.name() == _DEQUANTIZE_AFFINE:
+            return f"{name} is dequantized by {_DEQUANTIZE_AFFINE}: a weight-only rule's, not a float op's"
+        return None
+    return check

@@ -37,7 +37,7 @@ from etfuse.backend_ops.float_ops import LINEAR_RELU
 from etfuse.backend_ops.gemm_conv_ops import (ACTIVATIONS, CONV2D_ACT, CONV2D_BN_ACT, LINEAR_ACT, LINEAR_BN_ACT,
                                               activation_pattern)
 
-from .constraints import all_of, int_scalars, output_dtype, ranks, tensors
+from .constraints import all_of, int_scalars, not_dequantized, output_dtype, ranks, tensors
 from .rule import Match, Rule
 
 aten = torch.ops.aten
@@ -230,7 +230,7 @@ _CONV_CHECK = all_of(
     int_scalars(_CONV_SCALARS), _conv_bias, _scalar_bounds, output_dtype(torch.float32))
 _LINEAR_CHECK = all_of(
     tensors(["input", "weight", "bias"], F32), ranks(input=2, weight=2, bias=1), _scalar_bounds,
-    output_dtype(torch.float32))
+    output_dtype(torch.float32), not_dequantized())
 
 
 # ---- replacement arguments -----------------------------------------------------------------

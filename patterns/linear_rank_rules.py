@@ -23,7 +23,7 @@ import torch
 
 from etfuse.backend_ops import LINEAR_ACT
 
-from .constraints import all_of, output_dtype, tensors
+from .constraints import all_of, not_dequantized, output_dtype, tensors
 from .gemm_conv_rules import _UNARY, _act_examples, _activation, _checked, _named_for, _unary_argument
 from .rule import Match, Rule
 
@@ -83,6 +83,6 @@ LINEAR_RANK_RULES = [
     Rule("linear_nd" + ("" if bias else "_no_bias") + ("" if act == "none" else f"_{act}"), _pattern(bias, act),
          LINEAR_ACT, _examples(bias, act),
          _checked(all_of(tensors(["input", "weight"] + (["bias"] if bias else [])), output_dtype(torch.float32),
-                         _shapes), act), _arguments(bias, act), free_sizes=True)
+                         _shapes, not_dequantized()), act), _arguments(bias, act), free_sizes=True)
     for bias in (True, False) for act in _ACTS
 ]

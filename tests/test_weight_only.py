@@ -167,3 +167,15 @@ def test_int4_llama_greedy_decoding_matches_eager():
     assert ops.count("etfuse.linear_qw.default") == 2 * 7 + 1 and "torchao.dequantize_affine.default" not in ops
     method = load_method(out.to_executorch())
     assert_greedy_decoding_matches_eager(method, eager, 32, **TOL)  # the issue asks for 32 tokens
+
+
+@pytest.mark.parametrize("shape", [(4, 64), (2, 3, 64)], ids=str)
+def test_an_activation_without_a_weight_only_rule_stays_after_linear_qw(shape):
+    """A GELU after a quantized linear: the float rules (linear_act with GELU) decline a weight that
+    `dequantize_affine` produces, which the runtime could not run; linear_qw takes the linear."""
+    torch.manual_seed(0)
+    model = quantized(torch.nn.Sequential(torch.nn.Linear(64, 32), torch.nn.GELU()).eval(), 8)
+    x = torch.randn(shape)
+    fused = etfuse.fuse(edge_program(model, (x,)))
+    assert op_names(fused.exported_program().graph_module) == ["etfuse.linear_qw.default", "aten.gelu.default"]
+    assert_fused_matches_eager(model, (x,), fused, **TOL)
