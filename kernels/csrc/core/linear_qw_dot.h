@@ -51,6 +51,13 @@ ETFUSE_ALWAYS_INLINE void dot_row(const Args& a, int64_t m, int64_t j, int64_t n
   const int64_t G = a.K / a.groups;
   vf tot[4] = {vf{}, vf{}, vf{}, vf{}};
   float tail[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+  const float* sc[4];
+  const int8_t* zp[4];
+  for (int c = 0; c < 4; ++c) {
+    const int64_t n = j + (c < nj ? c : 0);
+    sc[c] = a.scales + n * a.groups;
+    zp[c] = a.zp ? a.zp + n * a.groups : nullptr;
+  }
   for (int64_t g = 0; g < a.groups; ++g) {
     const int64_t k0 = g * G, k1 = k0 + G;
     // two sums per column: 8 independent multiply-add chains hide the FMA latency
@@ -88,13 +95,11 @@ ETFUSE_ALWAYS_INLINE void dot_row(const Args& a, int64_t m, int64_t j, int64_t n
       for (; k < k1; ++k)
         for (int c = 0; c < 4; ++c) rest[c] += x[k] * static_cast<float>(static_cast<int8_t>(w[c][k]));
     }
-    for (int c = 0; c < 4; ++c) acc[c] += acc2[c];
     for (int c = 0; c < 4; ++c) {
-      const int64_t n = j + (c < nj ? c : 0);
-      const float s = a.scales[n * a.groups + g];
-      tot[c] += acc[c] * s;
-      tail[c] += rest[c] * s;
-      if (a.zp) tail[c] -= static_cast<float>(a.zp[n * a.groups + g]) * s * a.xsum[m * a.groups + g];
+      const float s = sc[c][g];
+      tot[c] += (acc[c] + acc2[c]) * s;
+      if (a.bits == 8) tail[c] += rest[c] * s;
+      if (a.zp) tail[c] -= static_cast<float>(zp[c][g]) * s * a.xsum[m * a.groups + g];
     }
   }
   for (int c = 0; c < nj; ++c) {
