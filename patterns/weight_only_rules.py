@@ -28,6 +28,7 @@ import torch
 from etfuse.backend_ops import LINEAR_QW, PACK_INT4
 
 from .constraints import all_of, output_dtype, tensors
+from .embedding_rules import _zero_points_all_zero
 from .linear_rank_rules import _shapes as _nd_shapes
 from .rule import Match, Rule
 
@@ -82,8 +83,7 @@ def _int4_replacement(bias: bool, silu: bool):
 def _int8_arguments(bias: bool, silu: bool):
     def arguments(m: Match):
         b = m.bindings
-        z = m.constant("zero_point") if b["zero_point"] is not None else None
-        zp = None if z is not None and bool((z == 0).all()) else b["zero_point"]
+        zp = None if b["zero_point"] is None or _zero_points_all_zero(m, "zero_point") else b["zero_point"]
         return (b["input"], b["weight"], b["scale"], zp, 8, b["bias"] if bias else None,
                 "silu" if silu else "none"), {}
     return arguments

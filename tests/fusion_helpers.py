@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import importlib.util
+from pathlib import Path
+
 import torch
 import torch.fx as fx
 from executorch.exir import EdgeProgramManager, to_edge
@@ -60,4 +63,13 @@ def assert_greedy_decoding_matches_eager(method, eager: torch.nn.Module, steps: 
         got_tokens.append(token)
         want_tokens.append(want_token)
     assert got_tokens == want_tokens
+
+
+def benchmark_module(name: str):
+    """benchmarks/<name>.py as a module: tests check the models the benchmarks time, not copies."""
+    path = Path(__file__).parents[1] / "benchmarks" / f"{name}.py"
+    spec = importlib.util.spec_from_file_location(f"_etfuse_bench_{name}", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
 

@@ -13,7 +13,7 @@ import etfuse
 import etfuse.backend_ops  # noqa: F401  (schemas before the kernels load)
 import etfuse.kernels as kernels
 from etfuse.runtime import load_method, run
-from fusion_helpers import assert_fused_matches_eager, assert_greedy_decoding_matches_eager, edge_program, op_names
+from fusion_helpers import assert_fused_matches_eager, assert_greedy_decoding_matches_eager, benchmark_module, edge_program, op_names
 
 TOL = dict(rtol=1e-4, atol=1e-5)
 INF = float("inf")
@@ -138,21 +138,6 @@ class SelfAttention(torch.nn.Module):
         return self.out(y.transpose(1, 2).reshape(b, t, c))
 
 
-class TimmAttention(torch.nn.Module):
-    """ViT's self-attention as timm writes it: one qkv linear, reshape/permute/unbind, no mask."""
-
-    def __init__(self, dim=32, heads=4):
-        super().__init__()
-        self.heads = heads
-        self.qkv = torch.nn.Linear(dim, 3 * dim)
-        self.proj = torch.nn.Linear(dim, dim)
-
-    def forward(self, x):
-        b, n, c = x.shape
-        q, k, v = self.qkv(x).reshape(b, n, 3, self.heads, c // self.heads).permute(2, 0, 3, 1, 4).unbind(0)
-        return self.proj(F.scaled_dot_product_attention(q, k, v).transpose(1, 2).reshape(b, n, c))
-
-
 def _fused(model, args):
     edge = edge_program(model, args)
     out = etfuse.fuse(edge)
@@ -201,7 +186,7 @@ class FusionTest(TestCase):
         tail = ["etfuse.permute_copy.default", "aten.view_copy.default", "etfuse.linear_act.default"]
         for batch in (1, 2):
             with self.subTest(batch=batch):
-                model, args = TimmAttention().eval(), (torch.randn(batch, 7, 32),)
+                model, args = benchmark_module("transformers").VitAttention(32, 4).eval(), (torch.randn(batch, 7, 32),)
                 passes = etfuse.passes.default_passes()
                 out = etfuse.fuse(edge_program(model, args), passes)
                 ops = op_names(out.exported_program().graph_module)

@@ -5,25 +5,18 @@ blocks is one etfuse op; eager, retrace and runtime equal to eager."""
 from __future__ import annotations
 
 import collections
-import importlib.util
-from pathlib import Path
 
 import torch
 
 import etfuse
 from etfuse.passes import FusionPass, default_passes
-from fusion_helpers import assert_fused_matches_eager, edge_program, op_names
+from fusion_helpers import assert_fused_matches_eager, benchmark_module, edge_program, op_names
 
 TOL = dict(rtol=1e-4, atol=1e-4)
 
 
 def _benchmark_vit():
-    # the model the benchmark times, not a copy of it
-    path = Path(__file__).parents[1] / "benchmarks" / "transformers.py"
-    spec = importlib.util.spec_from_file_location("_etfuse_bench_transformers", path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module.VisionTransformer
+    return benchmark_module("transformers").VisionTransformer  # the model the benchmark times
 
 
 def test_small_vit_encoder_is_fused_op_for_op():
