@@ -166,7 +166,7 @@ class Rule:
         if isinstance(self.replacement, BackendOp):
             return None
         if self not in _TRACED_REPLACEMENTS:
-            self._store_replacement(trace_replacement(self))
+            self._store_replacement(_traced([self], replacements=True)[self])
         return _TRACED_REPLACEMENTS[self]
 
     def _store_replacement(self, traced: EdgePattern) -> None:
@@ -187,7 +187,7 @@ class Rule:
         """The pattern as an edge-dialect graph (traced once per rule and process; `edge_patterns`
         traces many rules at once)."""
         if self not in _TRACED:
-            _TRACED[self] = self._checked(self.bind_literals(trace_edge_pattern(self)))
+            _TRACED[self] = self._checked(self.bind_literals(_traced([self])[self]))
         return _TRACED[self]
 
     def _checked(self, traced: EdgePattern) -> EdgePattern:
@@ -474,11 +474,28 @@ def edge_patterns(rules) -> list[EdgePattern]:
     rules = list(rules)
     todo = [r for r in dict.fromkeys(rules) if r not in _TRACED]
     if len(todo) > 1:
-        for rule, traced in trace_edge_patterns(todo).items():
+        for rule, traced in _traced(todo, batch=True).items():
             _TRACED[rule] = rule._checked(rule.bind_literals(traced))
     patterns = [r.edge_pattern() for r in rules]
     todo = [r for r in dict.fromkeys(rules) if not isinstance(r.replacement, BackendOp) and r not in _TRACED_REPLACEMENTS]
     if len(todo) > 1:
-        for rule, traced in trace_edge_patterns(todo, replacements=True).items():
+        for rule, traced in _traced(todo, replacements=True, batch=True).items():
             rule._store_replacement(traced)
     return patterns
+
+
+def _traced(rules: list[Rule], replacements: bool = False, batch: bool = False) -> dict[Rule, EdgePattern]:
+    """The rules' patterns (or function replacements) as traced, from the on-disk cache where it
+    has them (trace_cache.py), the others traced and added to it. `batch`: trace them in one
+    export, leaving out those that fail (they are traced alone later, and fail with their own
+    message); otherwise each alone, raising PatternError."""
+    from . import trace_cache
+
+    found = trace_cache.lookup(rules, replacements)
+    todo = [r for r in rules if r not in found]
+    if batch:
+        traced = trace_edge_patterns(todo, replacements) if len(todo) > 1 else {}
+    else:
+        traced = {r: (trace_replacement(r) if replacements else trace_edge_pattern(r)) for r in todo}
+    trace_cache.store(traced, replacements)
+    return {**found, **traced}

@@ -72,6 +72,30 @@ graph():
             _rule(clamped_add, lambda: (torch.randn(2), torch.randn(2), "half", 1.0), name="bad").edge_pattern()
 
 
+def _assert_cache_round_trips(test: TestCase, traced: dict, replacements: bool) -> None:
+    """Every traced graph of the table, stored in the on-disk pattern cache and read back in a
+    fresh state, is the same graph (etfuse's rules all are cacheable)."""
+    import os
+    import tempfile
+    from unittest import mock
+
+    from etfuse.patterns import trace_cache
+
+    with tempfile.TemporaryDirectory() as d, mock.patch.dict(os.environ, {"ETFUSE_PATTERN_CACHE": d}), \
+            mock.patch.object(trace_cache, "_LOADED", {}):
+        trace_cache.store(traced, replacements)
+        trace_cache._LOADED.clear()  # as a new process: read from the file
+        back = trace_cache.lookup(list(traced), replacements)
+    test.assertEqual(set(back), set(traced))
+    for rule, pattern in traced.items():
+        got = back[rule]
+        test.assertEqual(str(got.graph), str(pattern.graph), rule.name)
+        test.assertEqual((got.params, got.anchor.name, [n.name for n in got.ops], [n.name for n in got.outputs]),
+                         (pattern.params, pattern.anchor.name, [n.name for n in pattern.ops],
+                          [n.name for n in pattern.outputs]), rule.name)
+        test.assertEqual([n.target for n in got.ops], [n.target for n in pattern.ops], rule.name)
+
+
 class RuleTableTest(TestCase):
     def test_patterns_traced_together_equal_patterns_traced_alone(self):
         # FusionPass traces every rule of the table in one export; each pattern must be the graph
@@ -82,6 +106,7 @@ class RuleTableTest(TestCase):
         install()
         together = trace_edge_patterns(RULES)
         self.assertEqual(set(together), set(RULES))
+        _assert_cache_round_trips(self, together, replacements=False)  # before bind_literals edits them
         # Each rule alone costs an export (two minutes for the whole table): the first rule of
         # each replacement op (each namespace, each function replacement) stands for its family.
         kinds = {}
@@ -103,6 +128,7 @@ class RuleTableTest(TestCase):
         functions = [r for r in RULES if r.replacement_graph() is not None]
         together = trace_edge_patterns(functions, replacements=True)
         self.assertEqual(set(together), set(functions))
+        _assert_cache_round_trips(self, together, replacements=True)
         for rule in functions[::12]:  # a sample: each alone costs an export
             alone = rule.bind_literals(trace_replacement(rule), replacement=True)
             batch = rule.bind_literals(together[rule], replacement=True)
