@@ -48,6 +48,11 @@ class BackendOp:
     kernel: Optional[str] = None
     runtime_library: str = "runtime"
     triton: Optional[str] = None
+    # `inplace`: the op also gets an in-place form, `<name>_(Tensor(a!) self, ...) -> Tensor(a!)`
+    # (the first argument must be `Tensor self`), which the runtime kernel file registers too;
+    # `to_executorch` of a fused program switches to it where executorch's reinplace checks
+    # allow (passes/fused_program.py).
+    inplace: bool = False
 
     @property
     def name(self) -> str:
@@ -73,6 +78,20 @@ class BackendOp:
         sep = ", " if "*" in args else ", *, "
         return f"{self.out_name}({args}{sep}Tensor(a!) out) -> Tensor(a!)"
 
+    @property
+    def inplace_name(self) -> str:
+        base, _, overload = self.name.partition(".")
+        return f"{base}_" + (f".{overload}" if overload else "")
+
+    @property
+    def inplace_schema(self) -> str:
+        """The functional schema with `self` written in place and returned."""
+        args, _, ret = self.schema.split("(", 1)[1].rpartition(")")
+        if not args.startswith("Tensor self") or ret.replace("->", "").strip() != "Tensor":
+            raise BackendOpError(f"{self.qualname}: an in-place form needs `Tensor self` first and one Tensor "
+                                 f"returned, got {self.schema!r}")
+        return f"{self.inplace_name}(Tensor(a!) self{args[len('Tensor self'):]}) -> Tensor(a!)"
+
     @functools.cached_property
     def arg_names(self) -> list[str]:
         return [a.name for a in torch._C.parse_schema(f"{self.namespace}::{self.schema}").arguments]
@@ -87,6 +106,11 @@ class BackendOp:
     def aten_out(self) -> torch._ops.OpOverload:
         base, _, overload = self.out_name.partition(".")
         return getattr(getattr(getattr(torch.ops, self.namespace), base), overload)
+
+    @property
+    def aten_inplace(self) -> torch._ops.OpOverload:
+        base, _, overload = self.inplace_name.partition(".")
+        return getattr(getattr(getattr(torch.ops, self.namespace), base), overload or "default")
 
     @property
     def backend(self):
@@ -178,8 +202,22 @@ def register(op: BackendOp) -> BackendOp:
         lib.impl(op.out_name, _out_reference_kernel(op), "CompositeExplicitAutograd")
     if not has_kernel(out_qualname, "Meta") and torch._library.simple_registry.singleton.find(out_qualname).fake_impl.kernel is None:
         torch.library.register_fake(out_qualname, out_fake_kernel(op), lib=lib)
+    if op.inplace:
+        _register_inplace(lib, op)
     _REGISTERED[op.qualname] = op
     return op
+
+
+def _register_inplace(lib: Library, op: BackendOp) -> None:
+    """`<name>_`: a reference kernel (the pattern, copied into self) that the runtime library's
+    kernel replaces on the ExecuTorch runtime, and a fake kernel (self, as it is)."""
+    _define(lib, op, op.inplace_schema)
+    qualname = f"{op.namespace}::{op.inplace_name}"
+    if not has_kernel(qualname, "CompositeExplicitAutograd") and not has_kernel(qualname, "CPU"):
+        lib.impl(op.inplace_name, lambda self, *args, **kwargs: self.copy_(op.pattern(self, *args, **kwargs)),
+                 "CompositeExplicitAutograd")
+    if not has_kernel(qualname, "Meta") and torch._library.simple_registry.singleton.find(qualname).fake_impl.kernel is None:
+        torch.library.register_fake(qualname, lambda self, *args, **kwargs: self, lib=lib)
 
 
 def registered_ops() -> list[BackendOp]:

@@ -31,7 +31,8 @@ __all__ = ["KernelInfo", "KernelBuildError", "KernelCacheWarning", "load", "is_l
 
 # The op lists are derived from the catalog's kernel metadata (BackendOp.kernel and
 # .runtime_library), computed on first use so that importing etfuse.kernels imports no torch:
-#   RUNTIME_OPS            `.out` ops registered by libetfuse_runtime.so
+#   RUNTIME_OPS            `.out` ops (and in-place forms, `BackendOp.inplace`) registered by
+#                          libetfuse_runtime.so
 #   QUANTIZED_RUNTIME_OPS  by libetfuse_quantized_runtime.so (executorch's stock quantized
 #                          kernels register add.out, embedding_byte.out and the per-tensor
 #                          quantize/dequantize .out too; add_relu.out and add.scalar_out are
@@ -44,7 +45,8 @@ def _op_lists() -> dict:
     ops = build.kernel_ops()
     out_name = lambda op: f"{op.namespace}::{op.out_name}"  # noqa: E731
     return {
-        "RUNTIME_OPS": tuple(out_name(op) for op in ops if op.runtime_library == "runtime"),
+        "RUNTIME_OPS": tuple(out_name(op) for op in ops if op.runtime_library == "runtime")
+        + tuple(f"{op.namespace}::{op.inplace_name}" for op in ops if op.inplace and op.runtime_library == "runtime"),
         "QUANTIZED_RUNTIME_OPS": tuple(out_name(op) for op in ops if op.runtime_library == "quantized_runtime"),
         "EAGER_OPS": tuple(out_name(op) for op in ops),
     }

@@ -10,7 +10,9 @@ This subclass lowers a copy of its graph modules (weights are shared, not copied
     pte = fused.to_executorch()
     fused.exported_program().run_decompositions()   # still the fused program, retraceable
 
-works in any order. Lowering runs under `torch.no_grad()` (an inference program; executorch's
+works in any order. The copies run etfuse's in-place forms where executorch allows
+(passes/inplace_updates.py: a KV-cache write lands in the cache buffer, with no write-back copy).
+Lowering runs under `torch.no_grad()` (an inference program; executorch's
 retrace of a loop whose carry depends on a parameter fails in autograd otherwise). Everything else
 is executorch's `EdgeProgramManager`.
 """
@@ -25,6 +27,7 @@ from executorch.exir import EdgeProgramManager, ExecutorchProgramManager
 from torch.export import ExportedProgram
 
 from .graph_copy import copy_graph_module, program_with
+from .inplace_updates import run_inplace_updates
 
 
 class FusedEdgeProgramManager(EdgeProgramManager):
@@ -41,7 +44,9 @@ class FusedEdgeProgramManager(EdgeProgramManager):
         return new
 
     def to_executorch(self, config=None) -> ExecutorchProgramManager:
-        own_graphs = {name: program_with(ep, copy_graph_module(ep.graph_module), signature=copy.deepcopy(ep.graph_signature))
+        # KV-cache writes and other etfuse ops with in-place forms run in place on the copies
+        own_graphs = {name: run_inplace_updates(program_with(ep, copy_graph_module(ep.graph_module),
+                                                             signature=copy.deepcopy(ep.graph_signature)))
                       for name, ep in self._edge_programs.items()}
         lowering = EdgeProgramManager.__new__(EdgeProgramManager)
         lowering.__dict__.update(self.__dict__)
