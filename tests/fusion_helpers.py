@@ -50,6 +50,21 @@ def assert_fused_matches_eager(model: torch.nn.Module, args: tuple, fused: EdgeP
         torch.testing.assert_close(got, want, **tol)
 
 
+def example_llama(kv_cache: bool, multiple_of: int = 16) -> torch.nn.Module:
+    """executorch's example llama, small (dim 64, 2 layers, 4 heads, vocab 97, 32 positions),
+    seeded, in eval mode, without grad (export keeps requires_grad into a KV cache otherwise)."""
+    from executorch.examples.models.llama.llama_transformer import construct_transformer
+    from executorch.examples.models.llama.model_args import ModelArgs
+
+    torch.manual_seed(0)
+    model = construct_transformer(ModelArgs(dim=64, n_layers=2, n_heads=4, vocab_size=97, max_seq_len=32,
+                                            max_context_len=32, multiple_of=multiple_of,
+                                            use_kv_cache=kv_cache)).eval()
+    for p in model.parameters():
+        p.requires_grad_(False)
+    return model
+
+
 def assert_greedy_decoding_matches_eager(method, eager: torch.nn.Module, steps: int, **tol) -> None:
     """A KV-cache llama's `.pte` method and its eager twin decode `steps` tokens greedily from
     token 1: each step's logits close (`tol`), and the same tokens."""

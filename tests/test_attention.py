@@ -13,7 +13,7 @@ import etfuse
 import etfuse.backend_ops  # noqa: F401  (schemas before the kernels load)
 import etfuse.kernels as kernels
 from etfuse.runtime import load_method, run
-from fusion_helpers import assert_fused_matches_eager, assert_greedy_decoding_matches_eager, benchmark_module, edge_program, op_names
+from fusion_helpers import assert_fused_matches_eager, assert_greedy_decoding_matches_eager, benchmark_module, edge_program, example_llama, op_names
 
 TOL = dict(rtol=1e-4, atol=1e-5)
 INF = float("inf")
@@ -219,15 +219,7 @@ class FusionTest(TestCase):
 
 
 def _llama(kv_cache: bool):
-    from executorch.examples.models.llama.llama_transformer import construct_transformer
-    from executorch.examples.models.llama.model_args import ModelArgs
-
-    torch.manual_seed(0)
-    model = construct_transformer(ModelArgs(dim=64, n_layers=2, n_heads=4, vocab_size=97, max_seq_len=32,
-                                            max_context_len=32, multiple_of=16, use_kv_cache=kv_cache)).eval()
-    for p in model.parameters():
-        p.requires_grad_(False)
-    return model
+    return example_llama(kv_cache)
 
 
 def test_llama_prefill_logits_on_the_runtime():

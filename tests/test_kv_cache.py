@@ -13,7 +13,7 @@ import etfuse
 import etfuse.kernels as kernels
 from etfuse.backend_ops import UPDATE_CACHE
 from etfuse.runtime import load_method
-from fusion_helpers import assert_greedy_decoding_matches_eager, edge_program, op_names
+from fusion_helpers import assert_greedy_decoding_matches_eager, edge_program, example_llama, op_names
 
 TOL = dict(rtol=1e-4, atol=1e-5)
 
@@ -67,15 +67,7 @@ def test_bad_input_is_named():
 
 
 def _llama():
-    from executorch.examples.models.llama.llama_transformer import construct_transformer
-    from executorch.examples.models.llama.model_args import ModelArgs
-
-    torch.manual_seed(0)
-    model = construct_transformer(ModelArgs(dim=64, n_layers=2, n_heads=4, vocab_size=97, max_seq_len=32,
-                                            max_context_len=32, multiple_of=16, use_kv_cache=True)).eval()
-    for p in model.parameters():
-        p.requires_grad_(False)
-    return model
+    return example_llama(kv_cache=True)
 
 
 def _targets(program) -> list[str]:

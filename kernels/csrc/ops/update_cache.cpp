@@ -66,8 +66,11 @@ bool check(const char* op, const Tensor& self, const Tensor& values, const Tenso
   return true;
 }
 
-// dst: contiguous, self's shape; src: contiguous values.
-void scatter(const Write& w, char* dst, const char* src) {
+// dst: contiguous, self's shape; values read through `lv` (check's broadcast layout).
+void scatter(const Write& w, char* dst, const Tensor& values, const Layout& lv) {
+  Input v(values, lv);
+  if (!is_contiguous(lv)) v.make_contiguous();
+  const char* src = v.data<char>();
   for (int64_t o = 0; o < w.outer; ++o) {
     for (int64_t p = 0; p < w.L; ++p) {
       std::memcpy(dst + (o * w.S + w.at[static_cast<size_t>(p)]) * w.row_bytes, src + (o * w.L + p) * w.row_bytes,
@@ -89,8 +92,6 @@ Tensor& update_cache_out(Context& ctx, const Tensor& self, const Tensor& values,
   Out o(out);
   ok = ok && o.resize(op, ls.ndim, ls.sizes, st) && o.open({&values, &positions}, false, is_contiguous(o.layout()), st);
   ETFUSE_CHECK(ctx, ok, st, out);
-  Input v(values, lv);
-  if (!is_contiguous(lv)) v.make_contiguous();
   char* dst = static_cast<char*>(o.raw());
   if (dst != self.const_data_ptr() || !is_contiguous(ls)) {  // out is not self already
     if (is_contiguous(ls)) {
@@ -99,7 +100,7 @@ Tensor& update_cache_out(Context& ctx, const Tensor& self, const Tensor& values,
       copy_strided(static_cast<const char*>(self.const_data_ptr()), ls, dst, element_size(self), false);
     }
   }
-  scatter(w, dst, v.data<char>());
+  scatter(w, dst, values, lv);
   return o.finish();
 }
 
@@ -114,9 +115,7 @@ Tensor& update_cache_inplace(Context& ctx, Tensor& self, const Tensor& values, c
   bool ok = check(op, self, values, positions, dim, ls, lv, w, st);
   if (ok && !is_contiguous(ls)) ok = st.fail("%s: self must be contiguous to be written in place", op);
   ETFUSE_CHECK(ctx, ok, st, out);
-  Input v(values, lv);
-  if (!is_contiguous(lv)) v.make_contiguous();
-  scatter(w, static_cast<char*>(self.mutable_data_ptr()), v.data<char>());
+  scatter(w, static_cast<char*>(self.mutable_data_ptr()), values, lv);
   return out;
 }
 #endif
