@@ -7,7 +7,8 @@ issue's tiny config (dim 288, 6 layers, 6 heads, vocab 512) and a larger one (di
 16 heads, 4 KV heads), each as a 16-token prefill without a KV cache and as a one-token decode
 with a KV cache (its mutable buffers updated in place by the runtime). `vit_b16_96`: a standard
 ViT-B/16 (timm's layout, written from torch blocks: torchvision is not installable here) on a
-1x3x96x96 image, random init.
+1x3x96x96 image, random init. `mobilebert`: transformers' MobileBertModel, default config, random
+init, on 8 token ids (its last hidden state); skipped with a line where transformers is missing.
 
 For each model: the four programs lowered from one `torch.export`, each checked against eager
 (relative max error of the logits), timed on the ExecuTorch runtime interleaved in batches
@@ -41,6 +42,7 @@ lowered, interleaved = _models.lowered, _models.interleaved
 TINY = dict(dim=288, n_layers=6, n_heads=6, vocab_size=512)
 LARGE = dict(dim=1024, n_layers=8, n_heads=16, n_kv_heads=4, vocab_size=4096)
 PREFILL = 16
+BERT_TOKENS = 8
 
 
 def llama(config: dict, kv_cache: bool):
@@ -112,6 +114,47 @@ class VisionTransformer(torch.nn.Module):
         return self.head(x[:, 0])
 
 
+class LastHidden(torch.nn.Module):
+    """A transformers encoder as a function of its token ids: its last hidden state (the
+    benchmark's "logits"; export drops the unused pooler)."""
+
+    def __init__(self, model):
+        super().__init__()
+        self.model = model
+
+    def forward(self, input_ids):
+        return self.model(input_ids=input_ids).last_hidden_state
+
+
+def import_transformers():
+    """The `transformers` package, or None where it is not installed. This script is itself
+    benchmarks/transformers.py: run as a script its folder is first on sys.path, where a plain
+    import would find the script, so the folder is left out while importing."""
+    here = str(Path(__file__).resolve().parent)
+    saved = sys.path[:]
+    sys.path[:] = [p for p in sys.path if str(Path(p or ".").resolve()) != here]
+    try:
+        import transformers
+    except ImportError:
+        return None
+    finally:
+        sys.path[:] = saved
+    return transformers
+
+
+def mobilebert():
+    """transformers' MobileBertModel, default config (24 layers, hidden 512, bottleneck 128, 4
+    heads, 4 feed-forward networks, NoNorm, relu), random init, on 8 token ids, batch 1."""
+    transformers = import_transformers()
+    torch.manual_seed(0)
+    config = transformers.MobileBertConfig()
+    model = LastHidden(transformers.MobileBertModel(config)).eval()
+    for p in model.parameters():
+        p.requires_grad_(False)
+    ids = torch.randint(0, config.vocab_size, (1, BERT_TOKENS), generator=torch.Generator().manual_seed(0))
+    return model, (ids,)
+
+
 def vit_b16(image: int):
     def make():
         torch.manual_seed(0)
@@ -125,7 +168,9 @@ ZOO = {
     "llama_large_prefill": llama(LARGE, kv_cache=False),
     "llama_large_decode": llama(LARGE, kv_cache=True),
     "vit_b16_96": vit_b16(96),
+    "mobilebert": mobilebert,
 }
+NEEDS = {"mobilebert": "transformers"}  # models that need a package CI does not install
 
 
 QUANTIZED = {"llama_decode": "llama_decode", "llama_large_decode": "llama_large_decode",
@@ -223,6 +268,9 @@ def main(argv=None) -> int:
     print("|---|---:|---:|---:|---:|---:|---:|---:|---:|---|")
     with tempfile.TemporaryDirectory() as tmp:
         for name in [n for n in args.models.split(",") if n]:
+            if NEEDS.get(name) == "transformers" and import_transformers() is None:
+                print(f"| {name} | skipped: `transformers` is not installed (pip install transformers) |", flush=True)
+                continue
             model, example = ZOO[name]()
             inputs = flat(example)
             # a KV-cache model mutates its buffers: eager runs on a copy so every program starts equal
