@@ -28,7 +28,7 @@ from executorch.exir.pass_base import ExportPass, PassResult
 
 from etfuse.backend_ops import FLOAT_OPS, install
 from etfuse.patterns import (
-    ATTENTION_RULES, CACHE_RULES, EMBEDDING_RULES, FLOAT_RULES, GEMM_CONV_RULES, NORM_RULES, RULES, WEIGHT_ONLY_RULES, QuantRule, Rule,
+    ATTENTION_RULES, CACHE_RULES, EMBEDDING_RULES, ROPE_RULES, FLOAT_RULES, GEMM_CONV_RULES, NORM_RULES, RULES, WEIGHT_ONLY_RULES, QuantRule, Rule,
 )
 
 from .engine import FusionReport, RuleIndex, apply_matches, find_matches, rebuild_with_matches
@@ -109,10 +109,12 @@ class GemmConvFusionPass(FusionPass):
 class BesideXnnpackFusionPass(FusionPass):
     """The rules for what the XNNPACK delegate leaves to the portable runtime: attention (XNNPACK
     takes its bmm and softmax apart, not the whole), RMS norm, quantized embeddings and weight-only
-    quantized linears (it runs no `dequantize_affine` weight-only linear) and KV-cache writes. Run before
+    quantized linears (it runs no `dequantize_affine` weight-only linear), KV-cache writes and rotary
+    embeddings (it leaves their squeezes out, which splits the graph into more delegate calls). Run before
     `to_backend(XnnpackPartitioner())` (`passes_beside_xnnpack()`), so the partitioner takes the
     linears and convolutions and etfuse the rest."""
 
     def __init__(self, near_misses: bool = False):
-        super().__init__([*ATTENTION_RULES, *NORM_RULES, *EMBEDDING_RULES, *WEIGHT_ONLY_RULES, *CACHE_RULES], near_misses)
+        super().__init__([*ATTENTION_RULES, *NORM_RULES, *EMBEDDING_RULES, *WEIGHT_ONLY_RULES, *CACHE_RULES, *ROPE_RULES],
+                         near_misses)
 

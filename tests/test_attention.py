@@ -245,7 +245,7 @@ def test_llama_greedy_decoding_with_a_kv_cache_matches_eager():
 
 def test_llama_through_transform_and_beside_xnnpack():
     """The `transform` route gives `fuse`'s program; `passes_beside_xnnpack()` as the transform passes
-    of `to_edge_transform_and_lower` fuses attention and RMS norm before XNNPACK partitions the rest
+    of `to_edge_transform_and_lower` fuses attention, RMS norm and rope before XNNPACK partitions the rest
     (after lowering, XNNPACK would have taken attention's bmm and softmax apart)."""
     from executorch.backends.xnnpack.partition.xnnpack_partitioner import XnnpackPartitioner
     from executorch.exir import to_edge_transform_and_lower
@@ -263,6 +263,8 @@ def test_llama_through_transform_and_beside_xnnpack():
                                                      partitioner=[XnnpackPartitioner()]))
     ops = op_names(beside.exported_program().graph_module)
     assert ops.count("etfuse.sdpa.default") == 2 and ops.count("etfuse.rms_norm.default") == 5
+    # rotary embeddings too: XNNPACK would leave their squeezes to the portable runtime
+    assert ops.count("etfuse.rope.default") == 4 and "aten.squeeze_copy.dims" not in ops
     assert "executorch_call_delegate" in ops and not {"aten.bmm.default", "aten._softmax.default"} & set(ops)
     for program in (transformed.to_executorch(), beside.to_executorch()):
         torch.testing.assert_close(run(program, (tokens,))[0], want, **TOL)
