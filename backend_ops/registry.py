@@ -97,20 +97,21 @@ class BackendOp:
         return [a.name for a in torch._C.parse_schema(f"{self.namespace}::{self.schema}").arguments]
 
     # Handles on the registered op, in the three dialects a graph may hold.
+    def _handle(self, name: str) -> torch._ops.OpOverload:
+        base, _, overload = name.partition(".")
+        return getattr(getattr(getattr(torch.ops, self.namespace), base), overload or "default")
+
     @property
     def aten(self) -> torch._ops.OpOverload:
-        base, _, overload = self.name.partition(".")
-        return getattr(getattr(getattr(torch.ops, self.namespace), base), overload or "default")
+        return self._handle(self.name)
 
     @property
     def aten_out(self) -> torch._ops.OpOverload:
-        base, _, overload = self.out_name.partition(".")
-        return getattr(getattr(getattr(torch.ops, self.namespace), base), overload)
+        return self._handle(self.out_name)
 
     @property
     def aten_inplace(self) -> torch._ops.OpOverload:
-        base, _, overload = self.inplace_name.partition(".")
-        return getattr(getattr(getattr(torch.ops, self.namespace), base), overload or "default")
+        return self._handle(self.inplace_name)
 
     @property
     def backend(self):
@@ -198,9 +199,9 @@ def register(op: BackendOp) -> BackendOp:
 
     _define(lib, op, op.out_schema)
     out_qualname = f"{op.namespace}::{op.out_name}"
-    if not has_kernel(out_qualname, "CompositeExplicitAutograd") and not has_kernel(out_qualname, "CPU"):
+    if _lacks_reference(out_qualname):
         lib.impl(op.out_name, _out_reference_kernel(op), "CompositeExplicitAutograd")
-    if not has_kernel(out_qualname, "Meta") and torch._library.simple_registry.singleton.find(out_qualname).fake_impl.kernel is None:
+    if _lacks_fake(out_qualname):
         torch.library.register_fake(out_qualname, out_fake_kernel(op), lib=lib)
     if op.inplace:
         _register_inplace(lib, op)
@@ -213,11 +214,20 @@ def _register_inplace(lib: Library, op: BackendOp) -> None:
     kernel replaces on the ExecuTorch runtime, and a fake kernel (self, as it is)."""
     _define(lib, op, op.inplace_schema)
     qualname = f"{op.namespace}::{op.inplace_name}"
-    if not has_kernel(qualname, "CompositeExplicitAutograd") and not has_kernel(qualname, "CPU"):
+    if _lacks_reference(qualname):
         lib.impl(op.inplace_name, lambda self, *args, **kwargs: self.copy_(op.pattern(self, *args, **kwargs)),
                  "CompositeExplicitAutograd")
-    if not has_kernel(qualname, "Meta") and torch._library.simple_registry.singleton.find(qualname).fake_impl.kernel is None:
+    if _lacks_fake(qualname):
         torch.library.register_fake(qualname, lambda self, *args, **kwargs: self, lib=lib)
+
+
+def _lacks_reference(qualname: str) -> bool:
+    """No kernel that a reference kernel would shadow (compiled CPU kernels register first)."""
+    return not has_kernel(qualname, "CompositeExplicitAutograd") and not has_kernel(qualname, "CPU")
+
+
+def _lacks_fake(qualname: str) -> bool:
+    return not has_kernel(qualname, "Meta") and torch._library.simple_registry.singleton.find(qualname).fake_impl.kernel is None
 
 
 def registered_ops() -> list[BackendOp]:
