@@ -49,7 +49,8 @@ def quantized_weight(n, k, group, bits, zero_points, seed=0):
 # rows: 1 and 3 run the dot products on the quantized weight, 9 and 40 dequantized blocks, 70 the GEMM
 @pytest.mark.parametrize("isa", ["auto", "baseline"])
 @pytest.mark.parametrize("rows,n,k,group,bits,zero_points,bias", [
-    (1, 37, 64, 32, 4, False, True), (3, 40, 96, 96, 8, True, False), (9, 13, 72, 36, 8, True, True),
+    (1, 37, 64, 32, 4, False, True), (3, 40, 96, 96, 8, True, False),
+    (2, 11, 160, 32, 4, True, False), (1, 9, 256, 128, 4, True, True), (4, 6, 200, 200, 8, False, True), (9, 13, 72, 36, 8, True, True),
     (40, 20, 64, 32, 4, True, True), (70, 9, 128, 64, 4, False, False), (70, 11, 70, 35, 8, True, True),
 ], ids=str)
 def test_kernel_matches_its_pattern(rows, n, k, group, bits, zero_points, bias, isa):

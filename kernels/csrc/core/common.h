@@ -22,11 +22,11 @@
 #endif
 
 // Runtime ISA dispatch: the library is built for the x86-64 baseline (SSE2) and carries
-// extra copies of the hot loops compiled for AVX2+FMA, picked by cpuid at first use.
+// extra copies of the hot loops compiled for AVX2+FMA(+F16C), picked by cpuid at first use.
 #if defined(__GNUC__) && (defined(__x86_64__) || defined(__i386__))
 #define ETFUSE_HAVE_X86_DISPATCH 1
-#define ETFUSE_TARGET_AVX2 __attribute__((target("avx2,fma")))
-#define ETFUSE_TARGET_AVX512 __attribute__((target("avx512f,avx2,fma")))
+#define ETFUSE_TARGET_AVX2 __attribute__((target("avx2,fma,f16c")))
+#define ETFUSE_TARGET_AVX512 __attribute__((target("avx512f,avx2,fma,f16c")))
 #else
 #define ETFUSE_HAVE_X86_DISPATCH 0
 #define ETFUSE_TARGET_AVX2
@@ -157,7 +157,8 @@ enum class Isa { kBaseline = 0, kAvx2 = 1 };
 inline bool cpu_has_avx2() {
 #if ETFUSE_HAVE_X86_DISPATCH
   __builtin_cpu_init();
-  return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
+  // F16C (half <-> float) comes with every AVX2 CPU; linear_qw's 4-bit unpacking uses it
+  return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && __builtin_cpu_supports("f16c");
 #else
   return false;
 #endif

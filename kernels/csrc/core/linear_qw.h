@@ -107,7 +107,7 @@ void pack_panel(const void* ctx, int64_t k0, int64_t kc, int64_t j0, int64_t nr,
 
 #if defined(__GNUC__) && defined(__x86_64__)
 #pragma GCC push_options
-#pragma GCC target("avx2,fma")
+#pragma GCC target("avx2,fma,f16c")
 #define ETFUSE_QW_AVX2 1
 #endif
 #define ETFUSE_QW_NS dot_avx2
