@@ -62,7 +62,7 @@ struct Context {};
 struct Parallel {
   template <class F>
   void operator()(int64_t begin, int64_t end, int64_t grain, const F& fn) const {
-    at::parallel_for(begin, end, grain, fn);
+    at::parallel_for(begin, end, core::balanced_grain(end - begin, grain), fn);
   }
 };
 
@@ -93,7 +93,7 @@ struct Parallel {
   template <class F>
   void operator()(int64_t begin, int64_t end, int64_t grain, const F& fn) const {
     // Only fails for invalid ranges, which the cores never pass.
-    (void)executorch::extension::parallel_for(begin, end, grain, fn);
+    (void)executorch::extension::parallel_for(begin, end, core::balanced_grain(end - begin, grain), fn);
   }
 };
 

@@ -124,6 +124,16 @@ void pack_windows(const void* vctx, int64_t k0, int64_t kc, int64_t j0, int64_t 
 #if defined(ETFUSE_CORE_KERNELS)
 void pack_windows(const void* vctx, int64_t k0, int64_t kc, int64_t j0, int64_t nr, int64_t NR, float* pack) {
   const PackCtx& c = *static_cast<const PackCtx*>(vctx);
+  if (c.KH == 1 && c.KW == 1 && c.sh == 1 && c.sw == 1 && c.ph == 0 && c.pw == 0 && c.ws == 1 && c.hs == c.W) {
+    // a 1x1 conv over contiguous planes (pointwise convs): B is the input, [C, H * W]; whole
+    // runs per channel instead of one run per output row (5 floats on DS-CNN's 25x5 maps)
+    for (int64_t kk = 0; kk < kc; ++kk) {
+      float* dst = pack + kk * NR;
+      std::memcpy(dst, c.in + (k0 + kk) * c.cs + j0, sizeof(float) * nr);
+      for (int64_t j = nr; j < NR; ++j) dst[j] = 0.0f;
+    }
+    return;
+  }
   for (int64_t kk = 0; kk < kc; ++kk) {
     const int64_t k = k0 + kk, kw = k % c.KW, kh = (k / c.KW) % c.KH, ci = k / (c.KW * c.KH);
     const float* plane = c.in + ci * c.cs;

@@ -356,7 +356,7 @@ inline void run(const Args& g, Par&& par) {
   // About 1 MFLOP per parallel chunk: below that a thread wake-up costs more than it saves.
   const int64_t rows = g.M < mc ? g.M : mc;
   const int64_t flops_per_task = 2 * rows * (g.K > 0 ? g.K : 1) * kern.nr;
-  int64_t grain = (int64_t(1) << 20) / flops_per_task;
+  int64_t grain = (int64_t(1) << 18) / flops_per_task;
   if (grain < 1) grain = 1;
   if (tasks <= grain) {
     kern.tiles(g, 0, tasks, mblocks, mc);
