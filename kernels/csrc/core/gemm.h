@@ -353,7 +353,8 @@ inline void run(const Args& g, Par&& par) {
   }
   const int64_t mblocks = (g.M + mc - 1) / mc;
   const int64_t tasks = panels * mblocks;
-  // About 1 MFLOP per parallel chunk: below that a thread wake-up costs more than it saves.
+  // About 256 KFLOP per parallel chunk (1 MFLOP kept DS-CNN's 1 MFLOP pointwise convs on one
+  // thread: 47 -> 27 us on two; a thread wake-up costs a few microseconds).
   const int64_t rows = g.M < mc ? g.M : mc;
   const int64_t flops_per_task = 2 * rows * (g.K > 0 ? g.K : 1) * kern.nr;
   int64_t grain = (int64_t(1) << 18) / flops_per_task;
