@@ -58,6 +58,9 @@ CONV_CASES = [
     (3, 6, 11, 7, 12, 3, 2, (2, 1), (1, 0), (1, 2), 3),
     (1, 17, 5, 5, 257, 1, 1, (1, 1), (0, 0), (1, 1), 1),
     (2, 20, 25, 5, 24, 1, 1, (1, 1), (0, 0), (1, 1), 2),  # pointwise, grouped, 125 pixels (DS-CNN's map)
+    # the direct kernel beyond depthwise: a 3-channel stride-2 stem, DS-CNN's 1-channel 10x4 input conv
+    (2, 3, 20, 19, 8, 3, 3, (2, 2), (1, 1), (1, 1), 1),
+    (1, 1, 49, 10, 16, 10, 4, (2, 2), (5, 1), (1, 1), 1),
     (1, 1, 1, 1, 1, 1, 1, (1, 1), (0, 0), (1, 1), 1),
     (2, 8, 9, 13, 8, 3, 3, (2, 2), (1, 1), (1, 1), 8),    # depthwise, stride 2
     (1, 5, 7, 7, 10, 5, 5, (1, 1), (2, 2), (2, 2), 5),    # depthwise x2 multiplier, dilated

@@ -3,9 +3,11 @@
 // input [N, C, H, W], weight [Cout, C / groups, KH, KW], bias [Cout] or none; any stride,
 // padding, dilation and groups; every operand read through its strides. Three algorithms:
 //
-// * depthwise (groups == C, one input channel per group): a direct kernel, one output plane per
-//   task, by polyphase decomposition (depthwise_planes): every tap is one contiguous multiply-add
-//   over the flattened plane, so any stride, dilation or map size vectorises;
+// * depthwise (groups == C, one input channel per group) and convs with few taps per output
+//   (at most kDirectTaps = C / groups * KH * KW with C / groups <= kDirectChannels: a network's
+//   3-channel stem): a direct kernel, one output plane per task, by polyphase decomposition
+//   (direct_planes): every tap is one contiguous multiply-add over the flattened plane, so any
+//   stride, dilation or map size vectorises;
 // * a small output map whose pixels fill the GEMM's panels badly (small_map): the transposed
 //   problem on the GEMM's dot-product path, over the image's im2col;
 // * everything else: the shared GEMM per (image, group) with M = output channels, N = output
@@ -202,22 +204,24 @@ ETFUSE_ALWAYS_INLINE void copy_row(float* dst, const float* src, int64_t n) {
   for (; j < n; ++j) dst[j] = src[j];
 }
 
-// Output planes [t0, t1) of a depthwise conv (plane t = image t / Cout, channel t % Cout), by
-// polyphase decomposition: the zero-padded input plane is split into sh * sw phase planes
+// Output planes [t0, t1) of a direct conv (plane t = image t / Cout, channel t % Cout, summing
+// over the Cg input channels of its group; Cg = 1 for a depthwise conv), by polyphase
+// decomposition: each zero-padded input plane is split into sh * sw phase planes
 // (phase (a, b) holds padded[i * sh + a][j * sw + b]), all SH x SW. Output (oh, ow) at tap
 // (kh, kw) then reads phase ((kh * dh) % sh, (kw * dw) % sw) at (oh + kh * dh / sh, ow + kw * dw / sw):
 // with q = oh * SW + ow, every tap is the same phase plane shifted by a constant, so the whole
 // plane is one contiguous 1-D multiply-add per tap over q, whatever the stride, dilation or
 // plane size. The positions ow >= OW of each row are computed and dropped (SW - OW of SW: 2 of
 // 8 for a 6-wide 3x3 map). Small maps (6x6, 3x3), stride 2 and dilation all vectorise.
-// The padding positions are the same for every plane: zeroed once, only the input is copied.
+// The padding positions are the same for every plane: zeroed once, only the input is copied,
+// once per group (a stem's 3 input channels once per task, for all its output channels).
 template <int W>
-ETFUSE_ALWAYS_INLINE void depthwise_planes(const Problem& pb, int64_t t0, int64_t t1) {
+ETFUSE_ALWAYS_INLINE void direct_planes(const Problem& pb, int64_t t0, int64_t t1) {
   constexpr int U = 4;  // the largest block of output vectors (depthwise_block)
   const Params& p = pb.p;
   const int64_t Cout = pb.lo.sizes[1], OH = pb.lo.sizes[2], OW = pb.lo.sizes[3];
   const int64_t H = pb.li.sizes[2], Wd = pb.li.sizes[3], KH = pb.lw.sizes[2], KW = pb.lw.sizes[3];
-  const int64_t mult = Cout / p.groups;
+  const int64_t mult = Cout / p.groups, Cg = pb.li.sizes[1] / p.groups;
   const int64_t sh = p.stride[0], sw = p.stride[1], ph = p.padding[0], pw = p.padding[1];
   const int64_t dh = p.dilation[0], dw = p.dilation[1];
   const int64_t ihs = pb.li.strides[2], iws = pb.li.strides[3];
@@ -225,17 +229,21 @@ ETFUSE_ALWAYS_INLINE void depthwise_planes(const Problem& pb, int64_t t0, int64_
   const int64_t SH = OH + (KH - 1) * dh / sh, SW = OW + (KW - 1) * dw / sw, plane = SH * SW;
   const int64_t L = (OH - 1) * SW + OW;    // flat outputs q = oh * SW + ow, ow < OW kept
   const int64_t LP = (L + W - 1) / W * W;  // rounded up to whole vectors
-  const int64_t taps = KH * KW;
-  // The phase planes, zero slack for the last block's over-read, then the flat sums.
-  std::vector<float> buf(static_cast<size_t>(sh * sw * plane + W * U + LP + W * U), 0.0f);
+  const int64_t taps = Cg * KH * KW, channel = sh * sw * plane;
+  // The phase planes of the group's Cg channels, zero slack for the last block's over-read,
+  // then the flat sums.
+  std::vector<float> buf(static_cast<size_t>(Cg * channel + W * U + LP + W * U), 0.0f);
   float* __restrict phases = buf.data();
-  float* __restrict acc = phases + sh * sw * plane + W * U;
+  float* __restrict acc = phases + Cg * channel + W * U;
   std::vector<const float*> tap(static_cast<size_t>(taps));
   std::vector<float> wl(static_cast<size_t>(taps));
-  for (int64_t kh = 0; kh < KH; ++kh) {
-    for (int64_t kw = 0; kw < KW; ++kw) {
-      const int64_t a = kh * dh % sh, b = kw * dw % sw;
-      tap[kh * KW + kw] = phases + (a * sw + b) * plane + (kh * dh / sh) * SW + kw * dw / sw;
+  for (int64_t c = 0; c < Cg; ++c) {
+    for (int64_t kh = 0; kh < KH; ++kh) {
+      for (int64_t kw = 0; kw < KW; ++kw) {
+        const int64_t a = kh * dh % sh, b = kw * dw % sw;
+        tap[(c * KH + kh) * KW + kw] =
+            phases + c * channel + (a * sw + b) * plane + (kh * dh / sh) * SW + kw * dw / sw;
+      }
     }
   }
   // Phase (a, b) holds input in rows [rows[2a], rows[2a+1]) (input row i * sh + a - ph in [0, H))
@@ -244,20 +252,25 @@ ETFUSE_ALWAYS_INLINE void depthwise_planes(const Problem& pb, int64_t t0, int64_
   for (int64_t a = 0; a < sh; ++a) valid_range(a - ph, sh, H, SH, rows[2 * a], rows[2 * a + 1]);
   for (int64_t b = 0; b < sw; ++b) valid_range(b - pw, sw, Wd, SW, cols[2 * b], cols[2 * b + 1]);
   for (int64_t t = t0; t < t1; ++t) {
-    const int64_t n = t / Cout, co = t % Cout, ci = co / mult;
-    if (t == t0 || (t - 1) / mult != t / mult || mult == 1) {  // a new input plane: split it
-      const float* src = pb.in + n * pb.li.strides[0] + ci * pb.li.strides[1];
-      for (int64_t a = 0; a < sh; ++a) {
-        for (int64_t b = 0; b < sw; ++b) {
-          const int64_t jlo = cols[2 * b], jn = cols[2 * b + 1] - jlo;
-          float* dst = phases + (a * sw + b) * plane + jlo;
-          const float* from = src + (b - pw + jlo * sw) * iws;
-          for (int64_t i = rows[2 * a]; i < rows[2 * a + 1]; ++i) {
-            const float* row = from + (i * sh + a - ph) * ihs;
-            if (sw == 1 && iws == 1) {
-              copy_row<W>(dst + i * SW, row, jn);
-            } else {
-              for (int64_t j = 0; j < jn; ++j) dst[i * SW + j] = row[j * sw * iws];
+    const int64_t n = t / Cout, co = t % Cout, group = co / mult;
+    if (t == t0 || (t - 1) / mult != t / mult || mult == 1) {  // a new group: split its input planes
+      for (int64_t c = 0; c < Cg; ++c) {
+        const float* src = pb.in + n * pb.li.strides[0] + (group * Cg + c) * pb.li.strides[1];
+        for (int64_t a = 0; a < sh; ++a) {
+          for (int64_t b = 0; b < sw; ++b) {
+            const int64_t jlo = cols[2 * b], jn = cols[2 * b + 1] - jlo;
+            float* dst = phases + c * channel + (a * sw + b) * plane + jlo;
+            const float* from = src + (b - pw + jlo * sw) * iws;
+            for (int64_t i = rows[2 * a]; i < rows[2 * a + 1]; ++i) {
+              const float* row = from + (i * sh + a - ph) * ihs;
+              float* d = dst + i * SW;
+              if (sw == 1 && iws == 1) {
+                copy_row<W>(d, row, jn);
+              } else if (sw == 2 && iws == 1) {
+                for (int64_t j = 0; j < jn; ++j) d[j] = row[2 * j];  // a constant step GCC vectorises
+              } else {
+                for (int64_t j = 0; j < jn; ++j) d[j] = row[j * sw * iws];
+              }
             }
           }
         }
@@ -267,11 +280,14 @@ ETFUSE_ALWAYS_INLINE void depthwise_planes(const Problem& pb, int64_t t0, int64_
     // clamp(conv + b) does; the bias seeds the sums.
     const float* wk = pb.w + co * pb.lw.strides[0];
     const float s = pb.scale ? pb.scale[co * pb.scale_s] : 1.0f;
-    for (int64_t kh = 0; kh < KH; ++kh)
-      for (int64_t kw = 0; kw < KW; ++kw) wl[kh * KW + kw] = wk[kh * pb.lw.strides[2] + kw * pb.lw.strides[3]] * s;
+    for (int64_t c = 0; c < Cg; ++c)
+      for (int64_t kh = 0; kh < KH; ++kh)
+        for (int64_t kw = 0; kw < KW; ++kw)
+          wl[(c * KH + kh) * KW + kw] =
+              wk[c * pb.lw.strides[1] + kh * pb.lw.strides[2] + kw * pb.lw.strides[3]] * s;
     const float seed = pb.bias ? pb.bias[co * pb.bias_s] : 0.0f;
     // Blocks of 4 vectors; the last 1-3 vectors as one block of 2 or 4 (over-reading into the
-    // slack), so no sum is a single latency-bound chain of KH * KW multiply-adds.
+    // slack), so no sum is a single latency-bound chain of Cg * KH * KW multiply-adds.
     for (int64_t q = 0; q < LP;) {
       if (LP - q > 2 * W) {
         depthwise_block<W, 4>(q, seed, taps, tap.data(), wl.data(), lo_v, hi_v, acc);
@@ -295,14 +311,14 @@ ETFUSE_ALWAYS_INLINE void depthwise_planes(const Problem& pb, int64_t t0, int64_
 }
 
 // Compiled once per library in core/kernels.cpp.
-void depthwise_baseline(const Problem& pb, int64_t t0, int64_t t1);
-ETFUSE_TARGET_AVX2 void depthwise_avx2(const Problem& pb, int64_t t0, int64_t t1);
+void direct_baseline(const Problem& pb, int64_t t0, int64_t t1);
+ETFUSE_TARGET_AVX2 void direct_avx2(const Problem& pb, int64_t t0, int64_t t1);
 #if defined(ETFUSE_CORE_KERNELS)
-void depthwise_baseline(const Problem& pb, int64_t t0, int64_t t1) {
-  depthwise_planes<4>(pb, t0, t1);
+void direct_baseline(const Problem& pb, int64_t t0, int64_t t1) {
+  direct_planes<4>(pb, t0, t1);
 }
-ETFUSE_TARGET_AVX2 void depthwise_avx2(const Problem& pb, int64_t t0, int64_t t1) {
-  depthwise_planes<8>(pb, t0, t1);
+ETFUSE_TARGET_AVX2 void direct_avx2(const Problem& pb, int64_t t0, int64_t t1) {
+  direct_planes<8>(pb, t0, t1);
 }
 #endif
 
@@ -329,18 +345,29 @@ inline void im2col_rows(const Problem& pb, const float* in, int64_t Cg, float* c
   const Params& p = pb.p;
   const int64_t OH = pb.lo.sizes[2], OW = pb.lo.sizes[3], H = pb.li.sizes[2], Wd = pb.li.sizes[3];
   const int64_t KH = pb.lw.sizes[2], KW = pb.lw.sizes[3], K = Cg * KH * KW;
-  for (int64_t oh = 0; oh < OH; ++oh) {
-    for (int64_t ow = 0; ow < OW; ++ow) {
-      float* row = cols + (oh * OW + ow) * K;
-      for (int64_t ci = 0; ci < Cg; ++ci) {
-        const float* plane = in + ci * pb.li.strides[1];
-        for (int64_t kh = 0; kh < KH; ++kh) {
+  const int64_t hs = pb.li.strides[2], ws = pb.li.strides[3];
+  // one k at a time, every pixel: the bounds are worked out once per (k, output row), not per
+  // element (per element, this copy took longer than the GEMM after it on 5x5 maps)
+  for (int64_t ci = 0; ci < Cg; ++ci) {
+    const float* plane = in + ci * pb.li.strides[1];
+    for (int64_t kh = 0; kh < KH; ++kh) {
+      for (int64_t kw = 0; kw < KW; ++kw) {
+        float* col = cols + (ci * KH + kh) * KW + kw;
+        const int64_t iw0 = kw * p.dilation[1] - p.padding[1];
+        int64_t lo, hi;
+        valid_range(iw0, p.stride[1], Wd, OW, lo, hi);
+        for (int64_t oh = 0; oh < OH; ++oh) {
+          float* dst = col + oh * OW * K;
           const int64_t ih = oh * p.stride[0] - p.padding[0] + kh * p.dilation[0];
-          for (int64_t kw = 0; kw < KW; ++kw) {
-            const int64_t iw = ow * p.stride[1] - p.padding[1] + kw * p.dilation[1];
-            const bool inside = ih >= 0 && ih < H && iw >= 0 && iw < Wd;
-            row[(ci * KH + kh) * KW + kw] = inside ? plane[ih * pb.li.strides[2] + iw * pb.li.strides[3]] : 0.0f;
+          if (ih < 0 || ih >= H) {
+            for (int64_t ow = 0; ow < OW; ++ow) dst[ow * K] = 0.0f;
+            continue;
           }
+          const float* row = plane + ih * hs + iw0 * ws;
+          const int64_t step = p.stride[1] * ws;
+          for (int64_t ow = 0; ow < lo; ++ow) dst[ow * K] = 0.0f;
+          for (int64_t ow = lo; ow < hi; ++ow) dst[ow * K] = row[ow * step];
+          for (int64_t ow = hi; ow < OW; ++ow) dst[ow * K] = 0.0f;
         }
       }
     }
@@ -392,6 +419,17 @@ inline bool is_depthwise(const Problem& pb) {
   return pb.p.groups > 1 && pb.p.groups == pb.li.sizes[1] && pb.lw.sizes[1] == 1;
 }
 
+// Few input channels per group and few taps: the direct kernel (detail::direct_planes). A
+// 3-channel 3x3 stem as the implicit GEMM has K = 27: its B panels (input windows, stride 2)
+// cost more to pack than the 27 multiply-adds per output they feed (MobileNetV2's stem:
+// 155 -> NN us).
+constexpr int64_t kDirectChannels = 4, kDirectTaps = 64;
+
+inline bool is_direct(const Problem& pb) {
+  const int64_t Cg = pb.li.sizes[1] / pb.p.groups;
+  return is_depthwise(pb) || (Cg <= kDirectChannels && Cg * pb.lw.sizes[2] * pb.lw.sizes[3] <= kDirectTaps);
+}
+
 // Fills the problem; `out` must already have the shape from out_shape.
 inline bool make_problem(
     const float* in, const Layout& li, const float* w, const Layout& lw, const float* bias, const Layout* lb,
@@ -420,12 +458,16 @@ inline void run(const Problem& pb, Par&& par) {
   const Params& p = pb.p;
   const int64_t N = pb.lo.sizes[0], Cout = pb.lo.sizes[1], OH = pb.lo.sizes[2], OW = pb.lo.sizes[3];
   if (N == 0 || Cout == 0 || OH == 0 || OW == 0) return;
-  if (is_depthwise(pb)) {
+  if (is_direct(pb)) {
     const int64_t planes = N * Cout;
-    const int64_t work = OH * OW * pb.lw.sizes[2] * pb.lw.sizes[3];
+    const int64_t work = OH * OW * pb.lw.sizes[1] * pb.lw.sizes[2] * pb.lw.sizes[3];
     int64_t grain = (int64_t(1) << 16) / (work > 0 ? work : 1);
     if (grain < 1) grain = 1;
-    auto fn = selected_isa() == Isa::kAvx2 ? &detail::depthwise_avx2 : &detail::depthwise_baseline;
+    // Every task splits its groups' input planes afresh: where output planes share them (a stem:
+    // 32 outputs from 3 inputs), at most 4 tasks.
+    const int64_t mult = Cout / p.groups;
+    if (mult > 1 && grain < (planes + 3) / 4) grain = (planes + 3) / 4;
+    auto fn = selected_isa() == Isa::kAvx2 ? &detail::direct_avx2 : &detail::direct_baseline;
     if (planes <= grain) {
       fn(pb, 0, planes);
     } else {
@@ -474,9 +516,9 @@ inline void run(const Problem& pb, Par&& par) {
 }
 
 // The GEMM path writes output pixel j = oh * OW + ow at j * stride(3): the output plane must
-// be "flat" (stride(2) == OW * stride(3)). Depthwise handles any output strides.
+// be "flat" (stride(2) == OW * stride(3)). The direct kernel handles any output strides.
 inline bool out_is_flat(const Problem& pb) {
-  return is_depthwise(pb) || pb.lo.sizes[2] <= 1 || pb.lo.strides[2] == pb.lo.sizes[3] * pb.lo.strides[3];
+  return is_direct(pb) || pb.lo.sizes[2] <= 1 || pb.lo.strides[2] == pb.lo.sizes[3] * pb.lo.strides[3];
 }
 
 }  // namespace conv2d
