@@ -3,9 +3,9 @@
 // input [N, C, H, W], weight [Cout, C / groups, KH, KW], bias [Cout] or none; any stride,
 // padding, dilation and groups; every operand read through its strides. Three algorithms:
 //
-// * depthwise (groups == C, one input channel per group) and convs with few taps per output
-//   (at most kDirectTaps = C / groups * KH * KW with C / groups <= kDirectChannels: a network's
-//   3-channel stem): a direct kernel, one output plane per task, by polyphase decomposition
+// * depthwise (groups == C, one input channel per group), few output channels per group or a
+//   short K (is_direct: ResNet8's 16-channel 3x3s, a 3-channel stem): a direct kernel, one
+//   output plane per task, by polyphase decomposition
 //   (direct_planes): every tap is one contiguous multiply-add over the flattened plane, so any
 //   stride, dilation or map size vectorises;
 // * a small output map whose pixels fill the GEMM's panels badly (small_map): the transposed
@@ -419,15 +419,21 @@ inline bool is_depthwise(const Problem& pb) {
   return pb.p.groups > 1 && pb.p.groups == pb.li.sizes[1] && pb.lw.sizes[1] == 1;
 }
 
-// Few input channels per group and few taps: the direct kernel (detail::direct_planes). A
-// 3-channel 3x3 stem as the implicit GEMM has K = 27: its B panels (input windows, stride 2)
-// cost more to pack than the 27 multiply-adds per output they feed (MobileNetV2's stem:
-// 155 -> NN us).
-constexpr int64_t kDirectChannels = 4, kDirectTaps = 64;
+// The direct kernel (detail::direct_planes) instead of the implicit GEMM where packing the
+// GEMM's B panels (the input windows: K floats per output pixel, whatever the output channels)
+// costs about as much as the multiply-adds (M * K per output pixel): few output channels per
+// group, or a short K (a 3-channel 3x3 stem has K = 27). Measured on AVX2 (us, GEMM -> direct):
+// ResNet8's 16 -> 16 3x3 on 32x32 156 -> 75, 32 -> 32 on 16x16 97 -> 77, MobileNetV2's stem
+// 173 -> 96, SqueezeNet's 191 -> 145; with 64 output channels the GEMM wins (64 -> 64 3x3 on
+// 8x8: 76 vs 112), and for 1x1 convs, whose B panels are copies of the input, the GEMM wins
+// (MobileNetV2's 144 -> 24 on 24x24: 51 vs 130).
+constexpr int64_t kDirectMaxOutputs = 32, kDirectMaxK = 576, kDirectShortK = 64;
 
 inline bool is_direct(const Problem& pb) {
-  const int64_t Cg = pb.li.sizes[1] / pb.p.groups;
-  return is_depthwise(pb) || (Cg <= kDirectChannels && Cg * pb.lw.sizes[2] * pb.lw.sizes[3] <= kDirectTaps);
+  const int64_t Mg = pb.lo.sizes[1] / pb.p.groups;
+  const int64_t K = pb.li.sizes[1] / pb.p.groups * pb.lw.sizes[2] * pb.lw.sizes[3];
+  const bool spatial = pb.lw.sizes[2] * pb.lw.sizes[3] > 1;  // a 1x1 packs by memcpy (pack_windows)
+  return is_depthwise(pb) || (spatial && (K <= kDirectShortK || (Mg <= kDirectMaxOutputs && K <= kDirectMaxK)));
 }
 
 // Fills the problem; `out` must already have the shape from out_shape.
