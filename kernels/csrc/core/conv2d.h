@@ -5,9 +5,9 @@
 //
 // * depthwise (groups == C, one input channel per group), few output channels per group or a
 //   short K (is_direct: ResNet8's 16-channel 3x3s, a 3-channel stem): a direct kernel, one
-//   output plane per task, by polyphase decomposition
-//   (direct_planes): every tap is one contiguous multiply-add over the flattened plane, so any
-//   stride, dilation or map size vectorises;
+//   output plane per task, by polyphase decomposition (direct_planes): every tap is one
+//   contiguous multiply-add over the flattened plane, so any stride, dilation or map size
+//   vectorises;
 // * a small output map whose pixels fill the GEMM's panels badly (small_map): the transposed
 //   problem on the GEMM's dot-product path, over the image's im2col;
 // * everything else: the shared GEMM per (image, group) with M = output channels, N = output
@@ -174,7 +174,7 @@ void pack_windows(const void* vctx, int64_t k0, int64_t kc, int64_t j0, int64_t 
 // acc[q, q + U * W) = clamp(seed + sum_k wl[k] * tap[k][q, q + U * W), lo, hi): U independent
 // sums kept in registers over all taps.
 template <int W, int U>
-ETFUSE_ALWAYS_INLINE void depthwise_block(int64_t q, float seed, int64_t taps, const float* const* tap,
+ETFUSE_ALWAYS_INLINE void direct_block(int64_t q, float seed, int64_t taps, const float* const* tap,
                                           const float* wl, float lo, float hi, float* acc) {
   typedef typename gemm::detail::Vec<W>::type vf;
   vf r[U];
@@ -217,7 +217,7 @@ ETFUSE_ALWAYS_INLINE void copy_row(float* dst, const float* src, int64_t n) {
 // once per group (a stem's 3 input channels once per task, for all its output channels).
 template <int W>
 ETFUSE_ALWAYS_INLINE void direct_planes(const Problem& pb, int64_t t0, int64_t t1) {
-  constexpr int U = 4;  // the largest block of output vectors (depthwise_block)
+  constexpr int U = 4;  // the largest block of output vectors (direct_block)
   const Params& p = pb.p;
   const int64_t Cout = pb.lo.sizes[1], OH = pb.lo.sizes[2], OW = pb.lo.sizes[3];
   const int64_t H = pb.li.sizes[2], Wd = pb.li.sizes[3], KH = pb.lw.sizes[2], KW = pb.lw.sizes[3];
@@ -290,10 +290,10 @@ ETFUSE_ALWAYS_INLINE void direct_planes(const Problem& pb, int64_t t0, int64_t t
     // slack), so no sum is a single latency-bound chain of Cg * KH * KW multiply-adds.
     for (int64_t q = 0; q < LP;) {
       if (LP - q > 2 * W) {
-        depthwise_block<W, 4>(q, seed, taps, tap.data(), wl.data(), lo_v, hi_v, acc);
+        direct_block<W, 4>(q, seed, taps, tap.data(), wl.data(), lo_v, hi_v, acc);
         q += 4 * W;
       } else {
-        depthwise_block<W, 2>(q, seed, taps, tap.data(), wl.data(), lo_v, hi_v, acc);
+        direct_block<W, 2>(q, seed, taps, tap.data(), wl.data(), lo_v, hi_v, acc);
         q += 2 * W;
       }
     }

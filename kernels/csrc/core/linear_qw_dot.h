@@ -51,9 +51,10 @@ ETFUSE_ALWAYS_INLINE void q4(const uint8_t* p, vf (&out)[kChunk / W]) {
 #endif
 }
 
-// Software prefetch, spread over a block's first row of A: weight byte `byte` and scale `g` of the
-// next block's rows (pf: null for the other rows). The rows are short (K / 2 bytes at 4 bits)
-// and without it the hardware prefetcher streamed a weight that is not in cache 1.4x slower
+// Software prefetch, spread over a block's first row of A: the next block's weight rows, a
+// cache line per 64 bytes as this block streams its own, and their scales, a line per 16
+// groups (pf: null for the other rows). The rows are short (K / 2 bytes at 4 bits) and without
+// it the hardware prefetcher streamed a weight that is not in cache 1.4x slower
 // (benchmarks/weight_only.py --cold; the whole next block at once at the block's start: slower
 // for long rows).
 struct Prefetch {
@@ -61,11 +62,13 @@ struct Prefetch {
   const float* s[4];
 };
 
-ETFUSE_ALWAYS_INLINE void prefetch(const Prefetch* pf, int64_t byte, int64_t g) {
-  if (!pf) return;
-  if ((byte & 63) == 0)
+ETFUSE_ALWAYS_INLINE void prefetch_weights(const Prefetch* pf, int64_t byte) {
+  if (pf && (byte & 63) == 0)
     for (int c = 0; c < 4; ++c) __builtin_prefetch(pf->w[c] + byte);
-  if ((g & 15) == 0)
+}
+
+ETFUSE_ALWAYS_INLINE void prefetch_scales(const Prefetch* pf, int64_t g) {
+  if (pf && (g & 15) == 0)
     for (int c = 0; c < 4; ++c) __builtin_prefetch(pf->s[c] + g);
 }
 
@@ -85,13 +88,14 @@ ETFUSE_ALWAYS_INLINE void dot_row(const Args& a, int64_t m, int64_t j, int64_t n
   }
   for (int64_t g = 0; g < a.groups; ++g) {
     const int64_t k0 = g * G, k1 = k0 + G;
+    prefetch_scales(pf, g);
     // two sums per column: 8 independent multiply-add chains hide the FMA latency
     vf acc[4] = {vf{}, vf{}, vf{}, vf{}}, acc2[4] = {vf{}, vf{}, vf{}, vf{}};
     float rest[4] = {0.0f, 0.0f, 0.0f, 0.0f};
     if (a.bits == 4 && G == kChunk) {
       // one chunk per group (groups of 32, torchao's usual): one multiply-add chain per column
       // straight into the scaled total, 5 vector ops per column and chunk instead of 6
-      prefetch(pf, k0 / 2, g);
+      prefetch_weights(pf, k0 / 2);
       vf xv[kChunk / W];
       for (int t = 0; t < kChunk / W; ++t) xv[t] = *reinterpret_cast<const vfu*>(x + k0 + t * W);
       for (int c = 0; c < 4; ++c) {
@@ -106,7 +110,7 @@ ETFUSE_ALWAYS_INLINE void dot_row(const Args& a, int64_t m, int64_t j, int64_t n
     }
     if (a.bits == 4) {  // G is a multiple of the chunk
       for (int64_t k = k0; k < k1; k += kChunk) {
-        prefetch(pf, k / 2, k == k0 ? g : 1);
+        prefetch_weights(pf, k / 2);
         vf xv[kChunk / W];  // plain loads, not memcpy: GCC turns a memcpy loop into a stack copy
         for (int t = 0; t < kChunk / W; ++t) xv[t] = *reinterpret_cast<const vfu*>(x + k + t * W);
         for (int c = 0; c < 4; ++c) {
@@ -121,7 +125,7 @@ ETFUSE_ALWAYS_INLINE void dot_row(const Args& a, int64_t m, int64_t j, int64_t n
     } else {
       int64_t k = k0;
       for (; k + 2 * W <= k1; k += 2 * W) {
-        prefetch(pf, k, k == k0 ? g : 1);
+        prefetch_weights(pf, k);
         vf x0, x1;
         std::memcpy(&x0, x + k, sizeof(vf));
         std::memcpy(&x1, x + k + W, sizeof(vf));
