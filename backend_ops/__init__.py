@@ -17,15 +17,17 @@ from .layout_ops import LAYOUT_OPS, PERMUTE_COPY
 from .weight_only_ops import LINEAR_QW, PACK_INT4, WEIGHT_ONLY_OPS
 from .cache_ops import CACHE_OPS, UPDATE_CACHE
 from .rope_ops import ROPE, ROPE_OPS
+from .prepacked_ops import CONV2D_BN_PACKED_ACT, CONV2D_PACKED_ACT, LINEAR_PACKED_ACT, PACK_GEMM_WEIGHT, PREPACKED_OPS
 from .executorch_overrides import install, installed
 
 # Every record, whether registered yet or not (the quantized ones register in `install()`): what
 # etfuse.kernels derives its op lists and build sources from.
-CATALOG = [*FLOAT_OPS, *GEMM_CONV_OPS, *POOL_OPS, *ATTENTION_OPS, *NORM_OPS, *LAYOUT_OPS, *WEIGHT_ONLY_OPS, *CACHE_OPS, *ROPE_OPS, *QUANTIZED_OPS, PACK_EMBEDDING_WEIGHT, *QDQ_OPS]
+CATALOG = [*FLOAT_OPS, *GEMM_CONV_OPS, *POOL_OPS, *ATTENTION_OPS, *NORM_OPS, *LAYOUT_OPS, *WEIGHT_ONLY_OPS, *CACHE_OPS, *ROPE_OPS, *PREPACKED_OPS, *QUANTIZED_OPS, PACK_EMBEDDING_WEIGHT, *QDQ_OPS]
 
 __all__ = [
     "BackendOp", "BackendOpError", "register", "registered_ops",
     "ADD_RELU", "LINEAR_RELU", "ADDMM_RELU", "MUL", "FLOAT_OPS", "PRIMS", "PrimOp", "CONV2D_ACT", "LINEAR_ACT", "CONV2D_BN_ACT", "LINEAR_BN_ACT", "GEMM_CONV_OPS",
     "MAX_POOL2D", "AVG_POOL2D", "MEAN_HW", "POOL_OPS", "SDPA", "ATTENTION_OPS", "RMS_NORM", "LAYER_NORM", "NORM_OPS", "PERMUTE_COPY", "LAYOUT_OPS", "LINEAR_QW", "PACK_INT4", "WEIGHT_ONLY_OPS", "UPDATE_CACHE", "CACHE_OPS", "ROPE", "ROPE_OPS",
+    "LINEAR_PACKED_ACT", "CONV2D_PACKED_ACT", "CONV2D_BN_PACKED_ACT", "PACK_GEMM_WEIGHT", "PREPACKED_OPS",
     "QUANTIZED_OPS", "EMBEDDING_OPS", "PACK_EMBEDDING_WEIGHT", "QDQ_OPS", "decompositions", "install", "installed", "CATALOG",
 ]

@@ -275,11 +275,13 @@ def lowered(model, args, workdir: Path, name: str, with_stock: bool, without: tu
     if with_stock:
         programs["stock"] = to_edge(ep).to_executorch().buffer
     if without:  # what a family of rules buys: etfuse without the rules whose names contain these
-        from etfuse.passes import FusionPass, default_passes
+        # ("prepack": without PrepackWeightsPass, the linears packing their weights per call)
+        from etfuse.passes import FusionPass, PrepackWeightsPass, default_passes
         from etfuse.patterns import RULES
 
         kept = [r for r in RULES if not any(w in r.name for w in without)]
-        passes = [FusionPass(kept) if type(p) is FusionPass else p for p in default_passes()]
+        passes = [FusionPass(kept) if type(p) is FusionPass else p for p in default_passes()
+                  if not ("prepack" in without and type(p) is PrepackWeightsPass)]
         programs["etfuse without"] = etfuse.fuse(to_edge(ep), passes).to_executorch().buffer
     methods = {}
     for k, buf in programs.items():
@@ -297,7 +299,8 @@ def main(argv=None) -> int:
     ap.add_argument("--rounds", type=int, default=5)
     ap.add_argument("--top", type=int, default=3, help="top ops of the etfuse program (ETDump) to print")
     ap.add_argument("--without", default="", help="comma-separated rule-name parts: also time etfuse without the "
-                                                   "rules whose names contain one (e.g. pool,mean_hw,silu,sigmoid,gelu)")
+                                                   "rules whose names contain one (e.g. pool,mean_hw,silu,sigmoid,gelu; "
+                                                   "prepack: without PrepackWeightsPass)")
     args = ap.parse_args(argv)
     info = kernels.load()
     print(f"# etfuse model benchmark\n\n{os.cpu_count()} cores, load average {os.getloadavg()[0]:.1f} at the start, "

@@ -256,7 +256,8 @@ def main(argv=None) -> int:
     ap.add_argument("--quantized", default=",".join(QUANTIZED),
                     help="comma-separated models to time as fp32 / int8 / int4 weight-only etfuse programs ('' for none)")
     ap.add_argument("--without", default="", help="comma-separated rule-name parts: also time etfuse without the "
-                                                  "rules whose names contain them (what those rules buy)")
+                                                  "rules whose names contain them (what those rules buy; "
+                                                  "prepack: without PrepackWeightsPass)")
     args = ap.parse_args(argv)
     without = tuple(w for w in args.without.split(",") if w)
     info = kernels.load()

@@ -76,10 +76,16 @@ class FoldPackedWeightsPass(ExportedProgramPassBase):
                     n.args = (*n.args[:i], None, *n.args[i + 1:])
             new = _without_unused_constants(new, dropped)
         if packs:
-            # every other op is skipped: only the packing is folded, the rest of the program stays
-            skip = {n.target for n in new.graph.nodes if n.op == "call_function" and not _is_pack(n.target)}
-            new = constant_prop_pass(new, custom_skip_targets=skip)
+            new = fold_only(new, _is_pack)
         return ExportedProgramPassResult(new, True)
+
+
+def fold_only(ep, is_folded):
+    """`ep` (owned by the caller) with every op for which `is_folded(target)` holds and whose inputs
+    are constants run once and replaced by its result as a constant (executorch's
+    `constant_prop_pass`, every other op skipped: the rest of the program stays as it is)."""
+    skip = {n.target for n in ep.graph.nodes if n.op == "call_function" and not is_folded(n.target)}
+    return constant_prop_pass(ep, custom_skip_targets=skip)
 
 
 def _without_unused_constants(ep, candidates: set):

@@ -33,6 +33,7 @@ from .compat.symint_to_prims import SymIntToPrimsPass
 from .compat.typed_pass_errors import install_typed_pass_errors
 from .compat.while_loop_to_scan import LoopLoweringPass
 from .fold_packed_weights import FoldPackedWeightsPass
+from .prepack_weights import PrepackWeightsPass
 from .fused_program import FusedEdgeProgramManager
 from .fusion_pass import BesideXnnpackFusionPass, FusionPass
 from .graph_copy import copy_graph_module, graph_modules, has_hop, program_with
@@ -46,14 +47,16 @@ def default_passes() -> list:
     2. `FusionPass`: every rule (quantized, GEMM/conv with their batch norm, float) in one sweep;
        which rule wins is the rules' data (`Rule.outranks`, passes/engine.py), not this order.
        `FoldPackedWeightsPass` then folds the sub-byte embeddings' weight packing into constants
-       (it needs the program's values; given a graph module alone it leaves the packing to the runtime).
+       (it needs the program's values; given a graph module alone it leaves the packing to the runtime),
+       and `PrepackWeightsPass` packs the constant weights of multi-row linears into the GEMM's panels
+       (`linear_packed_act`; given a graph module alone it changes nothing).
     3. `CondOutputCopyPass`, `CondViewCopyPass`: they copy results read by the final ops, so they
        run once those ops exist.
     4. `SymIntToPrimsPass`: the builtins of every pass before it (loop bounds included) become prims.
     """
     install_typed_pass_errors()  # so `edge.transform(default_passes())` raises etfuse's errors as themselves
-    return [LoopLoweringPass(), FusionPass(), FoldPackedWeightsPass(), CondOutputCopyPass(), CondViewCopyPass(),
-            SymIntToPrimsPass()]
+    return [LoopLoweringPass(), FusionPass(), FoldPackedWeightsPass(), PrepackWeightsPass(), CondOutputCopyPass(),
+            CondViewCopyPass(), SymIntToPrimsPass()]
 
 
 def passes_beside_xnnpack() -> list:
@@ -62,8 +65,8 @@ def passes_beside_xnnpack() -> list:
     then `.to_backend(XnnpackPartitioner())`. Fusing after lowering instead finds attention already
     split between the delegate (bmm, softmax) and the portable runtime."""
     install_typed_pass_errors()
-    return [LoopLoweringPass(), BesideXnnpackFusionPass(), FoldPackedWeightsPass(), CondOutputCopyPass(),
-            CondViewCopyPass(), SymIntToPrimsPass()]
+    return [LoopLoweringPass(), BesideXnnpackFusionPass(), FoldPackedWeightsPass(), PrepackWeightsPass(),
+            CondOutputCopyPass(), CondViewCopyPass(), SymIntToPrimsPass()]
 
 
 def correctness_passes() -> list:

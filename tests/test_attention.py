@@ -181,9 +181,10 @@ class FusionTest(TestCase):
     def test_vit_attention_q_k_v_unbound_from_one_qkv_linear(self):
         # q, k, v are slices of one permuted tensor (slice_copy + squeeze_copy each), read by
         # sdpa through their strides; the decomposition's closing permutes go into the op (sdpa_closed)
-        head = ["etfuse.linear_act.default", "aten.view_copy.default", "etfuse.permute_copy.default",
+        # (7 and 14 rows: the linears read their weights packed at fuse time, PrepackWeightsPass)
+        head = ["etfuse.linear_packed_act.default", "aten.view_copy.default", "etfuse.permute_copy.default",
                 *["aten.slice_copy.Tensor"] * 3, *["aten.squeeze_copy.dims"] * 3, "etfuse.sdpa.default"]
-        tail = ["etfuse.permute_copy.default", "aten.view_copy.default", "etfuse.linear_act.default"]
+        tail = ["etfuse.permute_copy.default", "aten.view_copy.default", "etfuse.linear_packed_act.default"]
         for batch in (1, 2):
             with self.subTest(batch=batch):
                 model, args = benchmark_module("transformers").VitAttention(32, 4).eval(), (torch.randn(batch, 7, 32),)

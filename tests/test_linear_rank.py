@@ -32,14 +32,14 @@ class LinearRankTest(TestCase):
         model, args = GatedMLP().eval(), (torch.randn(2, 5, 16),)
         passes = default_passes()
         out = etfuse.fuse(edge_program(model, args), passes)
+        # 10 rows: each linear_act then reads its weight packed at fuse time (PrepackWeightsPass)
         self.assertEqual(op_names(out.exported_program().graph_module),
-                         ["etfuse.linear_act.default", "etfuse.linear_act.default", "aten.mul.Tensor",
-                          "etfuse.linear_act.default"])
+                         ["etfuse.linear_packed_act.default", "etfuse.linear_packed_act.default", "aten.mul.Tensor",
+                          "etfuse.linear_packed_act.default"])
         fusion = next(p for p in passes if type(p) is FusionPass)
         self.assertEqual(sorted(f.rule for f in fusion.report.fused), ["linear_nd", "linear_nd_no_bias",
                                                                        "linear_nd_no_bias_silu"])
-        acts = [n.args[5] if len(n.args) > 5 else n.kwargs.get("activation", "none")
-                for n in out.exported_program().graph.nodes if "linear_act" in str(n.target)]
+        acts = [n.args[6] for n in out.exported_program().graph.nodes if "linear_packed_act" in str(n.target)]
         self.assertEqual(sorted(acts), ["none", "none", "silu"])
         assert_fused_matches_eager(model, args, out, **TOL)
 
@@ -88,12 +88,13 @@ def test_activation_after_the_view_is_the_epilogue(act, suffix, epilogue, bias):
     model, args = Mlp(act, bias).eval(), (torch.randn(2, 5, 16) * 3,)
     passes = default_passes()
     out = etfuse.fuse(edge_program(model, args), passes)
-    assert op_names(out.exported_program().graph_module) == ["etfuse.linear_act.default"] * 2
+    # linear_act, then its packed form (PrepackWeightsPass): input, packed weight, out_features, bias, min, max, act
+    assert op_names(out.exported_program().graph_module) == ["etfuse.linear_packed_act.default"] * 2
     fusion = next(p for p in passes if type(p) is FusionPass)
     first = "linear_nd" + ("" if bias else "_no_bias") + f"_{suffix}"
     assert sorted(f.rule for f in fusion.report.fused) == sorted([first, "linear_nd"])
-    fc1 = next(n for n in out.exported_program().graph.nodes if "linear_act" in str(n.target))
-    assert (fc1.args[3], fc1.args[5]) == epilogue and fc1.args[4] is None
+    fc1 = next(n for n in out.exported_program().graph.nodes if "linear_packed_act" in str(n.target))
+    assert (fc1.args[4], fc1.args[6]) == epilogue and fc1.args[5] is None
     assert_fused_matches_eager(model, args, out, **TOL)
 
 
@@ -109,6 +110,6 @@ def test_activation_whose_input_is_also_read_stays_apart():
 
     model, args = Both().eval(), (torch.randn(2, 5, 16),)
     out = etfuse.fuse(edge_program(model, args))
-    assert op_names(out.exported_program().graph_module) == ["etfuse.linear_act.default", "aten.gelu.default",
-                                                              "aten.add.Tensor"]
+    assert op_names(out.exported_program().graph_module) == ["etfuse.linear_packed_act.default",
+                                                              "aten.gelu.default", "aten.add.Tensor"]
     assert_fused_matches_eager(model, args, out, **TOL)

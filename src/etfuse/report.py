@@ -142,13 +142,14 @@ class ReportFiles:
 def rule_ops() -> frozenset:
     """Base names (`add`, `convolution`, `quantize_per_tensor`, `conv2d_act`, ...) of the ops in
     any etfuse rule's pattern (`etfuse.patterns.RULES`) and
-    of the backend ops rules produce: the ops etfuse has a rule for."""
-    from etfuse.backend_ops import install
+    of the backend ops rules produce (and PrepackWeightsPass's packed forms of them): the ops
+    etfuse has a rule for."""
+    from etfuse.backend_ops import PREPACKED_OPS, install
     from etfuse.patterns import RULES, edge_patterns
 
     install()
 
-    names = set()
+    names = {_target_base(op.aten) for op in PREPACKED_OPS}
     for rule, pattern in zip(RULES, edge_patterns(RULES)):
         for n in pattern.ops:
             names.add(_target_base(n.target))

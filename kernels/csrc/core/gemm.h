@@ -6,7 +6,8 @@
 // relu is the clamp [0, inf); `clamp = false` is the identity. Every operand is a pointer and
 // two strides (scale and bias strides may be 0 to broadcast, e.g. one value per output channel;
 // a null scale is 1, a null bias is 0). B is packed per panel of NR columns into a contiguous [KC][NR] buffer (this
-// also absorbs a transposed B, e.g. linear's weight read as stored [N, K]); an MR x NR register
+// also absorbs a transposed B, e.g. linear's weight read as stored [N, K]), or comes packed
+// already (`Args::packed_b`: a constant weight packed once, at fuse time); an MR x NR register
 // tile is accumulated over KC-long slices with plain vector arithmetic; bias and the clamp run
 // in the epilogue of the last K slice. A caller-supplied packer (`Args::pack`) replaces the
 // strided B read: conv2d packs its input windows straight into the panel (implicit GEMM).
@@ -48,7 +49,18 @@ struct Args {
   // Take the dot-product path at any M (the caller arranged a_cs == 1 and b_rs == 1 and knows
   // the columns are too few for NR-wide panels).
   bool dot = false;
+  // B packed ahead of time (B and the strides are then unused): panels of kPanel columns,
+  // panel p = packed_b[p * K * kPanel : (p + 1) * K * kPanel] laid out [K][kPanel], columns
+  // past N zero: packed[p][k][c] = B(k, p * kPanel + c) (the ATen pattern of etfuse's
+  // pack_gemm_weight, backend_ops/prepacked_ops.py). The AVX2 tiles read it in place.
+  const float* packed_b = nullptr;
 };
+
+// Column width of a prepacked B panel: the AVX2 micro-kernel's NR, the ISA this project tunes for;
+// the other ISAs copy their NR-wide panels out of it.
+constexpr int64_t kPanel = 16;
+
+inline int64_t packed_panels(int64_t N) { return (N + kPanel - 1) / kPanel; }
 
 // clamp that keeps NaN (like torch.clamp / relu / hardtanh).
 ETFUSE_ALWAYS_INLINE float clamp_act(float v, float lo, float hi) {
@@ -80,6 +92,18 @@ ETFUSE_ALWAYS_INLINE void pack_b(const Args& g, int64_t k0, int64_t kc, int64_t 
   } else {  // columns of B contiguous (transposed B, e.g. a [N, K] weight): j outer
     for (int64_t j = 0; j < nr; ++j)
       for (int64_t k = 0; k < kc; ++k) pack[k * NR + j] = B[k * g.b_rs + j * g.b_cs];
+  }
+}
+
+// pack[k][0:NR] = B(k0 + k, j0 : j0 + NR) out of the prepacked panels, for an NR other than
+// kPanel (0 past the last panel's columns, which are 0 already past N).
+template <int NR>
+ETFUSE_ALWAYS_INLINE void copy_packed(const Args& g, int64_t k0, int64_t kc, int64_t j0, float* pack) {
+  const int64_t width = packed_panels(g.N) * kPanel;
+  for (int64_t j = 0; j < NR; ++j) {
+    const int64_t col = j0 + j;
+    const float* src = g.packed_b + (col / kPanel) * g.K * kPanel + k0 * kPanel + col % kPanel;
+    for (int64_t k = 0; k < kc; ++k) pack[k * NR + j] = col < width ? src[k * kPanel] : 0.0f;
   }
 }
 
@@ -170,6 +194,23 @@ ETFUSE_ALWAYS_INLINE void store_tile(
   }
 }
 
+// One tile of exactly mr (<= MR) rows: a short last row block (37 = 6 * 6 + 1 rows) computes
+// its own rows only, not MR.
+template <int MR, int NR, int W>
+ETFUSE_ALWAYS_INLINE void rows_tile(
+    const Args& g, int64_t mr, int64_t i0, int64_t j0, int64_t nr, int64_t kc, const float* const* arow,
+    const float* panel, float (&tile)[MR][NR], bool first, bool last) {
+  if constexpr (MR > 1) {
+    if (mr < MR) {
+      float(&fewer)[MR - 1][NR] = *reinterpret_cast<float(*)[MR - 1][NR]>(&tile[0][0]);
+      rows_tile<MR - 1, NR, W>(g, mr, i0, j0, nr, kc, arow, panel, fewer, first, last);
+      return;
+    }
+  }
+  micro<MR, NR, W>(kc, arow, g.a_cs, panel, tile);
+  store_tile<MR, NR>(g, i0, j0, mr, nr, tile, first, last);
+}
+
 // Tiles [t0, t1): tile t is column panel t / mblocks, row block t % mblocks (mc rows, a multiple of MR).
 template <int MR, int NR, int W>
 ETFUSE_ALWAYS_INLINE void tiles_impl(const Args& g, int64_t t0, int64_t t1, int64_t mblocks, int64_t mc) {
@@ -186,7 +227,12 @@ ETFUSE_ALWAYS_INLINE void tiles_impl(const Args& g, int64_t t0, int64_t t1, int6
     for (int64_t k0 = 0;; k0 += kstep) {
       const int64_t kc = (g.K - k0) < kstep ? (g.K - k0) : kstep;
       const bool first = k0 == 0, last = k0 + kc >= g.K;
-      if (g.pack) {
+      const float* panel = pack;
+      if (g.packed_b && NR == kPanel) {
+        panel = g.packed_b + (j0 / kPanel) * g.K * kPanel + k0 * kPanel;  // in place
+      } else if (g.packed_b) {
+        copy_packed<NR>(g, k0, kc, j0, pack);
+      } else if (g.pack) {
         g.pack(g.pack_ctx, k0, kc, j0, nr, NR, pack);
       } else {
         pack_b<NR>(g, k0, kc, j0, nr, pack);
@@ -194,17 +240,8 @@ ETFUSE_ALWAYS_INLINE void tiles_impl(const Args& g, int64_t t0, int64_t t1, int6
       for (int64_t i0 = ib; i0 < ie; i0 += MR) {
         const int64_t mr = (ie - i0) < MR ? (ie - i0) : MR;
         const float* arow[MR];
-        for (int i = 0; i < MR; ++i) arow[i] = g.A + (i0 + (i < mr ? i : mr - 1)) * g.a_rs + k0 * g.a_cs;
-        if (MR % 2 == 0 && mr <= MR / 2) {
-          // A short last row block (e.g. 16 = 12 + 4 output channels) runs a half-height tile
-          // instead of computing MR rows for mr.
-          float(&half)[MR / 2][NR] = *reinterpret_cast<float(*)[MR / 2][NR]>(&tile[0][0]);
-          micro<MR / 2, NR, W>(kc, arow, g.a_cs, pack, half);
-          store_tile<MR / 2, NR>(g, i0, j0, mr, nr, half, first, last);
-        } else {
-          micro<MR, NR, W>(kc, arow, g.a_cs, pack, tile);
-          store_tile<MR, NR>(g, i0, j0, mr, nr, tile, first, last);
-        }
+        for (int i = 0; i < mr; ++i) arow[i] = g.A + (i0 + i) * g.a_rs + k0 * g.a_cs;
+        rows_tile<MR, NR, W>(g, mr, i0, j0, nr, kc, arow, panel, tile, first, last);
       }
       if (last) break;
     }
@@ -245,6 +282,7 @@ constexpr int64_t kDotMaxRows = 16, kDotFewRows = 4, kDotMinK = 256;
 
 inline bool use_dot(const Args& g) {
   return (g.dot || g.M <= kDotFewRows || (g.M <= kDotMaxRows && g.K >= kDotMinK)) && g.pack == nullptr &&
+      g.packed_b == nullptr &&
       g.b_rs == 1 && g.a_cs == 1 && g.K > 0;
 }
 

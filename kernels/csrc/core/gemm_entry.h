@@ -66,6 +66,30 @@ inline bool linear_out_shape(
   return true;
 }
 
+// linear_packed_act's weight: pack_gemm_weight(weight) (gemm::Args::packed_b), [ceil(N / kPanel), K, kPanel]
+// contiguous, for N = out_features. Fills `logical`, the [N, K] weight it stands for (whose
+// strides are unused: the GEMM reads the panels).
+inline bool packed_weight(const Layout& pw, int64_t N, Layout& logical, Status& st,
+                          const char* op = "etfuse::linear_packed_act") {
+  const int64_t P = gemm::kPanel;
+  if (pw.ndim != 3 || pw.sizes[2] != P || N < 0 || pw.sizes[0] != gemm::packed_panels(N)) {
+    return st.fail(
+        "%s: packed_weight must have shape [%lld, in_features, %lld] for out_features %lld "
+        "(etfuse.passes.PrepackWeightsPass packs it), got %s",
+        op, (long long)gemm::packed_panels(N), (long long)P, (long long)N, ShapeStr(pw).c_str());
+  }
+  const int64_t K = pw.sizes[1];
+  if (pw.numel() > 0 && (pw.strides[2] != 1 || pw.strides[1] != P || pw.strides[0] != K * P)) {
+    return st.fail("%s: packed_weight must be contiguous, got strides of %s", op, ShapeStr(pw).c_str());
+  }
+  logical.ndim = 2;
+  logical.sizes[0] = N;
+  logical.sizes[1] = K;
+  logical.strides[0] = K;
+  logical.strides[1] = 1;
+  return true;
+}
+
 // A [*, X] tensor as a matrix [M, X]: M and the row/column strides. False when the leading
 // dims cannot be merged into one strided dim.
 inline bool as_matrix(const Layout& t, int64_t& M, int64_t& rs, int64_t& cs) {

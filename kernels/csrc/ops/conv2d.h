@@ -11,14 +11,41 @@
 namespace etfuse {
 namespace adapter {
 
+// conv2d_packed_act's weight: packed_weight is pack_gemm_weight(weight.reshape(Cout, K)) for a
+// weight of `weight_size` [Cout, C, KH, KW] (groups 1). Fills `lw`, that weight's contiguous layout.
+inline bool packed_conv_weight(const char* op, IntList weight_size, const Layout& lpacked, int64_t groups, Layout& lw,
+                               Status& st) {
+  if (weight_size.size() != 4) {
+    return st.fail("%s: weight_size must have 4 values [Cout, C, KH, KW], got %lld", op, (long long)weight_size.size());
+  }
+  if (groups != 1) return st.fail("%s: groups must be 1 for a packed weight, got %lld", op, (long long)groups);
+  int64_t sizes[4];
+  for (int d = 0; d < 4; ++d) sizes[d] = static_cast<int64_t>(weight_size[d]);
+  if (!core::make_layout(lw, 4, sizes, static_cast<const int64_t*>(nullptr), "weight", st)) return false;
+  for (int d = 3, s = 1; d >= 0; --d) {
+    lw.strides[d] = s;
+    s *= sizes[d];
+  }
+  Layout lmat;
+  if (!core::gemm_entry::packed_weight(lpacked, sizes[0], lmat, st, op)) return false;
+  if (lmat.sizes[1] != sizes[1] * sizes[2] * sizes[3]) {
+    return st.fail("%s: packed_weight %s does not hold a weight of shape %s (in_features must be C * KH * KW)", op,
+                   core::ShapeStr(lpacked).c_str(), core::ShapeStr(lw).c_str());
+  }
+  return true;
+}
+
 // `bias`/`lb`: the per-channel values added last (null: none); `bias_tensor`: the tensor they
-// live in, when they are an input (null when computed by the op); `scale`: null or [Cout] floats.
+// live in, when they are an input (null when computed by the op); `scale`: null or [Cout] floats;
+// `weight_size`: non-null when `weight` is packed (conv2d_packed_act, packed_conv_weight).
 inline Tensor& conv2d_into(Context& ctx, const char* op, const Tensor& input, const Tensor& weight, const float* bias,
                            const Layout* lb, const Tensor* bias_tensor, const float* scale, IntList stride,
                            IntList padding, IntList dilation, int64_t groups, std::optional<double> min,
-                           std::optional<double> max, const Str& activation, bool ok, Status& st, Tensor& out) {
+                           std::optional<double> max, const Str& activation, bool ok, Status& st, Tensor& out,
+                           const IntList* weight_size = nullptr) {
   namespace conv = core::conv2d;
-  Layout li, lw;
+  const bool packed = weight_size != nullptr;
+  Layout li, lw, lpacked;
   conv::Params p;
   p.groups = groups;
   core::gemm_entry::Clamp c;
@@ -27,7 +54,10 @@ inline Tensor& conv2d_into(Context& ctx, const char* op, const Tensor& input, co
   int64_t sizes[core::kMaxDims];
   Out o(out);
   ok = ok && check_float(op, "input", input, st) && check_float(op, "weight", weight, st) &&
-      check_float(op, "out", out, st) && layout_of(input, "input", li, st) && layout_of(weight, "weight", lw, st) &&
+      check_float(op, "out", out, st) && layout_of(input, "input", li, st) &&
+      (packed ? layout_of(weight, "packed_weight", lpacked, st) &&
+                    packed_conv_weight(op, *weight_size, lpacked, groups, lw, st)
+              : layout_of(weight, "weight", lw, st)) &&
       conv::pair("stride", stride.data(), stride.size(), p.stride, st) &&
       conv::pair("padding", padding.data(), padding.size(), p.padding, st) &&
       conv::pair("dilation", dilation.data(), dilation.size(), p.dilation, st) && clamp_of(op, min, max, c, st) &&
@@ -37,14 +67,16 @@ inline Tensor& conv2d_into(Context& ctx, const char* op, const Tensor& input, co
   p.min = c.lo;
   p.max = c.hi;
   // Weights from a .pte are contiguous; anything else is copied once per call.
-  Input w(weight, lw);
-  if (ok && !conv::weight_is_matrix(lw)) w.make_contiguous();
+  Input w(weight, packed ? lpacked : lw);
+  if (ok && !packed && !conv::weight_is_matrix(lw)) w.make_contiguous();
+  const float* wdata = packed ? nullptr : w.data<float>();
   conv::Problem pb;
-  ok = ok && conv::make_problem(input.const_data_ptr<float>(), li, w.data<float>(), w.layout(), bias, lb,
-                                o.data<float>(), o.layout(), p, pb, st) &&
+  pb.packed = packed ? weight.const_data_ptr<float>() : nullptr;
+  ok = ok && conv::make_problem(input.const_data_ptr<float>(), li, wdata, lw, bias, lb, o.data<float>(), o.layout(),
+                                p, pb, st) &&
       o.open({&input, &weight, bias_tensor}, false, conv::out_is_flat(pb), st) &&
-      conv::make_problem(input.const_data_ptr<float>(), li, w.data<float>(), w.layout(), bias, lb, o.data<float>(),
-                         o.write_layout(), p, pb, st);
+      conv::make_problem(input.const_data_ptr<float>(), li, wdata, lw, bias, lb, o.data<float>(), o.write_layout(),
+                         p, pb, st);
   ETFUSE_CHECK(ctx, ok, st, out);
   pb.scale = scale;
   pb.scale_s = scale ? 1 : 0;

@@ -11,19 +11,23 @@ namespace adapter {
 
 // `bias`/`lb`: the per-output-feature values added last (null: none); `bias_tensor`: the tensor
 // they live in when they are an input (null when the op computed them); `scale`: null or one
-// float per output feature, applied before the bias (linear_bn_act).
+// float per output feature, applied before the bias (linear_bn_act). `packed_n` >= 0: `weight` is
+// packed at fuse time for that many output features (linear_packed_act, gemm_entry::packed_weight).
 inline Tensor& linear_into(Context& ctx, const char* op, const Tensor& input, const Tensor& weight, const float* bias,
                            const Layout* lb, const Tensor* bias_tensor, const float* scale,
                            const core::gemm_entry::Clamp& clamp, core::activation::Kind act, bool ok, Status& st,
-                           Tensor& out) {
+                           Tensor& out, int64_t packed_n = -1) {
   namespace ge = core::gemm_entry;
-  Layout li, lw;
+  Layout li, lw, lpacked;
   int ndim = 0;
   int64_t sizes[core::kMaxDims];
   int64_t m, rs, cs;
   Out o(out);
+  const bool packed = packed_n >= 0;
   ok = ok && check_float(op, "input", input, st) && check_float(op, "weight", weight, st) &&
-      check_float(op, "out", out, st) && layout_of(input, "input", li, st) && layout_of(weight, "weight", lw, st) &&
+      check_float(op, "out", out, st) && layout_of(input, "input", li, st) &&
+      (packed ? layout_of(weight, "packed_weight", lpacked, st) && ge::packed_weight(lpacked, packed_n, lw, st)
+              : layout_of(weight, "weight", lw, st)) &&
       ge::linear_out_shape(li, lw, lb, ndim, sizes, st) && o.resize(op, ndim, sizes, st);
   Input in(input, li);
   if (ok && !ge::as_matrix(li, m, rs, cs)) in.make_contiguous();  // leading dims that do not merge
@@ -32,6 +36,10 @@ inline Tensor& linear_into(Context& ctx, const char* op, const Tensor& input, co
       ge::linear_args(in.data<float>(), in.layout(), weight.const_data_ptr<float>(), lw, bias, lb, o.data<float>(),
                       o.write_layout(), g, st);
   ETFUSE_CHECK(ctx, ok, st, out);
+  if (packed) {
+    g.packed_b = g.B;
+    g.B = nullptr;
+  }
   g.scale = scale;  // one per output column
   g.scale_rs = 0;
   g.scale_cs = scale ? 1 : 0;
@@ -43,13 +51,14 @@ inline Tensor& linear_into(Context& ctx, const char* op, const Tensor& input, co
 // The linear ops whose bias is an optional input tensor.
 inline Tensor& linear_into(Context& ctx, const char* op, const Tensor& input, const Tensor& weight,
                            const OptTensor& bias, const core::gemm_entry::Clamp& clamp, core::activation::Kind act,
-                           bool clamp_ok, Tensor& out) {
+                           bool clamp_ok, Tensor& out, int64_t packed_n = -1) {
   Status st;
   Layout lb;
   const bool has_bias = has(bias);
   const bool ok = clamp_ok && (!has_bias || (check_float(op, "bias", *bias, st) && layout_of(*bias, "bias", lb, st)));
   return linear_into(ctx, op, input, weight, ok && has_bias ? bias->const_data_ptr<float>() : nullptr,
-                     has_bias ? &lb : nullptr, has_bias ? &*bias : nullptr, nullptr, clamp, act, ok, st, out);
+                     has_bias ? &lb : nullptr, has_bias ? &*bias : nullptr, nullptr, clamp, act, ok, st, out,
+                     packed_n);
 }
 
 }  // namespace adapter

@@ -1,0 +1,162 @@
+"""PrepackWeightsPass: constant weights packed once, at fuse time, for the GEMM's tiles.
+
+`linear_act` / `linear_relu` pack their [out, in] weight into the GEMM's 16-column panels on
+every call, and conv2d on a small output map runs the transposed problem whose B is the weight
+(kernels/csrc/core/gemm.h, conv2d.h). On a program with its values, this pass rewrites
+
+    linear_act(x, w, b, min, max, act)   (linear_relu: min 0)
+        -> linear_packed_act(x, pack_gemm_weight(w), out_features, b, min, max, act)
+    conv2d_act(x, w, b, stride, padding, dilation, 1, ...)          (and conv2d_bn_act)
+        -> conv2d_packed_act(x, pack_gemm_weight(w), w.shape, b, stride, padding, dilation, ...)
+
+where the weight is a constant (parameter, buffer, lifted constant), and folds
+`pack_gemm_weight` into a program constant (backend_ops/prepacked_ops.py): the runtime reads the
+panels in place. A weight shared by several ops is packed once; the unpacked weight goes when
+nothing else reads it. Where it applies (static shapes only, measured with the eager `.out`
+kernels, 2 threads, unpacked -> packed):
+
+* linears with MIN_ROWS rows or more: 1024x1024 at 3 rows 77 -> 71 us, 5 rows 107 -> 80,
+  37x768x768 417 -> 290. One row (decode) stays unpacked: the dot-product path reads the weight
+  as stored, 42 us vs 59 packed;
+* convs (groups 1) with fewer than MAX_CONV_PIXELS output pixels: 1x1 160 -> 960 on 7x7 479 ->
+  147 us, on 3x3 82 -> 46; 3x3 256 -> 256 on 4x4 399 -> 233. On 8x8 maps the implicit GEMM's
+  panels are full and it stays (64 -> 64 3x3: 97 vs 113 us packed), as do depthwise and grouped
+  convs.
+
+Like FoldPackedWeightsPass it works on a copy; given a graph module alone
+(`ExecutorchBackendConfig(passes=...)`) there are no values, and it returns a copy unchanged.
+Only the top-level graph is visited: an op inside a control-flow body reads its weight as a
+body input, not as a constant.
+"""
+
+from __future__ import annotations
+
+import copy
+import math
+
+import torch
+import torch.fx as fx
+from executorch.exir.pass_base import ExportedProgramPassBase, ExportedProgramPassResult
+from executorch.exir.passes.constant_prop_pass import get_constant_placeholder_dict
+from torch.fx.passes.infra.pass_base import PassResult
+
+from etfuse.backend_ops import (CONV2D_ACT, CONV2D_BN_ACT, CONV2D_BN_PACKED_ACT, CONV2D_PACKED_ACT, LINEAR_ACT,
+                                LINEAR_PACKED_ACT, LINEAR_RELU, PACK_GEMM_WEIGHT)
+
+from .fold_packed_weights import fold_only
+from .graph_copy import copy_graph_module, program_with
+
+MIN_ROWS = 3
+MAX_CONV_PIXELS = 64  # exclusive: an 8x8 map fills the implicit GEMM's panels
+
+
+def _aten(target):
+    return getattr(target, "_op", target)
+
+
+def _val(arg):
+    val = arg.meta.get("val") if isinstance(arg, fx.Node) else None
+    return val if isinstance(val, torch.Tensor) else None
+
+
+def _static(shape) -> bool:
+    return all(isinstance(d, int) for d in shape)
+
+
+def _linear_worth_it(node: fx.Node, args: dict) -> bool:
+    x = _val(args["input"])
+    return x is not None and x.dim() >= 1 and _static(x.shape[:-1]) and math.prod(x.shape[:-1]) >= MIN_ROWS
+
+
+def _conv_worth_it(node: fx.Node, args: dict) -> bool:
+    out = _val(node)
+    return (args["groups"] == 1 and out is not None and out.dim() == 4 and _static(out.shape)
+            and out.shape[2] * out.shape[3] < MAX_CONV_PIXELS)
+
+
+def _packed_linear_args(args: dict, packed: fx.Node, weight) -> tuple:
+    return (args["input"], packed, weight.shape[0], args.get("bias"), args.get("min"), args.get("max"),
+            args.get("activation", "none"))
+
+
+def _packed_conv_args(args: dict, packed: fx.Node, weight) -> tuple:
+    return (args["input"], packed, list(weight.shape), args["bias"], args["stride"], args["padding"], args["dilation"],
+            args.get("min"), args.get("max"), args.get("activation", "none"))
+
+
+def _packed_conv_bn_args(args: dict, packed: fx.Node, weight) -> tuple:
+    return (args["input"], packed, list(weight.shape), args["bias"], args["bn_weight"], args["bn_bias"],
+            args["running_mean"], args["running_var"], args["eps"], args["stride"], args["padding"],
+            args["dilation"], args.get("min"), args.get("max"), args.get("activation", "none"))
+
+
+# op -> (its packed op, whether packing pays at this node, the packed op's arguments)
+_PACKABLE = {
+    LINEAR_ACT.aten: (LINEAR_PACKED_ACT, _linear_worth_it, _packed_linear_args),
+    LINEAR_RELU.aten: (LINEAR_PACKED_ACT, _linear_worth_it,
+                       lambda args, packed, w: _packed_linear_args({**args, "min": 0.0}, packed, w)),
+    CONV2D_ACT.aten: (CONV2D_PACKED_ACT, _conv_worth_it, _packed_conv_args),
+    CONV2D_BN_ACT.aten: (CONV2D_BN_PACKED_ACT, _conv_worth_it, _packed_conv_bn_args),
+}
+
+
+def _named_args(node: fx.Node) -> dict:
+    """The node's arguments by schema name (positional and keyword)."""
+    names = [a.name for a in _aten(node.target)._schema.arguments]
+    return {**dict(zip(names, node.args)), **node.kwargs}
+
+
+def _packable(node: fx.Node, constants: dict) -> bool:
+    if node.op != "call_function" or _aten(node.target) not in _PACKABLE:
+        return False
+    args = _named_args(node)
+    value = constants.get(args["weight"]) if isinstance(args["weight"], fx.Node) else None
+    worth_it = _PACKABLE[_aten(node.target)][1]
+    return isinstance(value, torch.Tensor) and value.dtype == torch.float32 and worth_it(node, args)
+
+
+def _is_pack(target) -> bool:
+    return _aten(target) == PACK_GEMM_WEIGHT.aten
+
+
+class PrepackWeightsPass(ExportedProgramPassBase):
+    """linear / conv2d ops on constant weights -> their *_packed_act forms on packed constants."""
+
+    def __call__(self, program):
+        if isinstance(program, fx.GraphModule):
+            return PassResult(copy_graph_module(program), True)  # modified: see FoldPackedWeightsPass
+        return super().__call__(program)
+
+    def call(self, ep) -> ExportedProgramPassResult:
+        constants = get_constant_placeholder_dict(ep)
+        names = {n.name for n in ep.graph.nodes if _packable(n, constants)}
+        if not names:
+            return ExportedProgramPassResult(ep, False)
+        new = program_with(ep, copy_graph_module(ep.graph_module), copy.deepcopy(ep.graph_signature),
+                           dict(ep.state_dict), dict(ep.constants))
+        graph = new.graph
+        packs: dict[fx.Node, fx.Node] = {}  # weight -> its pack node: a shared weight is packed once
+        for node in list(graph.nodes):
+            if node.name not in names:
+                continue
+            args = _named_args(node)
+            weight = args["weight"]
+            if weight not in packs:
+                with graph.inserting_after(weight):
+                    pack = graph.call_function(PACK_GEMM_WEIGHT.backend, (weight,))
+                fake = weight.meta["val"]
+                with fake.fake_mode:
+                    pack.meta["val"] = PACK_GEMM_WEIGHT.aten(fake)
+                packs[weight] = pack
+            packed_op, _, packed_args = _PACKABLE[_aten(node.target)]
+            with graph.inserting_before(node):
+                fused = graph.call_function(packed_op.backend, packed_args(args, packs[weight], weight.meta["val"]))
+            fused.meta = dict(node.meta)
+            node.replace_all_uses_with(fused)
+            graph.erase_node(node)
+        new.graph_module.recompile()
+        new = fold_only(new, _is_pack)
+        left = [n.name for n in new.graph.nodes if n.op == "call_function" and _is_pack(n.target)]
+        if left:
+            raise RuntimeError(f"PrepackWeightsPass: pack_gemm_weight not folded into a constant at {left}")
+        return ExportedProgramPassResult(new, True)
