@@ -669,6 +669,14 @@ inline void run(const Problem& pb, Par&& par) {
       a.a_cs = 1;
       a.pack = &detail::pack_windows;
       a.pack_ctx = &ctx;
+      if (KH == 1 && KW == 1 && p.stride[0] == 1 && p.stride[1] == 1 && p.padding[0] == 0 && p.padding[1] == 0 &&
+          pb.li.strides[3] == 1 && pb.li.strides[2] == pb.li.sizes[3]) {
+        // a 1x1 conv over flat planes: B is the input [C, H * W] itself, read in place
+        a.B = ctx.in;
+        a.b_rs = ctx.cs;
+        a.b_cs = 1;
+        a.b_direct = true;
+      }
       // out[n, g * Mg + i, oh, ow] with j = oh * OW + ow: one stride along j when the rows of
       // the output plane are contiguous (checked by the caller).
       a.C = pb.out + n * pb.lo.strides[0] + g * Mg * pb.lo.strides[1];

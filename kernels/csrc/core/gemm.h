@@ -54,6 +54,9 @@ struct Args {
   // past N zero: packed[p][k][c] = B(k, p * kPanel + c) (the ATen pattern of etfuse's
   // pack_gemm_weight, backend_ops/prepacked_ops.py). The AVX2 tiles read it in place.
   const float* packed_b = nullptr;
+  // B's rows are contiguous (b_cs == 1; a 1x1 conv's input planes): a full NR-wide panel is read
+  // in place with row stride b_rs, only a last partial panel is packed (by `pack` or the strides).
+  bool b_direct = false;
 };
 
 // Column width of a prepacked B panel: the AVX2 micro-kernel's NR, the ISA this project tunes for;
@@ -72,6 +75,7 @@ namespace detail {
 constexpr int64_t kKC = 256;  // K slice: a packed panel is kKC * NR floats (<= 32 KiB)
 constexpr int64_t kMC = 96;   // rows per task (multiple of every MR), fewer when tasks are few
 constexpr int64_t kMinTasks = 4;  // below this, smaller row blocks (each repacks its B panel)
+constexpr int64_t kRowsOuterMaxK = 64, kRowsOuterMC = 24;  // see run()
 
 // Vector of W floats (GCC vector extension); xmm, ymm or zmm code depending on the target.
 template <int W>
@@ -107,27 +111,81 @@ ETFUSE_ALWAYS_INLINE void copy_packed(const Args& g, int64_t k0, int64_t kc, int
   }
 }
 
-// acc[MR][NR] = sum_k A(rows, k) * pack[k][:], in vectors of W floats
+// acc[MR][NR / W] = sum_k A(rows, k) * pack[k * ldp : k * ldp + NR], in vectors of W floats
 template <int MR, int NR, int W>
-ETFUSE_ALWAYS_INLINE void micro(
-    int64_t kc, const float* const* arow, int64_t a_cs, const float* pack, float (&tile)[MR][NR]) {
+ETFUSE_ALWAYS_INLINE void accumulate(int64_t kc, const float* const* arow, int64_t a_cs, const float* pack,
+                                     int64_t ldp, typename Vec<W>::type (&acc)[MR][NR / W]) {
   typedef typename Vec<W>::type vf;
   constexpr int NV = NR / W;
-  vf acc[MR][NV];
   for (int i = 0; i < MR; ++i)
     for (int v = 0; v < NV; ++v) acc[i][v] = vf{};
   const float* ap[MR];
   for (int i = 0; i < MR; ++i) ap[i] = arow[i];
   for (int64_t k = 0; k < kc; ++k) {
     vf bv[NV];
-    for (int v = 0; v < NV; ++v) std::memcpy(&bv[v], pack + k * NR + v * W, sizeof(vf));
+    for (int v = 0; v < NV; ++v) std::memcpy(&bv[v], pack + k * ldp + v * W, sizeof(vf));
     for (int i = 0; i < MR; ++i) {
       const float s = ap[i][k * a_cs];
       for (int v = 0; v < NV; ++v) acc[i][v] += s * bv[v];
     }
   }
+}
+
+// tile[MR][NR] = the sums of accumulate, for store_tile
+template <int MR, int NR, int W>
+ETFUSE_ALWAYS_INLINE void micro(
+    int64_t kc, const float* const* arow, int64_t a_cs, const float* pack, int64_t ldp, float (&tile)[MR][NR]) {
+  typename Vec<W>::type acc[MR][NR / W];
+  accumulate<MR, NR, W>(kc, arow, a_cs, pack, ldp, acc);
   for (int i = 0; i < MR; ++i)
-    for (int v = 0; v < NV; ++v) std::memcpy(&tile[i][v * W], &acc[i][v], sizeof(vf));
+    for (int v = 0; v < NR / W; ++v) std::memcpy(&tile[i][v * W], &acc[i][v], sizeof(acc[i][v]));
+}
+
+// Whether micro_to_c can finish a tile: the whole K in one slice, a full panel, rows of C
+// contiguous, scale and bias one per row or one per column (contiguous) or none.
+inline bool epilogue_in_registers(const Args& g, int64_t nr, int64_t NR, bool first, bool last) {
+  return first && last && nr == NR && g.c_cs == 1 && (!g.scale || g.scale_cs == 0 || g.scale_cs == 1) &&
+      (!g.bias || g.bias_cs == 0 || g.bias_cs == 1);
+}
+
+// accumulate, then the epilogue (scale, bias, clamp, as store_tile's first and last slice) on
+// the registers and straight into C: no round trip through the tile buffer, which cost as
+// much as the multiply-adds at a short K (a 1x1 conv from 16 channels: K = 16).
+template <int MR, int NR, int W>
+ETFUSE_ALWAYS_INLINE void micro_to_c(const Args& g, int64_t kc, const float* const* arow, const float* pack,
+                                     int64_t ldp, int64_t i0, int64_t j0) {
+  typedef typename Vec<W>::type vf;
+  vf acc[MR][NR / W];
+  accumulate<MR, NR, W>(kc, arow, g.a_cs, pack, ldp, acc);
+  const vf lo = vf{} + g.act_min, hi = vf{} + g.act_max;
+  for (int i = 0; i < MR; ++i) {
+    const int64_t row = i0 + i;
+    float* c = g.C + row * g.c_rs + j0;
+    for (int v = 0; v < NR / W; ++v) {
+      vf x = acc[i][v];
+      const int64_t col = j0 + v * W;
+      if (g.scale) {
+        vf sv;
+        if (g.scale_cs == 0) {
+          sv = vf{} + g.scale[row * g.scale_rs];
+        } else {
+          std::memcpy(&sv, g.scale + row * g.scale_rs + col, sizeof(vf));
+        }
+        x *= sv;
+      }
+      if (g.bias) {
+        vf bv;
+        if (g.bias_cs == 0) {
+          bv = vf{} + g.bias[row * g.bias_rs];
+        } else {
+          std::memcpy(&bv, g.bias + row * g.bias_rs + col, sizeof(vf));
+        }
+        x += bv;
+      }
+      if (g.clamp) x = x < lo ? lo : (x > hi ? hi : x);  // clamp_act lane by lane (NaN kept)
+      std::memcpy(c + v * W, &x, sizeof(vf));
+    }
+  }
 }
 
 template <int MR, int NR>
@@ -199,37 +257,50 @@ ETFUSE_ALWAYS_INLINE void store_tile(
 template <int MR, int NR, int W>
 ETFUSE_ALWAYS_INLINE void rows_tile(
     const Args& g, int64_t mr, int64_t i0, int64_t j0, int64_t nr, int64_t kc, const float* const* arow,
-    const float* panel, float (&tile)[MR][NR], bool first, bool last) {
+    const float* panel, int64_t ldp, float (&tile)[MR][NR], bool first, bool last) {
   if constexpr (MR > 1) {
     if (mr < MR) {
       float(&fewer)[MR - 1][NR] = *reinterpret_cast<float(*)[MR - 1][NR]>(&tile[0][0]);
-      rows_tile<MR - 1, NR, W>(g, mr, i0, j0, nr, kc, arow, panel, fewer, first, last);
+      rows_tile<MR - 1, NR, W>(g, mr, i0, j0, nr, kc, arow, panel, ldp, fewer, first, last);
       return;
     }
   }
-  micro<MR, NR, W>(kc, arow, g.a_cs, panel, tile);
+  if (epilogue_in_registers(g, nr, NR, first, last)) {
+    micro_to_c<MR, NR, W>(g, kc, arow, panel, ldp, i0, j0);
+    return;
+  }
+  micro<MR, NR, W>(kc, arow, g.a_cs, panel, ldp, tile);
   store_tile<MR, NR>(g, i0, j0, mr, nr, tile, first, last);
 }
 
-// Tiles [t0, t1): tile t is column panel t / mblocks, row block t % mblocks (mc rows, a multiple of MR).
+// Tiles [t0, t1): tile t is column panel t / mblocks, row block t % mblocks (mc rows, a multiple of MR),
+// or with `rows_outer` row block t / panels, column panel t % panels (a chunk of tasks then
+// walks along a few rows of C: a few long write streams instead of mc short ones).
 template <int MR, int NR, int W>
 ETFUSE_ALWAYS_INLINE void tiles_impl(const Args& g, int64_t t0, int64_t t1, int64_t mblocks, int64_t mc) {
+  const int64_t panels = (g.N + NR - 1) / NR;
+  const bool rows_outer = mblocks < 0;  // run() passes -mblocks for that order
+  if (rows_outer) mblocks = -mblocks;
   alignas(64) float pack[kKC * NR];
   alignas(64) float tile[MR][NR];
   // K in equal slices of at most kKC (K = 288 is 2 x 144, not 256 + a 32-long tail pass over C).
   const int64_t nslices = (g.K + kKC - 1) / kKC;
   const int64_t kstep = nslices > 1 ? (g.K + nslices - 1) / nslices : kKC;
   for (int64_t t = t0; t < t1; ++t) {
-    const int64_t j0 = (t / mblocks) * NR;
+    const int64_t j0 = (rows_outer ? t % panels : t / mblocks) * NR;
     const int64_t nr = (g.N - j0) < NR ? (g.N - j0) : NR;
-    const int64_t ib = (t % mblocks) * mc;
+    const int64_t ib = (rows_outer ? t / panels : t % mblocks) * mc;
     const int64_t ie = (ib + mc) < g.M ? (ib + mc) : g.M;
     for (int64_t k0 = 0;; k0 += kstep) {
       const int64_t kc = (g.K - k0) < kstep ? (g.K - k0) : kstep;
       const bool first = k0 == 0, last = k0 + kc >= g.K;
       const float* panel = pack;
+      int64_t ldp = NR;
       if (g.packed_b && NR == kPanel) {
         panel = g.packed_b + (j0 / kPanel) * g.K * kPanel + k0 * kPanel;  // in place
+      } else if (g.b_direct && nr == NR) {
+        panel = g.B + k0 * g.b_rs + j0;  // in place: rows of B are contiguous
+        ldp = g.b_rs;
       } else if (g.packed_b) {
         copy_packed<NR>(g, k0, kc, j0, pack);
       } else if (g.pack) {
@@ -241,7 +312,7 @@ ETFUSE_ALWAYS_INLINE void tiles_impl(const Args& g, int64_t t0, int64_t t1, int6
         const int64_t mr = (ie - i0) < MR ? (ie - i0) : MR;
         const float* arow[MR];
         for (int i = 0; i < mr; ++i) arow[i] = g.A + (i0 + i) * g.a_rs + k0 * g.a_cs;
-        rows_tile<MR, NR, W>(g, mr, i0, j0, nr, kc, arow, panel, tile, first, last);
+        rows_tile<MR, NR, W>(g, mr, i0, j0, nr, kc, arow, panel, ldp, tile, first, last);
       }
       if (last) break;
     }
@@ -384,7 +455,11 @@ inline void run(const Args& g, Par&& par) {
   // 64-channel conv on a 6x6 map is 3 panels x 1 block: 2 of 3 on one thread of 2). Each extra
   // block repacks its B panels: K * NR floats per MR * K * NR multiply-adds or more.
   int64_t mc = detail::kMC;
-  if (panels * ((g.M + mc - 1) / mc) < detail::kMinTasks) {
+  // B read in place and a short K (a 1x1 conv from few channels, MobileNetV2's 16 -> 96 on 48x48):
+  // the time goes into writing C, so row blocks of a few tiles, each walked along its rows.
+  const bool rows_outer = g.b_direct && g.K <= detail::kRowsOuterMaxK;
+  if (rows_outer) mc = detail::kRowsOuterMC / kern.mr * kern.mr;
+  if (!rows_outer && panels * ((g.M + mc - 1) / mc) < detail::kMinTasks) {
     const int64_t want = (detail::kMinTasks + panels - 1) / panels;
     mc = ((g.M + want - 1) / want + kern.mr - 1) / kern.mr * kern.mr;
     if (mc > detail::kMC) mc = detail::kMC;
@@ -397,11 +472,12 @@ inline void run(const Args& g, Par&& par) {
   const int64_t flops_per_task = 2 * rows * (g.K > 0 ? g.K : 1) * kern.nr;
   int64_t grain = (int64_t(1) << 18) / flops_per_task;
   if (grain < 1) grain = 1;
+  const int64_t order = rows_outer ? -mblocks : mblocks;  // tiles_impl's convention
   if (tasks <= grain) {
-    kern.tiles(g, 0, tasks, mblocks, mc);
+    kern.tiles(g, 0, tasks, order, mc);
     return;
   }
-  par(0, tasks, grain, [&](int64_t begin, int64_t end) { kern.tiles(g, begin, end, mblocks, mc); });
+  par(0, tasks, grain, [&](int64_t begin, int64_t end) { kern.tiles(g, begin, end, order, mc); });
 }
 
 }  // namespace gemm
