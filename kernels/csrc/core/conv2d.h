@@ -468,6 +468,25 @@ inline void im2col_rows(const Problem& pb, const float* in, int64_t Cg, float* c
   }
 }
 
+// The transposed problem's output side (run_small_map, run_packed): C(p, co) = out[n, co0 + co, p],
+// pixel p at p * stride(3) (a flat plane, checked by the caller), with the per-channel scale,
+// bias and clamp along the columns.
+inline void transposed_out(const Problem& pb, int64_t n, int64_t co0, gemm::Args& a) {
+  const Params& p = pb.p;
+  a.C = pb.out + n * pb.lo.strides[0] + co0 * pb.lo.strides[1];
+  a.c_rs = pb.lo.strides[3];
+  a.c_cs = pb.lo.strides[1];
+  a.bias = pb.bias ? pb.bias + co0 * pb.bias_s : nullptr;
+  a.bias_rs = 0;
+  a.bias_cs = pb.bias_s;
+  a.scale = pb.scale ? pb.scale + co0 * pb.scale_s : nullptr;
+  a.scale_rs = 0;
+  a.scale_cs = pb.scale_s;
+  a.clamp = p.has_min || p.has_max;
+  a.act_min = p.has_min ? p.min : -__builtin_inff();
+  a.act_max = p.has_max ? p.max : __builtin_inff();
+}
+
 template <class Par>
 inline void run_small_map(const Problem& pb, Par&& par) {
   const Params& p = pb.p;
@@ -488,19 +507,7 @@ inline void run_small_map(const Problem& pb, Par&& par) {
       a.B = pb.w + g * Mg * pb.lw.strides[0];  // B(k, co) = weight[co, k]
       a.b_rs = 1;
       a.b_cs = pb.lw.strides[0];
-      // out[n, g * Mg + co, p]: pixel p at p * stride(3) (a flat plane, checked by the caller)
-      a.C = pb.out + n * pb.lo.strides[0] + g * Mg * pb.lo.strides[1];
-      a.c_rs = pb.lo.strides[3];
-      a.c_cs = pb.lo.strides[1];
-      a.bias = pb.bias ? pb.bias + g * Mg * pb.bias_s : nullptr;
-      a.bias_rs = 0;
-      a.bias_cs = pb.bias_s;
-      a.scale = pb.scale ? pb.scale + g * Mg * pb.scale_s : nullptr;
-      a.scale_rs = 0;
-      a.scale_cs = pb.scale_s;
-      a.clamp = p.has_min || p.has_max;
-      a.act_min = p.has_min ? p.min : -__builtin_inff();
-      a.act_max = p.has_max ? p.max : __builtin_inff();
+      transposed_out(pb, n, g * Mg, a);
       a.dot = true;
       gemm::run(a, par);
     }
@@ -539,19 +546,7 @@ inline void run_packed(const Problem& pb, Par&& par) {
       a.a_cs = 1;
     }
     a.packed_b = pb.packed;
-    // out[n, co, p]: pixel p at p * stride(3) (a flat plane, checked by the caller)
-    a.C = pb.out + n * pb.lo.strides[0];
-    a.c_rs = pb.lo.strides[3];
-    a.c_cs = pb.lo.strides[1];
-    a.bias = pb.bias;
-    a.bias_rs = 0;
-    a.bias_cs = pb.bias_s;
-    a.scale = pb.scale;
-    a.scale_rs = 0;
-    a.scale_cs = pb.scale_s;
-    a.clamp = p.has_min || p.has_max;
-    a.act_min = p.has_min ? p.min : -__builtin_inff();
-    a.act_max = p.has_max ? p.max : __builtin_inff();
+    transposed_out(pb, n, 0, a);
     gemm::run(a, par);
   }
 }
