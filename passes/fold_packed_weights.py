@@ -22,6 +22,7 @@ values: it returns a copy, the pack ops stay in the program and run on the runti
 from __future__ import annotations
 
 import copy
+import logging
 
 import torch
 import torch.fx as fx
@@ -85,7 +86,23 @@ def fold_only(ep, is_folded):
     are constants run once and replaced by its result as a constant (executorch's
     `constant_prop_pass`, every other op skipped: the rest of the program stays as it is)."""
     skip = {n.target for n in ep.graph.nodes if n.op == "call_function" and not is_folded(n.target)}
-    return constant_prop_pass(ep, custom_skip_targets=skip)
+    # executorch warns on the root logger that it does not fold inside control flow: the ops
+    # folded here are top-level ones, so the warning says nothing to the caller
+    quiet = _Quiet("does not constant propagate in control flow")
+    logging.getLogger().addFilter(quiet)
+    try:
+        return constant_prop_pass(ep, custom_skip_targets=skip)
+    finally:
+        logging.getLogger().removeFilter(quiet)
+
+
+class _Quiet(logging.Filter):
+    def __init__(self, text: str):
+        super().__init__()
+        self.text = text
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return self.text not in record.getMessage()
 
 
 def _without_unused_constants(ep, candidates: set):
