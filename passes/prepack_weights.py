@@ -43,15 +43,11 @@ from torch.fx.passes.infra.pass_base import PassResult
 from etfuse.backend_ops import (CONV2D_ACT, CONV2D_BN_ACT, CONV2D_BN_PACKED_ACT, CONV2D_PACKED_ACT, LINEAR_ACT,
                                 LINEAR_PACKED_ACT, LINEAR_RELU, PACK_GEMM_WEIGHT)
 
-from .fold_packed_weights import fold_only
+from .fold_packed_weights import _aten, fold_only
 from .graph_copy import copy_graph_module, program_with
 
 MIN_ROWS = 3
 MAX_CONV_PIXELS = 64  # exclusive: an 8x8 map fills the implicit GEMM's panels
-
-
-def _aten(target):
-    return getattr(target, "_op", target)
 
 
 def _val(arg):

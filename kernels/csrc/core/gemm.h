@@ -148,6 +148,16 @@ inline bool epilogue_in_registers(const Args& g, int64_t nr, int64_t NR, bool fi
       (!g.bias || g.bias_cs == 0 || g.bias_cs == 1);
 }
 
+// W values of a per-row (cs == 0: one value, broadcast) or per-column (cs == 1) epilogue operand.
+template <int W>
+ETFUSE_ALWAYS_INLINE typename Vec<W>::type epilogue_vector(const float* p, int64_t rs, int64_t cs, int64_t row,
+                                                           int64_t col) {
+  typename Vec<W>::type v;
+  if (cs == 0) return v = typename Vec<W>::type{} + p[row * rs];
+  std::memcpy(&v, p + row * rs + col, sizeof(v));
+  return v;
+}
+
 // accumulate, then the epilogue (scale, bias, clamp, as store_tile's first and last slice) on
 // the registers and straight into C: no round trip through the tile buffer, which cost as
 // much as the multiply-adds at a short K (a 1x1 conv from 16 channels: K = 16).
@@ -164,24 +174,8 @@ ETFUSE_ALWAYS_INLINE void micro_to_c(const Args& g, int64_t kc, const float* con
     for (int v = 0; v < NR / W; ++v) {
       vf x = acc[i][v];
       const int64_t col = j0 + v * W;
-      if (g.scale) {
-        vf sv;
-        if (g.scale_cs == 0) {
-          sv = vf{} + g.scale[row * g.scale_rs];
-        } else {
-          std::memcpy(&sv, g.scale + row * g.scale_rs + col, sizeof(vf));
-        }
-        x *= sv;
-      }
-      if (g.bias) {
-        vf bv;
-        if (g.bias_cs == 0) {
-          bv = vf{} + g.bias[row * g.bias_rs];
-        } else {
-          std::memcpy(&bv, g.bias + row * g.bias_rs + col, sizeof(vf));
-        }
-        x += bv;
-      }
+      if (g.scale) x *= epilogue_vector<W>(g.scale, g.scale_rs, g.scale_cs, row, col);
+      if (g.bias) x += epilogue_vector<W>(g.bias, g.bias_rs, g.bias_cs, row, col);
       if (g.clamp) x = x < lo ? lo : (x > hi ? hi : x);  // clamp_act lane by lane (NaN kept)
       std::memcpy(c + v * W, &x, sizeof(vf));
     }
