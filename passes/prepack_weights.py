@@ -41,7 +41,8 @@ from executorch.exir.passes.constant_prop_pass import get_constant_placeholder_d
 from torch.fx.passes.infra.pass_base import PassResult
 
 from etfuse.backend_ops import (CONV2D_ACT, CONV2D_BN_ACT, CONV2D_BN_PACKED_ACT, CONV2D_PACKED_ACT, LINEAR_ACT,
-                                LINEAR_PACKED_ACT, LINEAR_RELU, PACK_GEMM_WEIGHT)
+                                LINEAR_PACKED_ACT, LINEAR_RELU, PACK_GEMM_WEIGHT, QUANTIZED_CONV2D,
+                                QUANTIZED_CONV2D_PACKED, QUANTIZED_LINEAR, QUANTIZED_LINEAR_PACKED)
 
 from .fold_packed_weights import _aten, fold_only
 from .graph_copy import copy_graph_module, program_with
@@ -59,12 +60,12 @@ def _static(shape) -> bool:
     return all(isinstance(d, int) for d in shape)
 
 
-def _linear_worth_it(node: fx.Node, args: dict) -> bool:
+def _linear_worth_it(node: fx.Node, args: dict, constants: dict) -> bool:
     x = _val(args["input"])
     return x is not None and x.dim() >= 1 and _static(x.shape[:-1]) and math.prod(x.shape[:-1]) >= MIN_ROWS
 
 
-def _conv_worth_it(node: fx.Node, args: dict) -> bool:
+def _conv_worth_it(node: fx.Node, args: dict, constants: dict) -> bool:
     out = _val(node)
     return (args["groups"] == 1 and out is not None and out.dim() == 4 and _static(out.shape)
             and out.shape[2] * out.shape[3] < MAX_CONV_PIXELS)
@@ -86,13 +87,48 @@ def _packed_conv_bn_args(args: dict, packed: fx.Node, weight) -> tuple:
             args["dilation"], args.get("min"), args.get("max"), args.get("activation", "none"))
 
 
-# op -> (its packed op, whether packing pays at this node, the packed op's arguments)
+def _symmetric(args: dict, constants: dict) -> bool:
+    """A quantized op's weight zero points are absent or all 0 (the packed ops take none)."""
+    zp = args.get("weight_zero_point")
+    if zp is None:
+        return True
+    value = constants.get(zp) if isinstance(zp, fx.Node) else None
+    return isinstance(value, torch.Tensor) and not bool(value.any())
+
+
+def _quantized_linear_worth_it(node: fx.Node, args: dict, constants: dict) -> bool:
+    # any rows: the unpacked op converts the whole int8 weight to floats on every call
+    return _symmetric(args, constants)
+
+
+def _quantized_conv_worth_it(node: fx.Node, args: dict, constants: dict) -> bool:
+    return _symmetric(args, constants) and _conv_worth_it(node, args, constants)
+
+
+def _packed_quantized_linear_args(args: dict, packed: fx.Node, weight) -> tuple:
+    return (args["input"], args["input_scale"], args["input_zero_point"], packed, weight.shape[0],
+            args["weight_scale"], args.get("bias"), args["output_scale"], args["output_zero_point"],
+            args["output_min"], args["output_max"])
+
+
+def _packed_quantized_conv_args(args: dict, packed: fx.Node, weight) -> tuple:
+    return (args["input"], args["input_scale"], args["input_zero_point"], packed, list(weight.shape),
+            args["weight_scale"], args.get("bias"), args["stride"], args["padding"], args["dilation"],
+            args["output_scale"], args["output_zero_point"], args["output_min"], args["output_max"])
+
+
+# op -> (its packed op, whether packing pays at this node, the packed op's arguments, the weight's dtype)
 _PACKABLE = {
-    LINEAR_ACT.aten: (LINEAR_PACKED_ACT, _linear_worth_it, _packed_linear_args),
+    LINEAR_ACT.aten: (LINEAR_PACKED_ACT, _linear_worth_it, _packed_linear_args, torch.float32),
     LINEAR_RELU.aten: (LINEAR_PACKED_ACT, _linear_worth_it,
-                       lambda args, packed, w: _packed_linear_args({**args, "min": 0.0}, packed, w)),
-    CONV2D_ACT.aten: (CONV2D_PACKED_ACT, _conv_worth_it, _packed_conv_args),
-    CONV2D_BN_ACT.aten: (CONV2D_BN_PACKED_ACT, _conv_worth_it, _packed_conv_bn_args),
+                       lambda args, packed, w: _packed_linear_args({**args, "min": 0.0}, packed, w), torch.float32),
+    CONV2D_ACT.aten: (CONV2D_PACKED_ACT, _conv_worth_it, _packed_conv_args, torch.float32),
+    CONV2D_BN_ACT.aten: (CONV2D_BN_PACKED_ACT, _conv_worth_it, _packed_conv_bn_args, torch.float32),
+    # int8 panels: the .pte keeps 1 byte a weight
+    QUANTIZED_LINEAR.aten: (QUANTIZED_LINEAR_PACKED, _quantized_linear_worth_it, _packed_quantized_linear_args,
+                            torch.int8),
+    QUANTIZED_CONV2D.aten: (QUANTIZED_CONV2D_PACKED, _quantized_conv_worth_it, _packed_quantized_conv_args,
+                            torch.int8),
 }
 
 
@@ -107,8 +143,8 @@ def _packable(node: fx.Node, constants: dict) -> bool:
         return False
     args = _named_args(node)
     value = constants.get(args["weight"]) if isinstance(args["weight"], fx.Node) else None
-    worth_it = _PACKABLE[_aten(node.target)][1]
-    return isinstance(value, torch.Tensor) and value.dtype == torch.float32 and worth_it(node, args)
+    _, worth_it, _, dtype = _PACKABLE[_aten(node.target)]
+    return isinstance(value, torch.Tensor) and value.dtype == dtype and worth_it(node, args, constants)
 
 
 def _is_pack(target) -> bool:
@@ -144,7 +180,7 @@ class PrepackWeightsPass(ExportedProgramPassBase):
                 with fake.fake_mode:
                     pack.meta["val"] = PACK_GEMM_WEIGHT.aten(fake)
                 packs[weight] = pack
-            packed_op, _, packed_args = _PACKABLE[_aten(node.target)]
+            packed_op, _, packed_args, _ = _PACKABLE[_aten(node.target)]
             with graph.inserting_before(node):
                 fused = graph.call_function(packed_op.backend, packed_args(args, packs[weight], weight.meta["val"]))
             fused.meta = dict(node.meta)

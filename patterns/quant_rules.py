@@ -149,7 +149,7 @@ def _finite_in_float32(*values: float) -> bool:
     return bool(torch.isfinite(t).all()) and bool((t[:1] > 0).all())
 
 
-def _qparams(prefix: str, dtype_param: str):
+def qparams_check(prefix: str, dtype_param: str):
     """scale > 0 and finite, quant range inside the dtype's, zero point inside the quant range."""
 
     def check(m: Match) -> Optional[str]:
@@ -174,7 +174,7 @@ def _qparams(prefix: str, dtype_param: str):
     return check
 
 
-def _same_dtypes(*names: str):
+def same_dtypes(*names: str):
     def check(m: Match) -> Optional[str]:
         dtypes = [m.bindings[n] for n in names]
         if any(d != dtypes[0] for d in dtypes):
@@ -233,9 +233,9 @@ def _add_scalar_arguments(m: Match):
 _BINARY_DTYPES = {"a_dtype": I8, "b_dtype": U8, "out_dtype": I16}
 _SCALAR_DTYPES = {"a_dtype": I8, "out_dtype": I16}
 
-_binary_check = all_of(_same_dtypes("a_dtype", "b_dtype", "out_dtype"), _qparams("a", "a_dtype"),
-                       _qparams("b", "b_dtype"), _qparams("out", "out_dtype"), _ranks("a", "b"))
-_scalar_check = all_of(_same_dtypes("a_dtype", "out_dtype"), _qparams("a", "a_dtype"), _qparams("out", "out_dtype"),
+_binary_check = all_of(same_dtypes("a_dtype", "b_dtype", "out_dtype"), qparams_check("a", "a_dtype"),
+                       qparams_check("b", "b_dtype"), qparams_check("out", "out_dtype"), _ranks("a", "b"))
+_scalar_check = all_of(same_dtypes("a_dtype", "out_dtype"), qparams_check("a", "a_dtype"), qparams_check("out", "out_dtype"),
                        _ranks("qa"), _scalar_is_known)
 
 

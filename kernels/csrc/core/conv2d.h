@@ -107,6 +107,8 @@ struct Problem {
   // The weight packed at fuse time (conv2d_packed_act: pack_gemm_weight of weight.reshape(Cout, K),
   // groups 1), or null. `w` is then unused and `lw` only gives the weight's shape.
   const float* packed = nullptr;
+  // The same in int8 (etfuse::quantized_conv2d_packed; gemm::Args::packed_b_i8).
+  const int8_t* packed_i8 = nullptr;
 };
 
 namespace detail {
@@ -546,6 +548,7 @@ inline void run_packed(const Problem& pb, Par&& par) {
       a.a_cs = 1;
     }
     a.packed_b = pb.packed;
+    a.packed_b_i8 = pb.packed_i8;
     transposed_out(pb, n, 0, a);
     gemm::run(a, par);
   }
@@ -609,7 +612,7 @@ inline void run(const Problem& pb, Par&& par) {
   const Params& p = pb.p;
   const int64_t N = pb.lo.sizes[0], Cout = pb.lo.sizes[1], OH = pb.lo.sizes[2], OW = pb.lo.sizes[3];
   if (N == 0 || Cout == 0 || OH == 0 || OW == 0) return;
-  if (pb.packed) {
+  if (pb.packed || pb.packed_i8) {
     detail::run_packed(pb, par);
     return;
   }
@@ -694,7 +697,7 @@ inline void run(const Problem& pb, Par&& par) {
 // The GEMM path writes output pixel j = oh * OW + ow at j * stride(3): the output plane must
 // be "flat" (stride(2) == OW * stride(3)). The direct kernel handles any output strides.
 inline bool out_is_flat(const Problem& pb) {
-  return (!pb.packed && is_direct(pb)) || pb.lo.sizes[2] <= 1 || pb.lo.strides[2] == pb.lo.sizes[3] * pb.lo.strides[3];
+  return (!pb.packed && !pb.packed_i8 && is_direct(pb)) || pb.lo.sizes[2] <= 1 || pb.lo.strides[2] == pb.lo.sizes[3] * pb.lo.strides[3];
 }
 
 }  // namespace conv2d

@@ -54,6 +54,9 @@ struct Args {
   // past N zero: packed[p][k][c] = B(k, p * kPanel + c) (the ATen pattern of etfuse's
   // pack_gemm_weight, backend_ops/prepacked_ops.py). The AVX2 tiles read it in place.
   const float* packed_b = nullptr;
+  // The same layout in int8 (etfuse::quantized_*_packed: integer weights, symmetric): each K
+  // slice of a panel is converted to floats as it is packed, so the weight stays 1 byte a value.
+  const int8_t* packed_b_i8 = nullptr;
   // B's rows are contiguous (b_cs == 1; a 1x1 conv's input planes): a full NR-wide panel is read
   // in place with row stride b_rs, only a last partial panel is packed (by `pack` or the strides).
   bool b_direct = false;
@@ -108,6 +111,22 @@ ETFUSE_ALWAYS_INLINE void copy_packed(const Args& g, int64_t k0, int64_t kc, int
     const int64_t col = j0 + j;
     const float* src = g.packed_b + (col / kPanel) * g.K * kPanel + k0 * kPanel + col % kPanel;
     for (int64_t k = 0; k < kc; ++k) pack[k * NR + j] = col < width ? src[k * kPanel] : 0.0f;
+  }
+}
+
+// copy_packed from int8 panels: pack[k][0:NR] = float(B(k0 + k, j0 : j0 + NR)).
+template <int NR>
+ETFUSE_ALWAYS_INLINE void copy_packed_i8(const Args& g, int64_t k0, int64_t kc, int64_t j0, float* pack) {
+  if (NR == kPanel) {  // one panel's K slice is contiguous
+    const int8_t* src = g.packed_b_i8 + (j0 / kPanel) * g.K * kPanel + k0 * kPanel;
+    for (int64_t i = 0; i < kc * kPanel; ++i) pack[i] = static_cast<float>(src[i]);
+    return;
+  }
+  const int64_t width = packed_panels(g.N) * kPanel;
+  for (int64_t j = 0; j < NR; ++j) {
+    const int64_t col = j0 + j;
+    const int8_t* src = g.packed_b_i8 + (col / kPanel) * g.K * kPanel + k0 * kPanel + col % kPanel;
+    for (int64_t k = 0; k < kc; ++k) pack[k * NR + j] = col < width ? static_cast<float>(src[k * kPanel]) : 0.0f;
   }
 }
 
@@ -290,7 +309,9 @@ ETFUSE_ALWAYS_INLINE void tiles_impl(const Args& g, int64_t t0, int64_t t1, int6
       const bool first = k0 == 0, last = k0 + kc >= g.K;
       const float* panel = pack;
       int64_t ldp = NR;
-      if (g.packed_b && NR == kPanel) {
+      if (g.packed_b_i8) {
+        copy_packed_i8<NR>(g, k0, kc, j0, pack);
+      } else if (g.packed_b && NR == kPanel) {
         panel = g.packed_b + (j0 / kPanel) * g.K * kPanel + k0 * kPanel;  // in place
       } else if (g.b_direct && nr == NR) {
         panel = g.B + k0 * g.b_rs + j0;  // in place: rows of B are contiguous
@@ -347,7 +368,7 @@ constexpr int64_t kDotMaxRows = 16, kDotFewRows = 4, kDotMinK = 256;
 
 inline bool use_dot(const Args& g) {
   return (g.dot || g.M <= kDotFewRows || (g.M <= kDotMaxRows && g.K >= kDotMinK)) && g.pack == nullptr &&
-      g.packed_b == nullptr &&
+      g.packed_b == nullptr && g.packed_b_i8 == nullptr &&
       g.b_rs == 1 && g.a_cs == 1 && g.K > 0;
 }
 

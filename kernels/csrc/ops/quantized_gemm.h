@@ -1,0 +1,327 @@
+// etfuse::quantized_conv2d / quantized_linear (backend_ops/quantized_gemm_ops.py): int8/uint8
+// activations, an int8 weight with per-output-channel scale and zero point, a float32 bias.
+//
+// The products of 8-bit integers are summed exactly on the float32 GEMM and conv micro-kernels:
+// the operands are the integers (x - x_zp) and (w - w_zp[c]) as floats, so every product is exact
+// and every partial sum is an integer, exact below 2^24. The epilogue then requantizes:
+//   y = acc * float32(input_scale * weight_scale[c]); y = y + bias[c]
+//   out = clamp(rint(y * float(1 / output_scale)) + output_zp, output_min, output_max)
+// one float32 operation at a time, never contracted into an FMA (compiled for AVX2 without FMA,
+// like core/quantized.h), so it is bit-exact with the op's pattern.
+#pragma once
+
+#include <algorithm>
+#include <vector>
+
+#include "adapter.h"
+#include "core/conv2d.h"
+#include "core/gemm_entry.h"
+#include "ops/conv2d.h"
+#include "ops/quantized_args.h"
+
+namespace etfuse {
+namespace adapter {
+namespace quantized_gemm {
+
+// The per-call constants of the epilogue, and the operands as exact float integers.
+struct Operands {
+  qc::QType type = qc::QType::kInt8;
+  qc::QParams out;            // output_scale / zero point, [output_min, output_max]
+  std::vector<float> scale;   // float(input_scale) * weight_scale[c]
+  std::vector<float> bias;    // empty: none
+  std::vector<float> x;       // float(x) - x_zp, contiguous
+  std::vector<float> w;       // float(w) - w_zp[c], contiguous [Cout, ...]
+};
+
+template <class T>
+inline void integers(const T* q, int64_t n, float zp, float* out) {
+  for (int64_t i = 0; i < n; ++i) out[i] = static_cast<float>(q[i]) - zp;
+}
+
+// (x - zp) for n values, in parallel chunks (a 96-channel 48x48 map is 221K values).
+template <class T>
+inline void integers_parallel(const T* q, int64_t n, float zp, float* out) {
+  if (n <= 32768) {
+    integers(q, n, zp, out);
+    return;
+  }
+  Parallel{}(int64_t(0), n, int64_t(32768), [&](int64_t b, int64_t e) { integers(q + b, e - b, zp, out + b); });
+}
+
+// Checks the arguments shared by the ops and fills `ops` (x, and w unless packed, as float
+// integers). `packed`: the weight is int8 panels (pack_gemm_weight) and `lw` is already the
+// logical weight's layout [Cout, ...]; its zero points are 0 (the packed ops take none).
+inline bool read_operands(const char* op, const Tensor& input, double input_scale, int64_t input_zero_point,
+                          const Tensor& weight, const Tensor& weight_scale, const OptTensor& weight_zero_point,
+                          const OptTensor& bias, double output_scale, int64_t output_zero_point, int64_t output_min,
+                          int64_t output_max, const Tensor& out, Layout& li, Layout& lw, Operands& ops, Status& st,
+                          bool packed = false) {
+  qc::QParams in;
+  if (!(check_cpu(op, "input", input, st) && check_cpu(op, "weight", weight, st) &&
+        qtype_of(op, "input", input.scalar_type(), ops.type, st))) {
+    return false;
+  }
+  if (out.scalar_type() != input.scalar_type()) {
+    return st.fail("%s: out has dtype %s, the input %s (the op writes the input's dtype)", op,
+                   dtype_name(out.scalar_type()), dtype_name(input.scalar_type()));
+  }
+  if (weight.scalar_type() != ScalarType::Char) {
+    return st.fail("%s: weight must be int8, got %s", op, dtype_name(weight.scalar_type()));
+  }
+  if (!(qc::make_qparams(op, "input", input_scale, input_zero_point, qc::qtype_min(ops.type),
+                         qc::qtype_max(ops.type), ops.type, in, st) &&
+        // the zero point need not lie in [output_min, output_max]: that range is the activation's
+        qc::make_qparams(op, "output", output_scale, output_zero_point, qc::qtype_min(ops.type),
+                         qc::qtype_max(ops.type), ops.type, ops.out, st) &&
+        layout_of(input, "input", li, st) && (packed || layout_of(weight, "weight", lw, st)))) {
+    return false;
+  }
+  if (output_min > output_max || output_min < qc::qtype_min(ops.type) || output_max > qc::qtype_max(ops.type)) {
+    return st.fail("%s: output range [%lld, %lld] is empty or not inside %s's", op, (long long)output_min,
+                   (long long)output_max, qc::qtype_name(ops.type));
+  }
+  ops.out.qmin = static_cast<float>(output_min);
+  ops.out.qmax = static_cast<float>(output_max);
+  const int64_t cout = lw.ndim ? lw.sizes[0] : 0;
+  std::vector<float> wscale, wzp;
+  if (!row_values(op, "weight_scale", weight_scale, cout, wscale, st)) return false;
+  if (has(weight_zero_point) && !row_values(op, "weight_zero_point", *weight_zero_point, cout, wzp, st)) return false;
+  if (has(bias)) {
+    if (bias->scalar_type() != ScalarType::Float) {
+      return st.fail("%s: bias must be float32, got %s", op, dtype_name(bias->scalar_type()));
+    }
+    if (!row_values(op, "bias", *bias, cout, ops.bias, st)) return false;
+  }
+  ops.scale.resize(static_cast<size_t>(cout));
+  for (int64_t c = 0; c < cout; ++c) ops.scale[c] = static_cast<float>(input_scale) * wscale[c];
+
+  Input x(input);
+  x.read(li, !is_contiguous(li));
+  ops.x.resize(static_cast<size_t>(li.numel()));
+  with_qtype(ops.type, [&](auto tag) {
+    integers_parallel(x.data<decltype(tag)>(), li.numel(), in.zero_point, ops.x.data());
+  });
+  li = contiguous_layout(li);
+  if (packed) return true;
+  Input w(weight);
+  w.read(lw, !is_contiguous(lw));
+  ops.w.resize(static_cast<size_t>(lw.numel()));
+  const int64_t per_channel = cout ? lw.numel() / cout : 0;
+  for (int64_t c = 0; c < cout; ++c) {
+    integers(w.data<int8_t>() + c * per_channel, per_channel, wzp.empty() ? 0.0f : wzp[c],
+             ops.w.data() + c * per_channel);
+  }
+  lw = contiguous_layout(lw);
+  return true;
+}
+
+// ---- the epilogue: acc -> the quantized output ------------------------------------------------
+
+struct Requant {
+  const float* scale;
+  const float* bias;  // null: none
+  float inv, zp, lo, hi;
+};
+
+// `n` values of one channel c (conv: a channel's pixels), or one value per channel (linear: a row).
+template <class T, bool kPerElementChannel>
+ETFUSE_ALWAYS_INLINE void requant_loop(const float* __restrict acc, int64_t n, int64_t c, const Requant& r,
+                                       T* __restrict q) {
+  for (int64_t i = 0; i < n; ++i) {
+    const int64_t ch = kPerElementChannel ? i : c;
+    float y = acc[i] * r.scale[ch];
+    if (r.bias) y = y + r.bias[ch];
+    q[i] = static_cast<T>(static_cast<int32_t>(qc::clampf(std::rint(y * r.inv) + r.zp, r.lo, r.hi)));
+  }
+}
+
+template <class T, bool kPer>
+ETFUSE_TARGET_AVX2_NOFMA void requant_avx2(const float* acc, int64_t n, int64_t c, const Requant& r, T* q) {
+  requant_loop<T, kPer>(acc, n, c, r, q);
+}
+template <class T, bool kPer>
+void requant_base(const float* acc, int64_t n, int64_t c, const Requant& r, T* q) {
+  requant_loop<T, kPer>(acc, n, c, r, q);
+}
+
+// acc [outer, channels, inner] -> q (contiguous, same shape). Linear: inner 1, channels = N.
+template <class T>
+inline void requantize(const float* acc, int64_t outer, int64_t channels, int64_t inner, const Operands& ops, T* q) {
+  const Requant r{ops.scale.data(), ops.bias.empty() ? nullptr : ops.bias.data(), ops.out.inv_scale,
+                  ops.out.zero_point, ops.out.qmin, ops.out.qmax};
+  const bool avx2 = core::selected_isa() == core::Isa::kAvx2;
+  if (inner == 1) {
+    auto f = avx2 ? &requant_avx2<T, true> : &requant_base<T, true>;
+    Parallel{}(int64_t(0), outer, std::max<int64_t>(1, 16384 / std::max<int64_t>(1, channels)),
+               [&](int64_t r0, int64_t r1) {
+                 for (int64_t m = r0; m < r1; ++m) f(acc + m * channels, channels, 0, r, q + m * channels);
+               });
+    return;
+  }
+  auto f = avx2 ? &requant_avx2<T, false> : &requant_base<T, false>;
+  Parallel{}(int64_t(0), outer * channels, std::max<int64_t>(1, 16384 / inner), [&](int64_t r0, int64_t r1) {
+    for (int64_t row = r0; row < r1; ++row) f(acc + row * inner, inner, row % channels, r, q + row * inner);
+  });
+}
+
+
+// ---- a few rows on int8 panels: a GEMV that reads the weight once ----------------------------
+// The GEMM's tiles would convert every K slice of every panel to floats in a buffer and then run
+// MR-row tiles mostly empty (MobileNetV2's classifier: 1 x 1280 x 1000, 165 us). Here each
+// panel's K x 16 values are converted in registers and multiplied into all rows' 16 sums.
+constexpr int64_t kGemvMaxRows = 4;
+constexpr int64_t kPanel = core::gemm::kPanel;
+
+template <int R>
+inline void panels_rows_base(const float* x, int64_t x_rs, int64_t K, const int8_t* w, int64_t p0, int64_t p1,
+                             float* acc, int64_t N) {
+  for (int64_t p = p0; p < p1; ++p) {
+    float s[R][kPanel] = {};
+    const int8_t* panel = w + p * K * kPanel;
+    for (int64_t k = 0; k < K; ++k)
+      for (int r = 0; r < R; ++r)
+        for (int64_t c = 0; c < kPanel; ++c) s[r][c] += x[r * x_rs + k] * static_cast<float>(panel[k * kPanel + c]);
+    const int64_t cols = std::min<int64_t>(kPanel, N - p * kPanel);
+    for (int r = 0; r < R; ++r)
+      for (int64_t c = 0; c < cols; ++c) acc[r * N + p * kPanel + c] = s[r][c];
+  }
+}
+
+#if ETFUSE_HAVE_X86_DISPATCH
+template <int R>
+ETFUSE_TARGET_AVX2 void panels_rows_avx2(const float* x, int64_t x_rs, int64_t K, const int8_t* w, int64_t p0,
+                                         int64_t p1, float* acc, int64_t N) {
+  for (int64_t p = p0; p < p1; ++p) {
+    __m256 s0[R], s1[R];
+    for (int r = 0; r < R; ++r) s0[r] = s1[r] = _mm256_setzero_ps();
+    const int8_t* panel = w + p * K * kPanel;
+    for (int64_t k = 0; k < K; ++k) {
+      const __m128i v = _mm_loadu_si128(reinterpret_cast<const __m128i*>(panel + k * kPanel));
+      const __m256 lo = _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(v));
+      const __m256 hi = _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_srli_si128(v, 8)));
+      for (int r = 0; r < R; ++r) {
+        const __m256 xv = _mm256_broadcast_ss(x + r * x_rs + k);
+        s0[r] = _mm256_fmadd_ps(xv, lo, s0[r]);  // exact: integer products and sums below 2^24
+        s1[r] = _mm256_fmadd_ps(xv, hi, s1[r]);
+      }
+    }
+    const int64_t cols = std::min<int64_t>(kPanel, N - p * kPanel);
+    for (int r = 0; r < R; ++r) {
+      alignas(32) float t[kPanel];
+      _mm256_store_ps(t, s0[r]);
+      _mm256_store_ps(t + 8, s1[r]);
+      for (int64_t c = 0; c < cols; ++c) acc[r * N + p * kPanel + c] = t[c];
+    }
+  }
+}
+#endif
+
+// acc[M, N] = x[M, K] (rows x_rs apart) @ the int8 panels, M <= kGemvMaxRows.
+inline void panels_rows(const float* x, int64_t M, int64_t x_rs, int64_t K, const int8_t* w, int64_t N, float* acc) {
+  const int64_t panels = core::gemm::packed_panels(N);
+  const int64_t grain = std::max<int64_t>(1, (int64_t(1) << 17) / std::max<int64_t>(1, K * kPanel));
+  Parallel{}(int64_t(0), panels, grain, [&](int64_t p0, int64_t p1) {
+    for (int64_t m = 0; m < M;) {
+      const int64_t r = std::min<int64_t>(M - m, 2);
+#if ETFUSE_HAVE_X86_DISPATCH
+      if (core::selected_isa() == core::Isa::kAvx2) {
+        (r == 2 ? &panels_rows_avx2<2> : &panels_rows_avx2<1>)(x + m * x_rs, x_rs, K, w, p0, p1, acc + m * N, N);
+        m += r;
+        continue;
+      }
+#endif
+      (r == 2 ? &panels_rows_base<2> : &panels_rows_base<1>)(x + m * x_rs, x_rs, K, w, p0, p1, acc + m * N, N);
+      m += r;
+    }
+  });
+}
+
+// ---- the ops' bodies --------------------------------------------------------------------------
+
+// quantized_conv2d(_packed): `weight_size` non-null when `weight` is int8 panels (groups 1).
+inline Tensor& conv2d_into(Context& ctx, const char* op, const Tensor& input, double input_scale,
+                           int64_t input_zero_point, const Tensor& weight, const IntList* weight_size,
+                           const Tensor& weight_scale, const OptTensor& weight_zero_point, const OptTensor& bias,
+                           IntList stride, IntList padding, IntList dilation, int64_t groups, double output_scale,
+                           int64_t output_zero_point, int64_t output_min, int64_t output_max, Tensor& out) {
+  namespace conv = core::conv2d;
+  const bool packed = weight_size != nullptr;
+  Status st;
+  Layout li, lw, lpacked;
+  Operands ops;
+  conv::Params p;
+  p.groups = groups;
+  int ndim = 0;
+  int64_t sizes[core::kMaxDims];
+  Out o(out);
+  bool ok = conv::pair("stride", stride.data(), stride.size(), p.stride, st) &&
+      conv::pair("padding", padding.data(), padding.size(), p.padding, st) &&
+      conv::pair("dilation", dilation.data(), dilation.size(), p.dilation, st) &&
+      (!packed || (check_cpu(op, "packed_weight", weight, st) && layout_of(weight, "packed_weight", lpacked, st) &&
+                   packed_conv_weight(op, *weight_size, lpacked, groups, lw, st))) &&
+      read_operands(op, input, input_scale, input_zero_point, weight, weight_scale, weight_zero_point, bias,
+                    output_scale, output_zero_point, output_min, output_max, out, li, lw, ops, st, packed) &&
+      conv::out_shape(li, lw, nullptr, p, ndim, sizes, st) && o.resize(op, ndim, sizes, st) &&
+      o.open({&input, &weight}, false, is_contiguous(o.layout()), st);
+  std::vector<float> acc(ok ? static_cast<size_t>(o.layout().numel()) : 0);
+  conv::Problem pb;
+  const Layout lacc = ok ? contiguous_layout(o.layout()) : Layout{};
+  ok = ok && conv::make_problem(ops.x.data(), li, packed ? nullptr : ops.w.data(), lw, nullptr, nullptr, acc.data(),
+                                lacc, p, pb, st);
+  ETFUSE_CHECK(ctx, ok, st, out);
+  pb.packed_i8 = packed ? weight.const_data_ptr<int8_t>() : nullptr;
+  conv::run(pb, Parallel{});
+  with_qtype(ops.type, [&](auto tag) {
+    requantize(acc.data(), lacc.sizes[0], lacc.sizes[1], lacc.sizes[2] * lacc.sizes[3], ops, o.data<decltype(tag)>());
+  });
+  return o.finish();
+}
+
+// quantized_linear(_packed): `packed_n` >= 0 when `weight` is int8 panels for that many outputs.
+inline Tensor& linear_into(Context& ctx, const char* op, const Tensor& input, double input_scale,
+                           int64_t input_zero_point, const Tensor& weight, int64_t packed_n, const Tensor& weight_scale,
+                           const OptTensor& weight_zero_point, const OptTensor& bias, double output_scale,
+                           int64_t output_zero_point, int64_t output_min, int64_t output_max, Tensor& out) {
+  namespace ge = core::gemm_entry;
+  const bool packed = packed_n >= 0;
+  Status st;
+  Layout li, lw, lpacked;
+  Operands ops;
+  int ndim = 0;
+  int64_t sizes[core::kMaxDims];
+  Out o(out);
+  bool ok = (!packed || (check_cpu(op, "packed_weight", weight, st) && layout_of(weight, "packed_weight", lpacked, st) &&
+                         ge::packed_weight(lpacked, packed_n, lw, st, op))) &&
+      read_operands(op, input, input_scale, input_zero_point, weight, weight_scale, weight_zero_point, bias,
+                    output_scale, output_zero_point, output_min, output_max, out, li, lw, ops, st, packed);
+  if (ok && lw.ndim != 2) ok = st.fail("%s: weight must be 2-D [out, in], got %s", op, core::ShapeStr(lw).c_str());
+  ok = ok && ge::linear_out_shape(li, lw, nullptr, ndim, sizes, st) && o.resize(op, ndim, sizes, st) &&
+      o.open({&input, &weight}, false, is_contiguous(o.layout()), st);
+  std::vector<float> acc(ok ? static_cast<size_t>(o.layout().numel()) : 0);
+  const Layout lacc = ok ? contiguous_layout(o.layout()) : Layout{};
+  core::gemm::Args g;
+  // linear_args reads B through the weight's strides; a packed weight is read from its panels
+  ok = ok && ge::linear_args(ops.x.data(), li, packed ? nullptr : ops.w.data(), lw, nullptr, nullptr, acc.data(),
+                             lacc, g, st);
+  ETFUSE_CHECK(ctx, ok, st, out);
+  if (packed) {
+    g.B = nullptr;
+    g.packed_b_i8 = weight.const_data_ptr<int8_t>();
+  }
+  const int64_t n = lw.sizes[0];
+  if (packed && g.M <= kGemvMaxRows) {
+    panels_rows(ops.x.data(), g.M, lw.sizes[1], lw.sizes[1], weight.const_data_ptr<int8_t>(), n, acc.data());
+  } else {
+    ge::Clamp none;
+    none.on = false;
+    ge::run(g, none, Parallel{});
+  }
+  with_qtype(ops.type, [&](auto tag) {
+    requantize(acc.data(), n ? lacc.numel() / n : 0, n, 1, ops, o.data<decltype(tag)>());
+  });
+  return o.finish();
+}
+
+}  // namespace quantized_gemm
+}  // namespace adapter
+}  // namespace etfuse

@@ -1,0 +1,20 @@
+// etfuse::quantized_linear_packed.out: quantized_linear on int8 weight panels packed at fuse time
+// (ops/quantized_gemm.h; gemm::Args::packed_b_i8).
+#include "ops/quantized_gemm.h"
+
+namespace {
+
+using namespace etfuse::adapter;
+
+Tensor& quantized_linear_packed_out(Context& ctx, const Tensor& input, double input_scale, int64_t input_zero_point,
+                                    const Tensor& packed_weight, int64_t out_features, const Tensor& weight_scale,
+                                    const OptTensor& bias, double output_scale, int64_t output_zero_point,
+                                    int64_t output_min, int64_t output_max, Tensor& out) {
+  return quantized_gemm::linear_into(ctx, "etfuse::quantized_linear_packed.out", input, input_scale,
+                                     input_zero_point, packed_weight, out_features, weight_scale, OptTensor(), bias,
+                                     output_scale, output_zero_point, output_min, output_max, out);
+}
+
+}  // namespace
+
+ETFUSE_REGISTER(etfuse, "quantized_linear_packed.out", quantized_linear_packed_out);
