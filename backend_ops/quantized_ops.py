@@ -122,7 +122,20 @@ DEQUANTIZE_PER_TENSOR = BackendOp(
     _dequantize_per_tensor, doc="torch.ao's op; etfuse adds the .out variant and kernels",
     kernel="dequantize_per_tensor", runtime_library="quantized_runtime")
 
-QDQ_OPS = [QUANTIZE_PER_TENSOR, DEQUANTIZE_PER_TENSOR]
+def _dequantize_per_channel(input, scales, zero_points, axis, quant_min, quant_max, dtype, out_dtype=None):
+    return qd.dequantize_per_channel.default(input, scales, zero_points, axis, quant_min, quant_max, dtype,
+                                             out_dtype=out_dtype)
+
+
+# What a PT2E conv/linear weight leaves where no quantized rule fused it (a float op reads it).
+DEQUANTIZE_PER_CHANNEL = BackendOp(
+    "quantized_decomposed",
+    "dequantize_per_channel(Tensor input, Tensor scales, Tensor? zero_points, int axis, int quant_min, int quant_max, "
+    "ScalarType dtype, *, ScalarType? out_dtype=None) -> Tensor",
+    _dequantize_per_channel, doc="torch.ao's op; etfuse adds the .out variant and kernels",
+    kernel="dequantize_per_channel", runtime_library="quantized_runtime")
+
+QDQ_OPS = [QUANTIZE_PER_TENSOR, DEQUANTIZE_PER_TENSOR, DEQUANTIZE_PER_CHANNEL]
 
 
 def decompositions() -> dict:
