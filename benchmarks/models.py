@@ -1,7 +1,7 @@
 """Real CNN and audio models end to end: stock portable runtime, etfuse, XNNPACK, XNNPACK + etfuse.
 
     python benchmarks/models.py [--models resnet8,squeezenet,...] [--batch 1,8] [--rounds 5]
-                                [--stock-batch 1] [--top 3]
+                                [--stock-batch 1] [--top 3] [--int8]
 
 The zoo: the mlperf_tiny models that ship in executorch's wheel (ResNet8, DS-CNN KWS,
 MobileNetV1-0.25), and our own definitions of the standard blocks where the original needs
@@ -16,6 +16,11 @@ against eager (relative max error), then timed on the ExecuTorch runtime interle
 (median; benchmarks/kernels.py), torch eager timed apart; the etfuse program's top ops by
 ETDump time. The stock program is timed only at the batch sizes in --stock-batch (it runs for
 seconds per forward on the larger models). Prints a Markdown table and the machine's load.
+
+--int8: each model quantized first the way XNNPACK users do it (PT2E, the XNNPACK quantizer,
+per-channel int8 weights, calibrated on the benchmark input; tests/fusion_helpers.pt2e_int8), and
+compared with that quantized model in eager. No stock column: executorch's stock quantized kernels
+cannot share a process with etfuse's (backend_ops/quantized_ops.py).
 """
 
 from __future__ import annotations
@@ -38,7 +43,7 @@ import etfuse  # noqa: E402
 import etfuse.kernels as kernels  # noqa: E402
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
-from fusion_helpers import eval_with_bn_stats  # noqa: E402
+from fusion_helpers import eval_with_bn_stats, pt2e_int8  # noqa: E402
 
 _spec = importlib.util.spec_from_file_location("_etfuse_bench_kernels", Path(__file__).with_name("kernels.py"))
 _kb = importlib.util.module_from_spec(_spec)
@@ -266,7 +271,7 @@ def lowered(model, args, workdir: Path, name: str, with_stock: bool, without: tu
 
     from etfuse.passes import passes_beside_xnnpack
 
-    ep = torch.export.export(model, args)
+    ep = model if isinstance(model, torch.export.ExportedProgram) else torch.export.export(model, args)
     programs = {"etfuse": etfuse.fuse(to_edge(ep)).to_executorch().buffer,
                 "xnnpack": to_edge_transform_and_lower(ep, partitioner=[XnnpackPartitioner()]).to_executorch().buffer,
                 # etfuse's rules for what XNNPACK leaves (attention, norms) before partitioning, the rest after
@@ -301,6 +306,7 @@ def main(argv=None) -> int:
     ap.add_argument("--without", default="", help="comma-separated rule-name parts: also time etfuse without the "
                                                    "rules whose names contain one (e.g. pool,mean_hw,silu,sigmoid,gelu; "
                                                    "prepack: without PrepackWeightsPass)")
+    ap.add_argument("--int8", action="store_true", help="quantize each model with PT2E (XNNPACK quantizer) first")
     args = ap.parse_args(argv)
     info = kernels.load()
     print(f"# etfuse model benchmark\n\n{os.cpu_count()} cores, load average {os.getloadavg()[0]:.1f} at the start, "
@@ -319,9 +325,12 @@ def main(argv=None) -> int:
             model = eval_with_bn_stats(model)
             for batch in (int(b) for b in args.batch.split(",")):
                 x = torch.randn((batch, *shape[1:]), generator=torch.Generator().manual_seed(batch))
-                programs, methods = lowered(model, (x,), Path(tmp), f"{name}_{batch}", batch in stock_batches, without)
+                timed = pt2e_int8(model, (x,)) if args.int8 else model
+                eager = timed.module() if args.int8 else model
+                programs, methods = lowered(timed, (x,), Path(tmp), f"{name}_{batch}",
+                                            batch in stock_batches and not args.int8, without)
                 with torch.no_grad():
-                    want = model(x)
+                    want = eager(x)
                 errors = {}
                 for k, m in methods.items():
                     got = m.execute((x,))[0]
@@ -329,7 +338,7 @@ def main(argv=None) -> int:
                 ms = {k: 1e3 * v for k, v in interleaved({k: runtime_exec(m, (x,)) for k, m in methods.items()},
                                                           args.rounds, 0.2).items()}
                 with torch.no_grad():
-                    ms["eager"] = 1e3 * interleaved({"e": lambda: model(x)}, args.rounds, 0.2)["e"]
+                    ms["eager"] = 1e3 * interleaved({"e": lambda: eager(x)}, args.rounds, 0.2)["e"]
                 prof = etfuse.profile(programs["etfuse"], (x,), runs=2)
                 top = ", ".join(f"{r.op.split('::')[-1]} {100 * r.share:.0f}%" for r in list(prof)[:args.top])
                 stock = f"{ms['stock']:.2f}" if "stock" in ms else "-"
@@ -337,7 +346,8 @@ def main(argv=None) -> int:
                 if without:
                     top += (f"; etfuse without: {ms['etfuse without']:.2f} ms "
                             f"({ms['etfuse without'] / ms['etfuse']:.2f}x etfuse's time)")
-                print(f"| {name} | {'x'.join(map(str, x.shape))} | {stock} | {ms['etfuse']:.2f} | {ms['xnnpack']:.2f} | "
+                label = f"{name} int8" if args.int8 else name
+                print(f"| {label} | {'x'.join(map(str, x.shape))} | {stock} | {ms['etfuse']:.2f} | {ms['xnnpack']:.2f} | "
                       f"{ms['xnnpack+etfuse']:.2f} | {ms['eager']:.2f} | {ms['etfuse'] / ms['xnnpack']:.2f}x | "
                       f"{ms['xnnpack+etfuse'] / ms['xnnpack']:.2f}x | {ratio} | {errors['etfuse']:.1e} | {top} |",
                       flush=True)

@@ -88,3 +88,16 @@ def benchmark_module(name: str):
     spec.loader.exec_module(module)
     return module
 
+
+
+def pt2e_int8(model: torch.nn.Module, args: tuple) -> torch.export.ExportedProgram:
+    """`model` quantized the way XNNPACK users do it (PT2E, executorch's XNNPACK quantizer,
+    per-channel symmetric int8 weights, int8 activations), calibrated on `args`, exported."""
+    from executorch.backends.xnnpack.quantizer.xnnpack_quantizer import (
+        XNNPACKQuantizer, get_symmetric_quantization_config)
+    from torchao.quantization.pt2e.quantize_pt2e import convert_pt2e, prepare_pt2e
+
+    m = torch.export.export(model, args).module()
+    m = prepare_pt2e(m, XNNPACKQuantizer().set_global(get_symmetric_quantization_config(is_per_channel=True)))
+    m(*args)
+    return torch.export.export(convert_pt2e(m), args)

@@ -17,7 +17,7 @@ from etfuse.backend_ops import (PACK_GEMM_WEIGHT, QUANTIZED_CONV2D, QUANTIZED_CO
                                 QUANTIZED_LINEAR_PACKED)
 from etfuse.patterns.quantized_gemm_rules import output_range
 from etfuse.runtime import run
-from fusion_helpers import eval_with_bn_stats, op_names
+from fusion_helpers import eval_with_bn_stats, op_names, pt2e_int8
 
 I8, U8 = torch.int8, torch.uint8
 
@@ -162,17 +162,6 @@ class SmallQuantNet(nn.Module):
         y = self.stem(x)
         y = y + self.pw(self.dw(y))
         return self.fc(y.mean((2, 3)))
-
-
-def pt2e_int8(model: nn.Module, args: tuple):
-    from executorch.backends.xnnpack.quantizer.xnnpack_quantizer import (
-        XNNPACKQuantizer, get_symmetric_quantization_config)
-    from torchao.quantization.pt2e.quantize_pt2e import convert_pt2e, prepare_pt2e
-
-    m = torch.export.export(model, args).module()
-    m = prepare_pt2e(m, XNNPACKQuantizer().set_global(get_symmetric_quantization_config(is_per_channel=True)))
-    m(*args)
-    return torch.export.export(convert_pt2e(m), args)
 
 
 @pytest.fixture(scope="module")

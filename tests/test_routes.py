@@ -20,7 +20,7 @@ from torch.export import Dim, export
 import etfuse
 from etfuse.passes import default_passes
 from etfuse.runtime import run
-from fusion_helpers import op_names
+from fusion_helpers import op_names, pt2e_int8 as pt2e_int8_per_channel
 from test_gemm_conv import _randomise_bn
 from test_quant_fusion import AddModel, calibration, pt2e_int8
 
@@ -74,6 +74,15 @@ def _quantized():
     return pt2e_int8(AddModel(), args, calibration((2, 8), (2, 8))), args, None
 
 
+def _quantized_conv():
+    """PT2E int8 conv + relu6 and a linear (etfuse::quantized_conv2d / quantized_linear)."""
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Conv2d(3, 8, 3, padding=1), torch.nn.ReLU6(), torch.nn.Flatten(),
+                                torch.nn.Linear(8 * 6 * 6, 5)).eval()
+    args = (torch.randn(1, 3, 6, 6),)
+    return to_edge(pt2e_int8_per_channel(model, args)), args, None
+
+
 def _model(model, args, dynamic_shapes=None):
     return to_edge(export(model, args, dynamic_shapes=dynamic_shapes)), args, model
 
@@ -82,6 +91,7 @@ CASES = {
     "conv_bn_relu": lambda: _model(_randomise_bn(ConvBnRelu()), (torch.randn(2, 3, 8, 8),)),
     "linear_bn": lambda: _model(_randomise_bn(LinearBn()), (torch.randn(5, 12),)),
     "quantized_add": _quantized,
+    "quantized_conv": _quantized_conv,
     "cond": lambda: _model(CondAddRelu(), (torch.ones(2), torch.randn(4), torch.randn(4))),
     "while_loop": lambda: _model(CountedLoop(), (torch.randn(4),)),
     "symint": lambda: _model(SymIntModel(), (torch.randn(6, 4),), ({0: Dim("n", min=2, max=20)},)),

@@ -11,6 +11,8 @@
 #pragma once
 
 #include <algorithm>
+#include <memory>
+#include <type_traits>
 #include <vector>
 
 #include "adapter.h"
@@ -23,19 +25,52 @@ namespace etfuse {
 namespace adapter {
 namespace quantized_gemm {
 
+// An uninitialised float buffer (std::vector would zero it: one more pass over a feature map).
+class Floats {
+ public:
+  void resize(int64_t n) { p_.reset(n > 0 ? new float[static_cast<size_t>(n)] : nullptr); }
+  float* data() { return p_.get(); }
+  const float* data() const { return p_.get(); }
+
+ private:
+  std::unique_ptr<float[]> p_;
+};
+
 // The per-call constants of the epilogue, and the operands as exact float integers.
 struct Operands {
   qc::QType type = qc::QType::kInt8;
   qc::QParams out;            // output_scale / zero point, [output_min, output_max]
   std::vector<float> scale;   // float(input_scale) * weight_scale[c]
   std::vector<float> bias;    // empty: none
-  std::vector<float> x;       // float(x) - x_zp, contiguous
-  std::vector<float> w;       // float(w) - w_zp[c], contiguous [Cout, ...]
+  Floats x;                   // float(x) - x_zp, contiguous
+  Floats w;                   // float(w) - w_zp[c], contiguous [Cout, ...]
 };
 
 template <class T>
-inline void integers(const T* q, int64_t n, float zp, float* out) {
+inline void integers_base(const T* q, int64_t n, float zp, float* out) {
   for (int64_t i = 0; i < n; ++i) out[i] = static_cast<float>(q[i]) - zp;
+}
+
+#if ETFUSE_HAVE_X86_DISPATCH
+template <class T>
+ETFUSE_TARGET_AVX2_NOFMA void integers_avx2(const T* q, int64_t n, float zp, float* out) {
+  const __m256 z = _mm256_set1_ps(zp);
+  int64_t i = 0;
+  for (; i + 8 <= n; i += 8) {
+    const __m128i v = _mm_loadl_epi64(reinterpret_cast<const __m128i*>(q + i));
+    const __m256i w = std::is_same<T, int8_t>::value ? _mm256_cvtepi8_epi32(v) : _mm256_cvtepu8_epi32(v);
+    _mm256_storeu_ps(out + i, _mm256_sub_ps(_mm256_cvtepi32_ps(w), z));
+  }
+  integers_base(q + i, n - i, zp, out + i);
+}
+#endif
+
+template <class T>
+inline void integers(const T* q, int64_t n, float zp, float* out) {
+#if ETFUSE_HAVE_X86_DISPATCH
+  if (core::selected_isa() == core::Isa::kAvx2) return integers_avx2(q, n, zp, out);
+#endif
+  integers_base(q, n, zp, out);
 }
 
 // (x - zp) for n values, in parallel chunks (a 96-channel 48x48 map is 221K values).
@@ -97,7 +132,7 @@ inline bool read_operands(const char* op, const Tensor& input, double input_scal
 
   Input x(input);
   x.read(li, !is_contiguous(li));
-  ops.x.resize(static_cast<size_t>(li.numel()));
+  ops.x.resize(li.numel());
   with_qtype(ops.type, [&](auto tag) {
     integers_parallel(x.data<decltype(tag)>(), li.numel(), in.zero_point, ops.x.data());
   });
@@ -105,7 +140,7 @@ inline bool read_operands(const char* op, const Tensor& input, double input_scal
   if (packed) return true;
   Input w(weight);
   w.read(lw, !is_contiguous(lw));
-  ops.w.resize(static_cast<size_t>(lw.numel()));
+  ops.w.resize(lw.numel());
   const int64_t per_channel = cout ? lw.numel() / cout : 0;
   for (int64_t c = 0; c < cout; ++c) {
     integers(w.data<int8_t>() + c * per_channel, per_channel, wzp.empty() ? 0.0f : wzp[c],
@@ -135,10 +170,32 @@ ETFUSE_ALWAYS_INLINE void requant_loop(const float* __restrict acc, int64_t n, i
   }
 }
 
+#if ETFUSE_HAVE_X86_DISPATCH
+// 8 values: mul, add, mul, round half to even, add, clamp, each its own float32 operation (no
+// FMA: this target has none), as requant_loop.
 template <class T, bool kPer>
 ETFUSE_TARGET_AVX2_NOFMA void requant_avx2(const float* acc, int64_t n, int64_t c, const Requant& r, T* q) {
-  requant_loop<T, kPer>(acc, n, c, r, q);
+  const __m256 inv = _mm256_set1_ps(r.inv), zp = _mm256_set1_ps(r.zp), lo = _mm256_set1_ps(r.lo),
+               hi = _mm256_set1_ps(r.hi);
+  const __m256 s1 = _mm256_set1_ps(r.scale[c]), b1 = _mm256_set1_ps(r.bias ? r.bias[c] : 0.0f);
+  int64_t i = 0;
+  for (; i + 8 <= n; i += 8) {
+    const __m256 sc = kPer ? _mm256_loadu_ps(r.scale + i) : s1;
+    __m256 y = _mm256_mul_ps(_mm256_loadu_ps(acc + i), sc);
+    if (r.bias) y = _mm256_add_ps(y, kPer ? _mm256_loadu_ps(r.bias + i) : b1);
+    y = _mm256_add_ps(_mm256_round_ps(_mm256_mul_ps(y, inv), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC), zp);
+    y = _mm256_min_ps(_mm256_max_ps(y, lo), hi);
+    const __m256i v = _mm256_cvtps_epi32(y);  // integral and in range: exact
+    const __m128i w = _mm_packs_epi32(_mm256_castsi256_si128(v), _mm256_extracti128_si256(v, 1));
+    const __m128i b = std::is_same<T, int8_t>::value ? _mm_packs_epi16(w, w) : _mm_packus_epi16(w, w);
+    _mm_storel_epi64(reinterpret_cast<__m128i*>(q + i), b);
+  }
+  requant_loop<T, kPer>(acc + i, n - i, kPer ? 0 : c, kPer ? Requant{r.scale + i, r.bias ? r.bias + i : nullptr,
+                                                                     r.inv, r.zp, r.lo, r.hi}
+                                                          : r,
+                        q + i);
 }
+#endif
 template <class T, bool kPer>
 void requant_base(const float* acc, int64_t n, int64_t c, const Requant& r, T* q) {
   requant_loop<T, kPer>(acc, n, c, r, q);
@@ -149,16 +206,22 @@ template <class T>
 inline void requantize(const float* acc, int64_t outer, int64_t channels, int64_t inner, const Operands& ops, T* q) {
   const Requant r{ops.scale.data(), ops.bias.empty() ? nullptr : ops.bias.data(), ops.out.inv_scale,
                   ops.out.zero_point, ops.out.qmin, ops.out.qmax};
+#if ETFUSE_HAVE_X86_DISPATCH
   const bool avx2 = core::selected_isa() == core::Isa::kAvx2;
+#define ETFUSE_REQUANT(T, PER) (avx2 ? &requant_avx2<T, PER> : &requant_base<T, PER>)
+#else
+#define ETFUSE_REQUANT(T, PER) (&requant_base<T, PER>)
+#endif
   if (inner == 1) {
-    auto f = avx2 ? &requant_avx2<T, true> : &requant_base<T, true>;
+    auto f = ETFUSE_REQUANT(T, true);
     Parallel{}(int64_t(0), outer, std::max<int64_t>(1, 16384 / std::max<int64_t>(1, channels)),
                [&](int64_t r0, int64_t r1) {
                  for (int64_t m = r0; m < r1; ++m) f(acc + m * channels, channels, 0, r, q + m * channels);
                });
     return;
   }
-  auto f = avx2 ? &requant_avx2<T, false> : &requant_base<T, false>;
+  auto f = ETFUSE_REQUANT(T, false);
+#undef ETFUSE_REQUANT
   Parallel{}(int64_t(0), outer * channels, std::max<int64_t>(1, 16384 / inner), [&](int64_t r0, int64_t r1) {
     for (int64_t row = r0; row < r1; ++row) f(acc + row * inner, inner, row % channels, r, q + row * inner);
   });
@@ -263,7 +326,8 @@ inline Tensor& conv2d_into(Context& ctx, const char* op, const Tensor& input, do
                     output_scale, output_zero_point, output_min, output_max, out, li, lw, ops, st, packed) &&
       conv::out_shape(li, lw, nullptr, p, ndim, sizes, st) && o.resize(op, ndim, sizes, st) &&
       o.open({&input, &weight}, false, is_contiguous(o.layout()), st);
-  std::vector<float> acc(ok ? static_cast<size_t>(o.layout().numel()) : 0);
+  Floats acc;
+  acc.resize(ok ? o.layout().numel() : 0);
   conv::Problem pb;
   const Layout lacc = ok ? contiguous_layout(o.layout()) : Layout{};
   ok = ok && conv::make_problem(ops.x.data(), li, packed ? nullptr : ops.w.data(), lw, nullptr, nullptr, acc.data(),
@@ -297,7 +361,8 @@ inline Tensor& linear_into(Context& ctx, const char* op, const Tensor& input, do
   if (ok && lw.ndim != 2) ok = st.fail("%s: weight must be 2-D [out, in], got %s", op, core::ShapeStr(lw).c_str());
   ok = ok && ge::linear_out_shape(li, lw, nullptr, ndim, sizes, st) && o.resize(op, ndim, sizes, st) &&
       o.open({&input, &weight}, false, is_contiguous(o.layout()), st);
-  std::vector<float> acc(ok ? static_cast<size_t>(o.layout().numel()) : 0);
+  Floats acc;
+  acc.resize(ok ? o.layout().numel() : 0);
   const Layout lacc = ok ? contiguous_layout(o.layout()) : Layout{};
   core::gemm::Args g;
   // linear_args reads B through the weight's strides; a packed weight is read from its panels
