@@ -25,15 +25,36 @@ namespace etfuse {
 namespace adapter {
 namespace quantized_gemm {
 
-// An uninitialised float buffer (std::vector would zero it: one more pass over a feature map).
+// A float buffer of the calling thread, kept between calls and grown as needed: a fresh
+// allocation of a feature map's size is an mmap whose pages fault in (zeroed) on every call.
+// One slot per use in a call (a kernel runs to its end before the thread calls another).
+enum class Slot { kInput = 0, kWeight = 1, kAcc = 2 };
+
 class Floats {
  public:
-  void resize(int64_t n) { p_.reset(n > 0 ? new float[static_cast<size_t>(n)] : nullptr); }
-  float* data() { return p_.get(); }
-  const float* data() const { return p_.get(); }
+  explicit Floats(Slot slot) : slot_(static_cast<int>(slot)) {}
+  void resize(int64_t n) {
+    Buffer& b = pool()[slot_];
+    if (b.size < n) {
+      b.data.reset(new float[static_cast<size_t>(n)]);
+      b.size = n;
+    }
+    p_ = b.data.get();
+  }
+  float* data() { return p_; }
+  const float* data() const { return p_; }
 
  private:
-  std::unique_ptr<float[]> p_;
+  struct Buffer {
+    std::unique_ptr<float[]> data;
+    int64_t size = 0;
+  };
+  static Buffer* pool() {
+    thread_local Buffer buffers[3];
+    return buffers;
+  }
+  int slot_;
+  float* p_ = nullptr;
 };
 
 // The per-call constants of the epilogue, and the operands as exact float integers.
@@ -42,8 +63,8 @@ struct Operands {
   qc::QParams out;            // output_scale / zero point, [output_min, output_max]
   std::vector<float> scale;   // float(input_scale) * weight_scale[c]
   std::vector<float> bias;    // empty: none
-  Floats x;                   // float(x) - x_zp, contiguous
-  Floats w;                   // float(w) - w_zp[c], contiguous [Cout, ...]
+  Floats x{Slot::kInput};     // float(x) - x_zp, contiguous
+  Floats w{Slot::kWeight};    // float(w) - w_zp[c], contiguous [Cout, ...]
 };
 
 template <class T>
@@ -326,7 +347,7 @@ inline Tensor& conv2d_into(Context& ctx, const char* op, const Tensor& input, do
                     output_scale, output_zero_point, output_min, output_max, out, li, lw, ops, st, packed) &&
       conv::out_shape(li, lw, nullptr, p, ndim, sizes, st) && o.resize(op, ndim, sizes, st) &&
       o.open({&input, &weight}, false, is_contiguous(o.layout()), st);
-  Floats acc;
+  Floats acc(Slot::kAcc);
   acc.resize(ok ? o.layout().numel() : 0);
   conv::Problem pb;
   const Layout lacc = ok ? contiguous_layout(o.layout()) : Layout{};
@@ -361,7 +382,7 @@ inline Tensor& linear_into(Context& ctx, const char* op, const Tensor& input, do
   if (ok && lw.ndim != 2) ok = st.fail("%s: weight must be 2-D [out, in], got %s", op, core::ShapeStr(lw).c_str());
   ok = ok && ge::linear_out_shape(li, lw, nullptr, ndim, sizes, st) && o.resize(op, ndim, sizes, st) &&
       o.open({&input, &weight}, false, is_contiguous(o.layout()), st);
-  Floats acc;
+  Floats acc(Slot::kAcc);
   acc.resize(ok ? o.layout().numel() : 0);
   const Layout lacc = ok ? contiguous_layout(o.layout()) : Layout{};
   core::gemm::Args g;
