@@ -22,8 +22,11 @@ libraries relinked. The finished libraries are then copied into the cache:
                                         size and sha256 of each library
         .<key>.lock                     held (filelock) while a process builds <key>
         .<key>.tmp-*/  .<key>.old-*/    a build in progress / an entry being replaced
-    $ETFUSE_KERNEL_CACHE.build/<config>/  ninja's build directory (objects, build.ninja), with
-                                        its own lock; a damaged entry or --force cleans it first
+    $ETFUSE_KERNEL_CACHE.build/<config>/  ninja's build directory (objects, build.ninja, csrc/:
+                                        the copy of the sources it compiles, a file rewritten only
+                                        when its bytes change, so reinstalling etfuse recompiles
+                                        nothing), with its own lock; a damaged entry or --force
+                                        cleans it first
 
 The key does not involve the compiler (it is not run to find a cached build), so a complete
 cache works on a machine without one; the compiler's identity is recorded in the manifest.
@@ -224,12 +227,14 @@ def link_flags() -> dict[str, list[str]]:
     return {"eager": eager, "runtime": runtime}
 
 
-def _ninja_file(libraries: dict[str, list[str]]) -> str:
+def _ninja_file(libraries: dict[str, list[str]], csrc: Path = CSRC) -> str:
     """build.ninja: each op file compiled once per library flavour (the eager ones against a
     precompiled header of the torch headers), entry.cpp once per library, core/kernels.cpp (the
-    GEMM and conv loops) once; plus the benchmark-only probe library (not a default target)."""
+    GEMM and conv loops) once; plus the benchmark-only probe library (not a default target).
+    Sources and includes are read from `csrc` (the build directory's copy, `_mirror_sources`)."""
     libraries = {**libraries, PROBE_LIB: ["bench/probe.cpp"]}
     cflags, ldflags = compile_flags(), link_flags()
+    cflags = {flavour: [f"-I{csrc}" if a == f"-I{CSRC}" else a for a in flags] for flavour, flags in cflags.items()}
     q = lambda args: " ".join(shlex.quote(a).replace("$", "$$") for a in args)  # noqa: E731
     lines = ["ninja_required_version = 1.3", f"cxx = {shlex.quote(compiler())}", ""]
     for flavour in ("eager", "runtime"):
@@ -244,9 +249,9 @@ def _ninja_file(libraries: dict[str, list[str]]) -> str:
     lines += ["rule pch_eager",
               "  command = cp $in $header && $cxx -MMD -MF $out.d $eager_cflags -x c++-header -c $in -o $out",
               "  depfile = $out.d", "  deps = gcc", "  description = precompile $in", "",
-              f"build eager/eager_pch.h.gch: pch_eager {shlex.quote(str(CSRC / 'eager_pch.h'))}",
+              f"build eager/eager_pch.h.gch: pch_eager {shlex.quote(str(csrc / 'eager_pch.h'))}",
               "  header = eager/eager_pch.h",
-              f"build core/kernels.o: cxx_runtime {shlex.quote(str(CSRC / 'core' / 'kernels.cpp'))}", ""]
+              f"build core/kernels.o: cxx_runtime {shlex.quote(str(csrc / 'core' / 'kernels.cpp'))}", ""]
     pch = "-include eager/eager_pch.h"
     objects_built = set()
     for lib, srcs in libraries.items():
@@ -256,15 +261,15 @@ def _ninja_file(libraries: dict[str, list[str]]) -> str:
             obj = f"{flavour}/{Path(src).with_suffix('.o').as_posix()}"
             if obj not in objects_built:
                 if flavour == "eager":
-                    lines += [f"build {obj}: cxx_eager {shlex.quote(str(CSRC / src))} | eager/eager_pch.h.gch",
+                    lines += [f"build {obj}: cxx_eager {shlex.quote(str(csrc / src))} | eager/eager_pch.h.gch",
                               f"  defines = {pch}"]
                 else:
-                    lines.append(f"build {obj}: cxx_{flavour} {shlex.quote(str(CSRC / src))}")
+                    lines.append(f"build {obj}: cxx_{flavour} {shlex.quote(str(csrc / src))}")
                 objects_built.add(obj)
             objs.append(obj)
         if lib in ENTRY_PREFIX:
             obj = f"{lib}.entry.o"
-            lines += [f"build {obj}: cxx_{flavour} {shlex.quote(str(CSRC / 'entry.cpp'))}",
+            lines += [f"build {obj}: cxx_{flavour} {shlex.quote(str(csrc / 'entry.cpp'))}",
                       f"  defines = -DETFUSE_LIBRARY_PREFIX={ENTRY_PREFIX[lib]}"]
             objs.append(obj)
         if lib in (EAGER_LIB, RUNTIME_LIB, PROBE_LIB):
@@ -465,10 +470,38 @@ def _ninja() -> str:
     return found
 
 
+def _mirror_sources(build_dir: Path) -> Path:
+    """The kernel sources copied into `build_dir/csrc`, a file rewritten only when its bytes
+    changed, and returned. ninja decides what is out of date by modification time, and
+    reinstalling etfuse (pip writes every file anew) would otherwise make every object older
+    than its sources though none changed: the next build (a new key, or the probe library)
+    recompiled everything. Files no longer in the package are removed from the copy."""
+    mirror = build_dir / "csrc"
+    wanted = set()
+    for src in sources():
+        dst = mirror / src.relative_to(CSRC)
+        wanted.add(dst)
+        data = src.read_bytes()
+        try:
+            if dst.read_bytes() == data:
+                continue
+        except OSError:
+            pass
+        _makedirs(dst.parent)
+        part = dst.with_name(dst.name + ".part")
+        part.write_bytes(data)
+        os.replace(part, dst)
+    for p in mirror.rglob("*"):
+        if p.is_file() and p not in wanted:
+            p.unlink()
+    return mirror
+
+
 def _run_ninja(build_dir: Path, libraries: dict[str, list[str]], targets, clean: bool, verbose: bool) -> str:
-    """Brings `targets` in `build_dir` up to date; returns the ninja file."""
+    """Brings `targets` in `build_dir` up to date; returns the ninja file. Called with the
+    build directory's lock held."""
     _makedirs(build_dir)
-    text = _ninja_file(libraries)
+    text = _ninja_file(libraries, _mirror_sources(build_dir))
     path = build_dir / "build.ninja"
     if not path.exists() or path.read_text() != text:
         path.write_text(text)

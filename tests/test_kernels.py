@@ -101,6 +101,52 @@ def test_build_failure_shows_compiler_output(tmp_path, monkeypatch):
     assert [p for p in (tmp_path / "cache").iterdir() if not p.name.endswith(".lock")] == []
 
 
+LOGGING_CXX = """#!{python}
+import sys
+args = sys.argv[1:]
+out = args[args.index("-o") + 1]
+with open({log!r}, "a") as f:
+    f.write(out + "\\n")
+open(out, "w").close()
+"""
+
+
+def test_reinstalled_sources_recompile_only_what_changed(tmp_path, monkeypatch):
+    """pip writes every file anew when etfuse is reinstalled: the build directory compiles a copy
+    of the sources that keeps the times of unchanged files, so ninja rebuilds nothing then, and
+    only an edited op file's two translation units (and the links) after an edit."""
+    import os
+    import shutil
+
+    csrc = tmp_path / "csrc"
+    shutil.copytree(kbuild.CSRC, csrc)
+    monkeypatch.setattr(kbuild, "CSRC", csrc)
+    log = tmp_path / "cxx.log"
+    cxx = tmp_path / "logging-cxx"
+    cxx.write_text(LOGGING_CXX.format(python=sys.executable, log=str(log)))
+    cxx.chmod(0o755)
+    monkeypatch.setenv("CXX", str(cxx))
+    build_dir = tmp_path / "build"
+
+    def ninja():
+        log.write_text("")
+        kbuild._run_ninja(build_dir, kbuild.library_sources(), kbuild.LIBRARIES, clean=False, verbose=False)
+        return sorted(log.read_text().split())
+
+    first = ninja()
+    assert "core/kernels.o" in first and set(kbuild.LIBRARIES) <= set(first)
+    later = os.stat(csrc / "core" / "kernels.cpp").st_mtime + 60
+    for p in csrc.rglob("*"):  # a reinstall: the same bytes, every file newer
+        if p.is_file():
+            p.write_bytes(p.read_bytes())
+            os.utime(p, (later, later))
+    assert ninja() == []
+    with open(csrc / "ops" / "add_relu.cpp", "a") as f:
+        f.write("\n// edited\n")
+    relinked = [lib for lib, srcs in kbuild.library_sources().items() if "ops/add_relu.cpp" in srcs]
+    assert ninja() == sorted(["eager/ops/add_relu.o", "runtime/ops/add_relu.o", *relinked])
+
+
 # --------------------------------------------------------------------------------------------
 # eager: add_relu
 
