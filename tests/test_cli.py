@@ -280,3 +280,20 @@ def test_fuse_with_profile_writes_an_html_report_and_its_chart(models, tmp_path)
 
 def test_profile_without_report_is_refused(models, tmp_path):
     _refused(_etfuse(tmp_path, "fuse", str(models / "two.pt2"), "-o", "two.pte", "--profile"), "--profile: needs --report")
+
+
+def test_pt2e_int8_program_fuses_from_the_command_line(tmp_path):
+    """A PT2E-quantized program (quantized_decomposed ops, which only torch.ao's import defines)
+    loads in a fresh process, fuses into the int8 ops and matches eager on the runtime."""
+    from fusion_helpers import pt2e_int8
+    from test_quantized_gemm import SmallQuantNet
+
+    torch.manual_seed(0)
+    torch.export.save(pt2e_int8(SmallQuantNet().eval(), (torch.randn(1, 3, 12, 12),)), tmp_path / "q.pt2")
+    proc = _etfuse(tmp_path, "fuse", "q.pt2", "-o", "q.pte", "--report", "r.md")
+    assert proc.returncode == 0, proc.stderr
+    assert "max abs error, ExecuTorch runtime vs eager: 0 " in proc.stdout or \
+        "max abs error, ExecuTorch runtime vs eager: 0\n" in proc.stdout, proc.stdout
+    report = (tmp_path / "r.md").read_text()
+    assert report.startswith("# etfuse report: q.pt2\n")
+    assert "quantized_conv2d_requant_hardtanh" in report and "quantized_linear" in report

@@ -228,6 +228,9 @@ def _fix_negative_shapes(argv: list[str]) -> list[str]:
 def _load_exported(path: str) -> torch.export.ExportedProgram:
     if not zipfile.is_zipfile(path):
         raise CliError(f"{path}: not a torch.export.save file (.pt2)")
+    # A PT2E-quantized program holds quantized_decomposed ops, which torch.ao defines on import:
+    # without them the file does not deserialise.
+    import torch.ao.quantization.fx._decomposed  # noqa: F401
     try:
         ep = torch.export.load(path)
     except Exception as e:  # noqa: BLE001 - one line for the user
@@ -428,7 +431,7 @@ def _report_files(args, result, inputs) -> list[tuple[str, bytes]]:
 
     with tempfile.TemporaryDirectory() as scratch:
         staged = os.path.join(scratch, os.path.basename(args.report))
-        files = write_report(staged, result, title=f"etfuse report: {os.path.basename(args.model)}",
+        files = write_report(staged, result, title=os.path.basename(args.model),
                              inputs=inputs if args.profile else None)
         out = []
         for path in (staged, files.png, files.svg):
