@@ -597,7 +597,8 @@ def test_op_lists_and_sources_are_derived_from_the_catalog():
                                                   "quantized_decomposed::embedding_2bit.out",
                                                   "quantized_decomposed::embedding_2bit.dtype_out",
                                                   "quantized_decomposed::quantize_per_tensor.out",
-                                                  "quantized_decomposed::dequantize_per_tensor.out"}
+                                                  "quantized_decomposed::dequantize_per_tensor.out",
+                                                  "quantized_decomposed::dequantize_per_channel.out"}
     libs = kbuild.library_sources()
     files = sorted(f"ops/{p.name}" for p in (kbuild.CSRC / "ops").glob("*.cpp"))
     assert libs[kbuild.EAGER_LIB] == files
