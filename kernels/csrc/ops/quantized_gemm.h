@@ -163,9 +163,13 @@ inline bool read_operands(const char* op, const Tensor& input, double input_scal
   w.read(lw, !is_contiguous(lw));
   ops.w.resize(lw.numel());
   const int64_t per_channel = cout ? lw.numel() / cout : 0;
-  for (int64_t c = 0; c < cout; ++c) {
-    integers(w.data<int8_t>() + c * per_channel, per_channel, wzp.empty() ? 0.0f : wzp[c],
-             ops.w.data() + c * per_channel);
+  const bool symmetric = std::all_of(wzp.begin(), wzp.end(), [](float z) { return z == 0.0f; });
+  if (symmetric) {  // one pass (a depthwise weight is 9 values a channel)
+    integers(w.data<int8_t>(), lw.numel(), 0.0f, ops.w.data());
+  } else {
+    for (int64_t c = 0; c < cout; ++c) {
+      integers(w.data<int8_t>() + c * per_channel, per_channel, wzp[c], ops.w.data() + c * per_channel);
+    }
   }
   lw = contiguous_layout(lw);
   return true;
@@ -195,7 +199,8 @@ ETFUSE_ALWAYS_INLINE void requant_loop(const float* __restrict acc, int64_t n, i
 // 8 values: mul, add, mul, round half to even, add, clamp, each its own float32 operation (no
 // FMA: this target has none), as requant_loop.
 template <class T, bool kPer>
-ETFUSE_TARGET_AVX2_NOFMA void requant_avx2(const float* acc, int64_t n, int64_t c, const Requant& r, T* q) {
+ETFUSE_TARGET_AVX2_NOFMA ETFUSE_ALWAYS_INLINE void requant_avx2(const float* acc, int64_t n, int64_t c,
+                                                               const Requant& r, T* q) {
   const __m256 inv = _mm256_set1_ps(r.inv), zp = _mm256_set1_ps(r.zp), lo = _mm256_set1_ps(r.lo),
                hi = _mm256_set1_ps(r.hi);
   const __m256 s1 = _mm256_set1_ps(r.scale[c]), b1 = _mm256_set1_ps(r.bias ? r.bias[c] : 0.0f);
@@ -216,10 +221,25 @@ ETFUSE_TARGET_AVX2_NOFMA void requant_avx2(const float* acc, int64_t n, int64_t 
                                                           : r,
                         q + i);
 }
-#endif
+
+// `rows` rows of `inner` values, row i of channel (row0 + i) % channels (conv: a block of an
+// [N, C, pixels] output, one call for many small planes); or, with kPer, rows of one value per
+// channel (linear: row i is [channels]).
 template <class T, bool kPer>
-void requant_base(const float* acc, int64_t n, int64_t c, const Requant& r, T* q) {
-  requant_loop<T, kPer>(acc, n, c, r, q);
+ETFUSE_TARGET_AVX2_NOFMA void requant_rows_avx2(const float* acc, int64_t rows, int64_t inner, int64_t row0,
+                                                int64_t channels, const Requant& r, T* q) {
+  for (int64_t i = 0; i < rows; ++i) {
+    requant_avx2<T, kPer>(acc + i * inner, inner, kPer ? 0 : (row0 + i) % channels, r, q + i * inner);
+  }
+}
+#endif
+
+template <class T, bool kPer>
+void requant_rows_base(const float* acc, int64_t rows, int64_t inner, int64_t row0, int64_t channels,
+                       const Requant& r, T* q) {
+  for (int64_t i = 0; i < rows; ++i) {
+    requant_loop<T, kPer>(acc + i * inner, inner, kPer ? 0 : (row0 + i) % channels, r, q + i * inner);
+  }
 }
 
 // acc [outer, channels, inner] -> q (contiguous, same shape). Linear: inner 1, channels = N.
@@ -227,25 +247,14 @@ template <class T>
 inline void requantize(const float* acc, int64_t outer, int64_t channels, int64_t inner, const Operands& ops, T* q) {
   const Requant r{ops.scale.data(), ops.bias.empty() ? nullptr : ops.bias.data(), ops.out.inv_scale,
                   ops.out.zero_point, ops.out.qmin, ops.out.qmax};
+  const bool per = inner == 1;  // linear: a row holds one value per channel
+  auto f = per ? &requant_rows_base<T, true> : &requant_rows_base<T, false>;
 #if ETFUSE_HAVE_X86_DISPATCH
-  const bool avx2 = core::selected_isa() == core::Isa::kAvx2;
-#define ETFUSE_REQUANT(T, PER) (avx2 ? &requant_avx2<T, PER> : &requant_base<T, PER>)
-#else
-#define ETFUSE_REQUANT(T, PER) (&requant_base<T, PER>)
+  if (core::selected_isa() == core::Isa::kAvx2) f = per ? &requant_rows_avx2<T, true> : &requant_rows_avx2<T, false>;
 #endif
-  if (inner == 1) {
-    auto f = ETFUSE_REQUANT(T, true);
-    Parallel{}(int64_t(0), outer, std::max<int64_t>(1, 16384 / std::max<int64_t>(1, channels)),
-               [&](int64_t r0, int64_t r1) {
-                 for (int64_t m = r0; m < r1; ++m) f(acc + m * channels, channels, 0, r, q + m * channels);
-               });
-    return;
-  }
-  auto f = ETFUSE_REQUANT(T, false);
-#undef ETFUSE_REQUANT
-  Parallel{}(int64_t(0), outer * channels, std::max<int64_t>(1, 16384 / inner), [&](int64_t r0, int64_t r1) {
-    for (int64_t row = r0; row < r1; ++row) f(acc + row * inner, inner, row % channels, r, q + row * inner);
-  });
+  const int64_t rows = per ? outer : outer * channels, width = per ? channels : inner;
+  Parallel{}(int64_t(0), rows, std::max<int64_t>(1, 16384 / std::max<int64_t>(1, width)),
+             [&](int64_t r0, int64_t r1) { f(acc + r0 * width, r1 - r0, width, r0, channels, r, q + r0 * width); });
 }
 
 
