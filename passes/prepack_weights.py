@@ -9,7 +9,12 @@ every call, and conv2d on a small output map runs the transposed problem whose B
     conv2d_act(x, w, b, stride, padding, dilation, 1, ...)          (and conv2d_bn_act)
         -> conv2d_packed_act(x, pack_gemm_weight(w), w.shape, b, stride, padding, dilation, ...)
 
-where the weight is a constant (parameter, buffer, lifted constant), and folds
+    quantized_linear(x, ..., w, w_scale, w_zp, ...)  (and quantized_conv2d, same map rule)
+        -> quantized_linear_packed(x, ..., pack_gemm_weight(w), out_features, w_scale, ...)
+
+(the int8 weight packed as it is, so the .pte keeps one byte a weight; only where the weight
+zero points are absent or known to be all 0), where the weight is a constant (parameter,
+buffer, lifted constant), and folds
 `pack_gemm_weight` into a program constant (backend_ops/prepacked_ops.py): the runtime reads the
 panels in place. A weight shared by several ops is packed once; the unpacked weight goes when
 nothing else reads it. Where it applies (static shapes only, measured with the eager `.out`

@@ -167,15 +167,11 @@ def _check(kind: str, requant: bool):
               qparams_check("x", "x_dtype"), qparams_check("out", "out_dtype"), _input(kind), _weight(kind), _bounds]
     if requant:
         checks += [qparams_check("mid", "mid_dtype"), _same_qparams]
-    if kind == "conv2d":
-        checks += [int_scalars(_CONV), _bias_shape_conv]
-    else:
-        checks += [_bias_shape_linear]
+    checks += [int_scalars(_CONV), _bias_shape] if kind == "conv2d" else [_bias_shape]
     return all_of(*checks)
 
 
-def _bias_shape_conv(m: Match) -> Optional[str]:
-    # conv_bias (gemm_conv_rules) reads the weight as `weight`
+def _bias_shape(m: Match) -> Optional[str]:
     if m.bindings.get("bias") is None:
         return None
     b, n = m.value("bias"), m.value("w").shape[0]
@@ -183,8 +179,6 @@ def _bias_shape_conv(m: Match) -> Optional[str]:
         return f"bias is {b.dtype} {tuple(b.shape)}; the kernel takes float32 [{n}]"
     return None
 
-
-_bias_shape_linear = _bias_shape_conv
 
 
 # ---- the op's output range ------------------------------------------------------------------

@@ -94,16 +94,6 @@ inline void integers(const T* q, int64_t n, float zp, float* out) {
   integers_base(q, n, zp, out);
 }
 
-// (x - zp) for n values, in parallel chunks (a 96-channel 48x48 map is 221K values).
-template <class T>
-inline void integers_parallel(const T* q, int64_t n, float zp, float* out) {
-  if (n <= 32768) {
-    integers(q, n, zp, out);
-    return;
-  }
-  Parallel{}(int64_t(0), n, int64_t(32768), [&](int64_t b, int64_t e) { integers(q + b, e - b, zp, out + b); });
-}
-
 // Checks the arguments shared by the ops and fills `ops` (x, and w unless packed, as float
 // integers). `packed`: the weight is int8 panels (pack_gemm_weight) and `lw` is already the
 // logical weight's layout [Cout, ...]; its zero points are 0 (the packed ops take none).
@@ -155,7 +145,9 @@ inline bool read_operands(const char* op, const Tensor& input, double input_scal
   x.read(li, !is_contiguous(li));
   ops.x.resize(li.numel());
   with_qtype(ops.type, [&](auto tag) {
-    integers_parallel(x.data<decltype(tag)>(), li.numel(), in.zero_point, ops.x.data());
+    const auto* q = x.data<decltype(tag)>();
+    qc::for_quantized(li.numel(), Parallel{},  // parallel chunks on a large map (96 x 48 x 48: 221K values)
+                      [&](int64_t b, int64_t e) { integers(q + b, e - b, in.zero_point, ops.x.data() + b); });
   });
   li = contiguous_layout(li);
   if (packed) return true;
@@ -253,7 +245,7 @@ inline void requantize(const float* acc, int64_t outer, int64_t channels, int64_
   if (core::selected_isa() == core::Isa::kAvx2) f = per ? &requant_rows_avx2<T, true> : &requant_rows_avx2<T, false>;
 #endif
   const int64_t rows = per ? outer : outer * channels, width = per ? channels : inner;
-  Parallel{}(int64_t(0), rows, std::max<int64_t>(1, 16384 / std::max<int64_t>(1, width)),
+  Parallel{}(int64_t(0), rows, std::max<int64_t>(1, qc::kQuantGrain / std::max<int64_t>(1, width)),
              [&](int64_t r0, int64_t r1) { f(acc + r0 * width, r1 - r0, width, r0, channels, r, q + r0 * width); });
 }
 
