@@ -82,6 +82,15 @@ CONV_CASES = [
     (1, 20, 6, 6, 20, 3, 3, (2, 2), (1, 1), (1, 1), 20),
     (1, 16, 7, 7, 16, 3, 3, (1, 1), (2, 2), (2, 2), 16),
     (1, 8, 9, 8, 8, 5, 5, (1, 1), (0, 0), (1, 1), 8),
+    # depthwise on flattened planes (conv2d.h depthwise_flat): DS-CNN's 25x5 map, a 5x5, rows
+    # padded apart from columns (fewer and more output rows), a 1x3, a map one column wide,
+    # dilated columns
+    (1, 11, 25, 5, 11, 3, 3, (1, 1), (1, 1), (1, 1), 11),
+    (2, 9, 6, 6, 9, 5, 5, (1, 1), (2, 2), (1, 1), 9),
+    (1, 7, 8, 5, 7, 3, 3, (1, 1), (0, 1), (1, 1), 7),
+    (1, 6, 5, 9, 6, 1, 3, (1, 1), (2, 1), (1, 1), 6),
+    (1, 5, 10, 1, 5, 3, 3, (1, 1), (1, 1), (1, 1), 5),
+    (1, 3, 4, 6, 3, 3, 3, (1, 1), (1, 2), (1, 2), 3),
 ]
 
 
@@ -106,6 +115,20 @@ def test_conv2d_act_kernel_matches_eager(case):
                 ops.conv2d_act(x, weight, b, list(stride), list(padding), list(dilation), groups, lo, hi), want, **TOL)
 
 
+def test_flat_depthwise_keeps_an_inf_in_its_own_row():
+    """depthwise_flat reads across a row's edge into the next row and drops those lanes: an inf
+    at the end of one row must not reach the start of the next (a multiply by 0 would make NaN)."""
+    x = torch.randn(1, 4, 25, 5)
+    x[0, 1, 3, 4] = float("inf")
+    x[0, 2, 7, 0] = float("-inf")
+    weight, bias = torch.randn(4, 1, 3, 3), torch.randn(4)
+    out = torch.empty(0)
+    ops.conv2d_act.out(x, weight, bias, [1, 1], [1, 1], [1, 1], 4, None, None, out=out)
+    want = F.conv2d(x, weight, bias, 1, 1, 1, 4)
+    assert want.isfinite().sum() > 0 and not want.isfinite().all()
+    torch.testing.assert_close(out, want, equal_nan=True, **TOL)
+
+
 @pytest.mark.parametrize("isa", ["baseline", "avx2"])
 def test_narrower_isas_compute_the_same(isa):
     """The SSE2 / AVX2 copies of the GEMM tiles, dot-product rows and depthwise strips."""
@@ -113,7 +136,7 @@ def test_narrower_isas_compute_the_same(isa):
         pytest.skip("CPU without AVX2")
     kernels.set_isa(isa)
     try:
-        for case in (*(CONV_CASES[i] for i in (1, 2, 6, 8, 9, 11)), *CONV_CASES[-3:]):
+        for case in (*(CONV_CASES[i] for i in (1, 2, 6, 8, 9, 11)), *CONV_CASES[-9:]):
             n, c, h, w, cout, kh, kw, stride, padding, dilation, groups = case
             x, weight, bias = torch.randn(n, c, h, w), torch.randn(cout, c // groups, kh, kw), torch.randn(cout)
             out = torch.empty(0)

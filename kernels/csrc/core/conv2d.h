@@ -418,6 +418,131 @@ ETFUSE_TARGET_AVX2 void depthwise_channels_avx2(const Problem& pb, int64_t t0, i
 }
 #endif
 
+// A stride-1 depthwise conv whose output rows are as wide as its input rows (same padding along
+// the width: 2 * pw == (KW - 1) * dw), on any map: the plane is flattened (q = oh * W + ow) and
+// every tap is one contiguous multiply-add at the constant offset (kh * dh - ph) * W + kw * dw - pw,
+// with no per-row copies or dropped columns (direct_planes pays both; on DS-CNN's 25x5 maps, 5
+// floats a row, they cost more than the multiply-adds). A read off a row's left or right edge
+// lands on the neighbouring row, so the taps of each kernel column are summed apart and added
+// only in the lanes where that column is inside the row (a select, not a multiply by 0: an inf
+// next door stays out). The rows above and below are the zero rows around the plane's one-memcpy
+// copy. One plane per task.
+// sums[q0, q0 + U * W) of depthwise_flat: `x` is the plane's copy at q0, `off` the kernel
+// columns' offsets, wl the weights [KH, KW]; mask / whole as in depthwise_flat.
+template <int W, int U>
+ETFUSE_ALWAYS_INLINE void flat_block(const float* x, int64_t KH, int64_t KW, int64_t row, int64_t dw,
+                                     const float* wl, const int32_t* mask, int64_t mask_s, const char* whole,
+                                     float seed, float lo, float hi, float* sums) {
+  typedef typename gemm::detail::Vec<W>::type vf;
+  typedef int32_t vi __attribute__((vector_size(W * 4)));
+  vf acc[U];
+  for (int u = 0; u < U; ++u) acc[u] = vf{} + seed;
+  for (int64_t kw = 0; kw < KW; ++kw) {
+    vf part[U] = {};
+    for (int64_t kh = 0; kh < KH; ++kh) {
+      const float* xr = x + kw * dw + kh * row;
+      const float wv = wl[kh * KW + kw];
+      for (int u = 0; u < U; ++u) {
+        vf v;
+        std::memcpy(&v, xr + u * W, sizeof(vf));
+        part[u] += wv * v;
+      }
+    }
+    if (whole[kw]) {
+      for (int u = 0; u < U; ++u) acc[u] += part[u];
+    } else {
+      for (int u = 0; u < U; ++u) {
+        vi m;
+        std::memcpy(&m, mask + kw * mask_s + u * W, sizeof(vi));
+        acc[u] = m ? acc[u] + part[u] : acc[u];
+      }
+    }
+  }
+  const vf vlo = vf{} + lo, vhi = vf{} + hi;
+  for (int u = 0; u < U; ++u) acc[u] = acc[u] < vlo ? vlo : (acc[u] > vhi ? vhi : acc[u]);  // clamp_act (NaN kept)
+  std::memcpy(sums, acc, sizeof(acc));
+}
+
+template <int W>
+ETFUSE_ALWAYS_INLINE void depthwise_flat(const Problem& pb, int64_t t0, int64_t t1) {
+  constexpr int64_t slack = 4 * W;  // the last block's over-read and over-write
+  const Params& p = pb.p;
+  const int64_t C = pb.lo.sizes[1], OH = pb.lo.sizes[2], OW = pb.lo.sizes[3], P = OH * OW;
+  const int64_t H = pb.li.sizes[2], Wd = pb.li.sizes[3], KH = pb.lw.sizes[2], KW = pb.lw.sizes[3];
+  const int64_t ph = p.padding[0], pw = p.padding[1], dh = p.dilation[0], dw = p.dilation[1];
+  const float lo_v = p.has_min ? p.min : -__builtin_inff(), hi_v = p.has_max ? p.max : __builtin_inff();
+  const int64_t LP = (P + W - 1) / W * W, A = ph * Wd + pw;  // A: where the plane starts in `buf`
+  int64_t size = LP + slack + (KH - 1) * dh * Wd + (KW - 1) * dw;  // past the last tap read
+  if (size < A + H * Wd) size = A + H * Wd;
+  std::vector<float> buf(static_cast<size_t>(size), 0.0f), sums(static_cast<size_t>(LP + slack));
+  std::vector<float> wl(static_cast<size_t>(KH * KW));
+  // mask[kw][q]: -1 where output column q % OW reads inside its row at kernel column kw. Periodic
+  // in q with period W * OW, a multiple of the vector width: a block at q0 reads it from
+  // q0 % (W * OW), so one period and a block's length are enough.
+  const int64_t period = W * OW, mask_s = period + slack;
+  std::vector<int32_t> mask(static_cast<size_t>(KW * mask_s));
+  std::vector<char> whole(static_cast<size_t>(KW));  // column kw inside the row for every ow
+  for (int64_t kw = 0; kw < KW; ++kw) {
+    const int64_t shift = kw * dw - pw;
+    whole[kw] = shift >= 0 && shift + OW <= Wd;
+    int32_t* m = mask.data() + kw * mask_s;
+    for (int64_t q = 0, ow = 0; q < mask_s; ++q) {
+      m[q] = ow + shift >= 0 && ow + shift < Wd ? -1 : 0;
+      if (++ow == OW) ow = 0;
+    }
+  }
+  const bool flat_in = pb.li.strides[3] == 1 && pb.li.strides[2] == Wd;
+  const bool flat_out = pb.lo.strides[3] == 1 && pb.lo.strides[2] == OW;
+  for (int64_t t = t0; t < t1; ++t) {
+    const int64_t n = t / C, c = t % C;
+    const float* src = pb.in + n * pb.li.strides[0] + c * pb.li.strides[1];
+    if (flat_in) {
+      std::memcpy(buf.data() + A, src, sizeof(float) * H * Wd);
+    } else {
+      for (int64_t ih = 0; ih < H; ++ih)
+        for (int64_t iw = 0; iw < Wd; ++iw) buf[A + ih * Wd + iw] = src[ih * pb.li.strides[2] + iw * pb.li.strides[3]];
+    }
+    // the per-channel scale folded into the weights, the bias as the sums' seed (as direct_planes)
+    const float s = pb.scale ? pb.scale[c * pb.scale_s] : 1.0f;
+    const float* wk = pb.w + c * pb.lw.strides[0];
+    for (int64_t kh = 0; kh < KH; ++kh)
+      for (int64_t kw = 0; kw < KW; ++kw) wl[kh * KW + kw] = wk[kh * pb.lw.strides[2] + kw * pb.lw.strides[3]] * s;
+    const float seed = pb.bias ? pb.bias[c * pb.bias_s] : 0.0f;
+    // blocks of 4 vectors, the last 1-3 as one block of 2 or 4 (into the slack)
+    for (int64_t q0 = 0; q0 < LP;) {
+      const float* x = buf.data() + q0;  // tap (kh, kw) at x + kh * dh * Wd + kw * dw (A folded in)
+      if (LP - q0 > 2 * W) {
+        flat_block<W, 4>(x, KH, KW, dh * Wd, dw, wl.data(), mask.data() + q0 % period, mask_s, whole.data(), seed, lo_v, hi_v,
+                         sums.data() + q0);
+        q0 += 4 * W;
+      } else {
+        flat_block<W, 2>(x, KH, KW, dh * Wd, dw, wl.data(), mask.data() + q0 % period, mask_s, whole.data(), seed, lo_v, hi_v,
+                         sums.data() + q0);
+        q0 += 2 * W;
+      }
+    }
+    float* dst = pb.out + n * pb.lo.strides[0] + c * pb.lo.strides[1];
+    if (flat_out) {
+      std::memcpy(dst, sums.data(), sizeof(float) * P);
+    } else {
+      for (int64_t oh = 0; oh < OH; ++oh)
+        for (int64_t ow = 0; ow < OW; ++ow) dst[oh * pb.lo.strides[2] + ow * pb.lo.strides[3]] = sums[oh * OW + ow];
+    }
+  }
+}
+
+// Compiled once per library in core/kernels.cpp.
+void depthwise_flat_baseline(const Problem& pb, int64_t t0, int64_t t1);
+ETFUSE_TARGET_AVX2 void depthwise_flat_avx2(const Problem& pb, int64_t t0, int64_t t1);
+#if defined(ETFUSE_CORE_KERNELS)
+void depthwise_flat_baseline(const Problem& pb, int64_t t0, int64_t t1) {
+  depthwise_flat<4>(pb, t0, t1);
+}
+ETFUSE_TARGET_AVX2 void depthwise_flat_avx2(const Problem& pb, int64_t t0, int64_t t1) {
+  depthwise_flat<8>(pb, t0, t1);
+}
+#endif
+
 // A small output map (a network's last stages: 7x7, 6x6, 3x3, 1x1) whose pixels fill the
 // implicit GEMM's NR-wide panels badly (9 of 16 columns on a 3x3 map with AVX2) runs as the
 // GEMM's dot-product path on the transposed problem instead:
@@ -584,6 +709,21 @@ inline bool is_direct(const Problem& pb) {
   return is_depthwise(pb) || (spatial && (K <= kDirectShortK || (Mg <= kDirectMaxOutputs && K <= kDirectMaxK)));
 }
 
+// Depthwise convs (multiplier 1, stride 1, output rows as wide as the input's) with at most this
+// many output pixels run on flattened planes (detail::depthwise_flat). Measured on the runtime
+// (AVX2, 2 threads, us per layer over 8 layers, before -> flat; XNNPACK): 64 channels on 25x5
+// 29 -> 11 (8); 64 on 12x12 20 -> 13 (8); 128 on 6x6 17 -> 10 (5); 256 on 3x3 14 -> 12 (5);
+// 128 5x5 on 6x6 14 -> 13 (9). At 24x24 it is even or worse (96 channels: 38 -> 49), at 48x48
+// worse (16 channels: 28 -> 35): the per-plane row copies it saves matter less there than the
+// masked column sums it adds.
+constexpr int64_t kFlatMaxPixels = 256;
+
+inline bool use_flat_depthwise(const Problem& pb) {
+  const Params& p = pb.p;
+  return is_depthwise(pb) && pb.lo.sizes[1] == p.groups && p.stride[0] == 1 && p.stride[1] == 1 &&
+      2 * p.padding[1] == (pb.lw.sizes[3] - 1) * p.dilation[1] && pb.lo.sizes[2] * pb.lo.sizes[3] <= kFlatMaxPixels;
+}
+
 // Fills the problem; `out` must already have the shape from out_shape.
 inline bool make_problem(
     const float* in, const Layout& li, const float* w, const Layout& lw, const float* bias, const Layout* lb,
@@ -614,6 +754,19 @@ inline void run(const Problem& pb, Par&& par) {
   if (N == 0 || Cout == 0 || OH == 0 || OW == 0) return;
   if (pb.packed || pb.packed_i8) {
     detail::run_packed(pb, par);
+    return;
+  }
+  if (use_flat_depthwise(pb)) {
+    const int64_t planes = N * Cout;
+    const int64_t work = OH * OW * pb.lw.sizes[2] * pb.lw.sizes[3];
+    int64_t grain = (int64_t(1) << 15) / (work > 0 ? work : 1);
+    if (grain < 1) grain = 1;
+    auto fn = selected_isa() == Isa::kAvx2 ? &detail::depthwise_flat_avx2 : &detail::depthwise_flat_baseline;
+    if (planes <= grain) {
+      fn(pb, 0, planes);
+    } else {
+      par(0, planes, grain, [&](int64_t b, int64_t e) { fn(pb, b, e); });
+    }
     return;
   }
   if (is_depthwise(pb) && Cout == p.groups && OH * OW <= kChannelsMaxPixels) {
