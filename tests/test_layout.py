@@ -48,6 +48,6 @@ class LayoutTest(TestCase):
         model, args = ChannelShuffle(), (torch.randn(2, 8, 3, 5),)
         out = etfuse.fuse(edge_program(model, args))
         self.assertEqual(op_names(out.exported_program().graph_module),
-                         ["aten.view_copy.default", "etfuse.permute_copy.default", "dim_order_ops._clone_dim_order.default",
-                          "aten.view_copy.default", "etfuse.permute_copy.default"])
+                         ["aten.view_copy.default", "etfuse.permute_copy.default", "aten.view_copy.default",
+                          "etfuse.permute_copy.default"])  # the copy export left after the first permute: dropped
         assert_fused_matches_eager(model, args, out, rtol=0, atol=0)

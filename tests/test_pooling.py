@@ -43,6 +43,11 @@ AVG_CASES = [
     ((3, 9, 10), (5, 4), (3, 2), (2, 2), True, False, None),
     ((1, 2, 7, 9), (7, 9), (1, 1), (0, 0), False, True, None),
     ((1, 2, 8, 8), (3, 3), (2, 2), (1, 1), False, True, 5),
+    # windows as wide as the map (pool2d.h avg_whole_rows): DS-CNN's 24x5 over 25x5, overlapping
+    # rows with a ceil-mode window past the end, a divisor override
+    ((1, 64, 25, 5), (24, 5), (24, 5), (0, 0), False, True, None),
+    ((2, 3, 8, 4), (3, 4), (2, 1), (0, 0), True, True, None),
+    ((1, 3, 9, 6), (4, 6), (3, 3), (0, 0), True, False, 7),
 ]
 
 

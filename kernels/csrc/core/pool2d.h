@@ -168,18 +168,12 @@ ETFUSE_ALWAYS_INLINE void pool_plane(const float* in, float* out, const Plane& g
   }
 }
 
-template <bool kMax>
-void planes_baseline(const float* in, float* out, const Plane& g, const Params& p, int64_t row_len, int64_t q0,
-                     int64_t q1) {
-  std::vector<float> row(static_cast<size_t>(row_len), kMax ? -std::numeric_limits<float>::infinity() : 0.0f);
-  for (int64_t q = q0; q < q1; ++q) pool_plane<kMax>(in + q * g.h * g.w, out + q * g.oh * g.ow, g, p, row.data());
-}
-
-template <bool kMax>
-ETFUSE_TARGET_AVX2 void planes_avx2(const float* in, float* out, const Plane& g, const Params& p, int64_t row_len,
-                                    int64_t q0, int64_t q1) {
-  std::vector<float> row(static_cast<size_t>(row_len), kMax ? -std::numeric_limits<float>::infinity() : 0.0f);
-  for (int64_t q = q0; q < q1; ++q) pool_plane<kMax>(in + q * g.h * g.w, out + q * g.oh * g.ow, g, p, row.data());
+// avg_pool2d whose windows span whole rows (kernel width = input width, no padding, no
+// dilation: DS-CNN's 24x5 window over a 25x5 map): each output is the sum of kh * w contiguous
+// floats, the one-value-per-row path of pool_plane at 5 floats a row costs 10x more.
+ETFUSE_ALWAYS_INLINE bool whole_row_windows(const Plane& g, const Params& p) {
+  return p.kernel[1] == g.w && g.ow == 1 && p.padding[0] == 0 && p.padding[1] == 0 && p.dilation[0] == 1 &&
+      p.dilation[1] == 1;
 }
 
 inline float plane_sum(const float* in, int64_t n) {
@@ -192,6 +186,40 @@ inline float plane_sum(const float* in, int64_t n) {
   float s = ((acc[0] + acc[1]) + (acc[2] + acc[3])) + ((acc[4] + acc[5]) + (acc[6] + acc[7]));
   for (; i < n; ++i) s += in[i];
   return s;
+}
+
+ETFUSE_ALWAYS_INLINE void avg_whole_rows(const float* in, float* out, const Plane& g, const Params& p) {
+  for (int64_t oy = 0; oy < g.oh; ++oy) {
+    const int64_t y0 = oy * p.stride[0], y1 = std::min(y0 + p.kernel[0], g.h);
+    const int64_t div = p.divisor ? p.divisor : (y1 - y0) * g.w;  // torch's divisor, padding 0
+    out[oy] = y1 > y0 ? plane_sum(in + y0 * g.w, (y1 - y0) * g.w) / static_cast<float>(div) : 0.0f;
+  }
+}
+
+template <bool kMax>
+void planes_baseline(const float* in, float* out, const Plane& g, const Params& p, int64_t row_len, int64_t q0,
+                     int64_t q1) {
+  std::vector<float> row(static_cast<size_t>(row_len), kMax ? -std::numeric_limits<float>::infinity() : 0.0f);
+  for (int64_t q = q0; q < q1; ++q) {
+    if (!kMax && whole_row_windows(g, p)) {
+      avg_whole_rows(in + q * g.h * g.w, out + q * g.oh, g, p);
+    } else {
+      pool_plane<kMax>(in + q * g.h * g.w, out + q * g.oh * g.ow, g, p, row.data());
+    }
+  }
+}
+
+template <bool kMax>
+ETFUSE_TARGET_AVX2 void planes_avx2(const float* in, float* out, const Plane& g, const Params& p, int64_t row_len,
+                                    int64_t q0, int64_t q1) {
+  std::vector<float> row(static_cast<size_t>(row_len), kMax ? -std::numeric_limits<float>::infinity() : 0.0f);
+  for (int64_t q = q0; q < q1; ++q) {
+    if (!kMax && whole_row_windows(g, p)) {
+      avg_whole_rows(in + q * g.h * g.w, out + q * g.oh, g, p);
+    } else {
+      pool_plane<kMax>(in + q * g.h * g.w, out + q * g.oh * g.ow, g, p, row.data());
+    }
+  }
 }
 
 }  // namespace detail
