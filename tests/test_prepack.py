@@ -77,6 +77,7 @@ CONV_CASES = [  # input shape, Cout, kernel, stride, padding, dilation, bias, mi
     ((1, 16, 12, 12), 20, 3, 2, 1, 1, True, -1.0, 1.0, "none"),       # stride 2 -> 6x6
     ((1, 8, 7, 7), 17, 3, 1, 2, 2, True, None, None, "silu"),         # dilation
     ((1, 12, 5, 5), 16, 1, 2, 0, 1, True, None, None, "none"),        # a strided 1x1 goes through im2col
+    ((1, 300, 3, 3), 32, 1, 1, 0, 1, True, 0.0, 6.0, "none"),        # 2 K slices: the epilogue through C
 ]
 
 
