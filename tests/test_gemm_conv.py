@@ -61,6 +61,7 @@ CONV_CASES = [
     # the direct kernel beyond depthwise: a 3-channel stride-2 stem, DS-CNN's 1-channel 10x4 input conv
     (2, 3, 20, 19, 8, 3, 3, (2, 2), (1, 1), (1, 1), 1),
     (1, 1, 49, 10, 16, 10, 4, (2, 2), (5, 1), (1, 1), 1),
+    (2, 3, 96, 80, 8, 3, 3, (2, 2), (1, 1), (1, 1), 1),  # a stem whose input is split in parallel, 2 images
     (1, 1, 1, 1, 1, 1, 1, (1, 1), (0, 0), (1, 1), 1),
     (2, 8, 9, 13, 8, 3, 3, (2, 2), (1, 1), (1, 1), 8),    # depthwise, stride 2
     (1, 5, 7, 7, 10, 5, 5, (1, 1), (2, 2), (2, 2), 5),    # depthwise x2 multiplier, dilated

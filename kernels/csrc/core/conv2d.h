@@ -222,26 +222,87 @@ ETFUSE_ALWAYS_INLINE void copy_row(float* dst, const float* src, int64_t n) {
 // 8 for a 6-wide 3x3 map). Small maps (6x6, 3x3), stride 2 and dilation all vectorise.
 // The padding positions are the same for every plane: zeroed once, only the input is copied,
 // once per group (a stem's 3 input channels once per task, for all its output channels).
+// The phase planes' geometry (direct_planes): SH x SW planes, sh * sw of them per input channel.
+struct PhaseGeom {
+  int64_t SH, SW, plane, channel;
+  explicit PhaseGeom(const Problem& pb) {
+    const Params& p = pb.p;
+    SH = pb.lo.sizes[2] + (pb.lw.sizes[2] - 1) * p.dilation[0] / p.stride[0];
+    SW = pb.lo.sizes[3] + (pb.lw.sizes[3] - 1) * p.dilation[1] / p.stride[1];
+    plane = SH * SW;
+    channel = p.stride[0] * p.stride[1] * plane;
+  }
+};
+
+// Input channels [c0, c1) of image n, group `group` into their phase planes at `phases` (Cg
+// channels of g.channel floats, zeroed beforehand: only the input positions are written).
+ETFUSE_ALWAYS_INLINE void split_phases(const Problem& pb, const PhaseGeom& g, int64_t n, int64_t group, int64_t c0,
+                                       int64_t c1, float* phases) {
+  const Params& p = pb.p;
+  const int64_t H = pb.li.sizes[2], Wd = pb.li.sizes[3], Cg = pb.li.sizes[1] / p.groups;
+  const int64_t sh = p.stride[0], sw = p.stride[1], ph = p.padding[0], pw = p.padding[1];
+  const int64_t ihs = pb.li.strides[2], iws = pb.li.strides[3];
+  for (int64_t a = 0; a < sh; ++a) {
+    // phase (a, b) holds input rows i * sh + a - ph in [0, H), columns j * sw + b - pw in [0, Wd)
+    int64_t ilo, ihi;
+    valid_range(a - ph, sh, H, g.SH, ilo, ihi);
+    for (int64_t b = 0; b < sw; ++b) {
+      int64_t jlo, jhi;
+      valid_range(b - pw, sw, Wd, g.SW, jlo, jhi);
+      const int64_t jn = jhi - jlo;
+      for (int64_t c = c0; c < c1; ++c) {
+        const float* src = pb.in + n * pb.li.strides[0] + (group * Cg + c) * pb.li.strides[1];
+        float* dst = phases + c * g.channel + (a * sw + b) * g.plane + jlo;
+        const float* from = src + (b - pw + jlo * sw) * iws;
+        for (int64_t i = ilo; i < ihi; ++i) {
+          const float* row = from + (i * sh + a - ph) * ihs;
+          float* d = dst + i * g.SW;
+          if (sw == 1 && iws == 1) {
+            std::memcpy(d, row, sizeof(float) * jn);
+          } else if (sw == 2 && iws == 1) {
+            for (int64_t j = 0; j < jn; ++j) d[j] = row[2 * j];  // a constant step GCC vectorises
+          } else {
+            for (int64_t j = 0; j < jn; ++j) d[j] = row[j * sw * iws];
+          }
+        }
+      }
+    }
+  }
+}
+
+// Output planes [t0, t1) of a direct conv (plane t = image t / Cout, channel t % Cout, summing
+// over the Cg input channels of its group; Cg = 1 for a depthwise conv), by polyphase
+// decomposition: each zero-padded input plane is split into sh * sw phase planes
+// (phase (a, b) holds padded[i * sh + a][j * sw + b]), all SH x SW. Output (oh, ow) at tap
+// (kh, kw) then reads phase ((kh * dh) % sh, (kw * dw) % sw) at (oh + kh * dh / sh, ow + kw * dw / sw):
+// with q = oh * SW + ow, every tap is the same phase plane shifted by a constant, so the whole
+// plane is one contiguous 1-D multiply-add per tap over q, whatever the stride, dilation or
+// plane size. The positions ow >= OW of each row are computed and dropped (SW - OW of SW: 2 of
+// 8 for a 6-wide 3x3 map). Small maps (6x6, 3x3), stride 2 and dilation all vectorise.
+// The padding positions are the same for every plane: zeroed once, only the input is copied,
+// once per group per task; or, with `split` (groups 1: a stem), the caller split the image's
+// channels once for every task (split_phases; W * 4 zeros after them).
 template <int W>
-ETFUSE_ALWAYS_INLINE void direct_planes(const Problem& pb, int64_t t0, int64_t t1) {
+ETFUSE_ALWAYS_INLINE void direct_planes(const Problem& pb, int64_t t0, int64_t t1, const float* split) {
   constexpr int U = 4;  // the largest block of output vectors (direct_block)
   const Params& p = pb.p;
   const int64_t Cout = pb.lo.sizes[1], OH = pb.lo.sizes[2], OW = pb.lo.sizes[3];
-  const int64_t H = pb.li.sizes[2], Wd = pb.li.sizes[3], KH = pb.lw.sizes[2], KW = pb.lw.sizes[3];
+  const int64_t KH = pb.lw.sizes[2], KW = pb.lw.sizes[3];
   const int64_t mult = Cout / p.groups, Cg = pb.li.sizes[1] / p.groups;
-  const int64_t sh = p.stride[0], sw = p.stride[1], ph = p.padding[0], pw = p.padding[1];
+  const int64_t sh = p.stride[0], sw = p.stride[1];
   const int64_t dh = p.dilation[0], dw = p.dilation[1];
-  const int64_t ihs = pb.li.strides[2], iws = pb.li.strides[3];
   const float lo_v = p.has_min ? p.min : -__builtin_inff(), hi_v = p.has_max ? p.max : __builtin_inff();
-  const int64_t SH = OH + (KH - 1) * dh / sh, SW = OW + (KW - 1) * dw / sw, plane = SH * SW;
+  const PhaseGeom geom(pb);
+  const int64_t SW = geom.SW, plane = geom.plane, channel = geom.channel;
   const int64_t L = (OH - 1) * SW + OW;    // flat outputs q = oh * SW + ow, ow < OW kept
   const int64_t LP = (L + W - 1) / W * W;  // rounded up to whole vectors
-  const int64_t taps = Cg * KH * KW, channel = sh * sw * plane;
+  const int64_t taps = Cg * KH * KW;
   // The phase planes of the group's Cg channels, zero slack for the last block's over-read,
   // then the flat sums.
-  std::vector<float> buf(static_cast<size_t>(Cg * channel + W * U + LP + W * U), 0.0f);
-  float* __restrict phases = buf.data();
-  float* __restrict acc = phases + Cg * channel + W * U;
+  const int64_t own = split ? 0 : Cg * channel + W * U;
+  std::vector<float> buf(static_cast<size_t>(own + LP + W * U), 0.0f);
+  const float* phases = split ? split : buf.data();
+  float* __restrict acc = buf.data() + own;
   std::vector<const float*> tap(static_cast<size_t>(taps));
   std::vector<float> wl(static_cast<size_t>(taps));
   for (int64_t c = 0; c < Cg; ++c) {
@@ -253,35 +314,10 @@ ETFUSE_ALWAYS_INLINE void direct_planes(const Problem& pb, int64_t t0, int64_t t
       }
     }
   }
-  // Phase (a, b) holds input in rows [rows[2a], rows[2a+1]) (input row i * sh + a - ph in [0, H))
-  // and columns [cols[2b], cols[2b+1]) (input column j * sw + b - pw in [0, Wd)).
-  std::vector<int64_t> rows(static_cast<size_t>(2 * sh)), cols(static_cast<size_t>(2 * sw));
-  for (int64_t a = 0; a < sh; ++a) valid_range(a - ph, sh, H, SH, rows[2 * a], rows[2 * a + 1]);
-  for (int64_t b = 0; b < sw; ++b) valid_range(b - pw, sw, Wd, SW, cols[2 * b], cols[2 * b + 1]);
   for (int64_t t = t0; t < t1; ++t) {
     const int64_t n = t / Cout, co = t % Cout, group = co / mult;
-    if (t == t0 || (t - 1) / mult != t / mult || mult == 1) {  // a new group: split its input planes
-      for (int64_t c = 0; c < Cg; ++c) {
-        const float* src = pb.in + n * pb.li.strides[0] + (group * Cg + c) * pb.li.strides[1];
-        for (int64_t a = 0; a < sh; ++a) {
-          for (int64_t b = 0; b < sw; ++b) {
-            const int64_t jlo = cols[2 * b], jn = cols[2 * b + 1] - jlo;
-            float* dst = phases + c * channel + (a * sw + b) * plane + jlo;
-            const float* from = src + (b - pw + jlo * sw) * iws;
-            for (int64_t i = rows[2 * a]; i < rows[2 * a + 1]; ++i) {
-              const float* row = from + (i * sh + a - ph) * ihs;
-              float* d = dst + i * SW;
-              if (sw == 1 && iws == 1) {
-                copy_row<W>(d, row, jn);
-              } else if (sw == 2 && iws == 1) {
-                for (int64_t j = 0; j < jn; ++j) d[j] = row[2 * j];  // a constant step GCC vectorises
-              } else {
-                for (int64_t j = 0; j < jn; ++j) d[j] = row[j * sw * iws];
-              }
-            }
-          }
-        }
-      }
+    if (!split && (t == t0 || (t - 1) / mult != t / mult || mult == 1)) {  // a new group: split its input planes
+      split_phases(pb, geom, n, group, 0, Cg, buf.data());
     }
     // The per-channel scale is folded into the weights, so clamp(conv * s + b) costs what
     // clamp(conv + b) does; the bias seeds the sums.
@@ -318,14 +354,14 @@ ETFUSE_ALWAYS_INLINE void direct_planes(const Problem& pb, int64_t t0, int64_t t
 }
 
 // Compiled once per library in core/kernels.cpp.
-void direct_baseline(const Problem& pb, int64_t t0, int64_t t1);
-ETFUSE_TARGET_AVX2 void direct_avx2(const Problem& pb, int64_t t0, int64_t t1);
+void direct_baseline(const Problem& pb, int64_t t0, int64_t t1, const float* split);
+ETFUSE_TARGET_AVX2 void direct_avx2(const Problem& pb, int64_t t0, int64_t t1, const float* split);
 #if defined(ETFUSE_CORE_KERNELS)
-void direct_baseline(const Problem& pb, int64_t t0, int64_t t1) {
-  direct_planes<4>(pb, t0, t1);
+void direct_baseline(const Problem& pb, int64_t t0, int64_t t1, const float* split) {
+  direct_planes<4>(pb, t0, t1, split);
 }
-ETFUSE_TARGET_AVX2 void direct_avx2(const Problem& pb, int64_t t0, int64_t t1) {
-  direct_planes<8>(pb, t0, t1);
+ETFUSE_TARGET_AVX2 void direct_avx2(const Problem& pb, int64_t t0, int64_t t1, const float* split) {
+  direct_planes<8>(pb, t0, t1, split);
 }
 #endif
 
@@ -783,19 +819,43 @@ inline void run(const Problem& pb, Par&& par) {
     return;
   }
   if (is_direct(pb)) {
-    const int64_t planes = N * Cout;
     const int64_t work = OH * OW * pb.lw.sizes[1] * pb.lw.sizes[2] * pb.lw.sizes[3];
     int64_t grain = (int64_t(1) << 16) / (work > 0 ? work : 1);
     if (grain < 1) grain = 1;
-    // Every task splits its groups' input planes afresh: where output planes share them (a stem:
-    // 32 outputs from 3 inputs), at most 4 tasks.
+    auto fn = selected_isa() == Isa::kAvx2 ? &detail::direct_avx2 : &detail::direct_baseline;
+    if (p.groups == 1 && Cout > 1) {
+      // Every output plane reads all the input channels (a stem: 32 outputs from 3 inputs): they
+      // are split into phase planes once per image, channel by channel in parallel, and shared
+      // by the tasks (each task splitting them afresh cost more than its multiply-adds:
+      // MobileNetV1's 3 -> 8 stem on 96x96, 37 -> ... us).
+      const detail::PhaseGeom geom(pb);
+      const int64_t C = pb.li.sizes[1];
+      std::vector<float> split(static_cast<size_t>(C * geom.channel + 4 * 16), 0.0f);
+      for (int64_t n = 0; n < N; ++n) {
+        auto split_range = [&](int64_t c0, int64_t c1) { detail::split_phases(pb, geom, n, 0, c0, c1, split.data()); };
+        if (C * geom.channel <= (int64_t(1) << 14)) {
+          split_range(0, C);
+        } else {
+          par(0, C, 1, split_range);
+        }
+        auto planes_of = [&](int64_t b, int64_t e) { fn(pb, n * Cout + b, n * Cout + e, split.data()); };
+        if (Cout <= grain) {
+          planes_of(0, Cout);
+        } else {
+          par(0, Cout, grain, planes_of);
+        }
+      }
+      return;
+    }
+    const int64_t planes = N * Cout;
+    // Every task splits its groups' input planes afresh: where output planes share them, at
+    // most 4 tasks.
     const int64_t mult = Cout / p.groups;
     if (mult > 1 && grain < (planes + 3) / 4) grain = (planes + 3) / 4;
-    auto fn = selected_isa() == Isa::kAvx2 ? &detail::direct_avx2 : &detail::direct_baseline;
     if (planes <= grain) {
-      fn(pb, 0, planes);
+      fn(pb, 0, planes, nullptr);
     } else {
-      par(0, planes, grain, [&](int64_t b, int64_t e) { fn(pb, b, e); });
+      par(0, planes, grain, [&](int64_t b, int64_t e) { fn(pb, b, e, nullptr); });
     }
     return;
   }
