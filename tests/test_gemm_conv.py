@@ -137,7 +137,7 @@ def test_narrower_isas_compute_the_same(isa):
         pytest.skip("CPU without AVX2")
     kernels.set_isa(isa)
     try:
-        for case in (*(CONV_CASES[i] for i in (1, 2, 6, 8, 9, 11)), *CONV_CASES[-9:]):
+        for case in (*(CONV_CASES[i] for i in (1, 2, 6, 7, 9, 10, 12)), *CONV_CASES[-9:]):
             n, c, h, w, cout, kh, kw, stride, padding, dilation, groups = case
             x, weight, bias = torch.randn(n, c, h, w), torch.randn(cout, c // groups, kh, kw), torch.randn(cout)
             out = torch.empty(0)
