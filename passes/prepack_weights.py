@@ -23,10 +23,13 @@ kernels, 2 threads, unpacked -> packed):
 * linears with MIN_ROWS rows or more: 1024x1024 at 3 rows 77 -> 71 us, 5 rows 107 -> 80,
   37x768x768 417 -> 290. One row (decode) stays unpacked: the dot-product path reads the weight
   as stored, 42 us vs 59 packed;
-* convs (groups 1) with fewer than MAX_CONV_PIXELS output pixels: 1x1 160 -> 960 on 7x7 479 ->
-  147 us, on 3x3 82 -> 46; 3x3 256 -> 256 on 4x4 399 -> 233. On 8x8 maps the implicit GEMM's
-  panels are full and it stays (64 -> 64 3x3: 97 vs 113 us packed), as do depthwise and grouped
-  convs.
+* 1x1 convs (groups 1) with fewer than MAX_CONV_PIXELS output pixels: 160 -> 960 on 7x7 479 ->
+  147 us, on 3x3 82 -> 46. On 8x8 maps the implicit GEMM's panels are full and it stays, as do
+  depthwise and grouped convs. Spatial (3x3) float convs stay too: measured on the runtime
+  (8-layer chains with batch norm, 2 threads, us, packed -> unpacked), 32 -> 32 on 7x7 345 -> 239,
+  128 -> 128 on 6x6 1457 -> 1313, 256 -> 256 on 3x3 1650 -> 1586, 64 -> 256 on 5x5 1233 -> 1141:
+  the packed op runs the tiles over a per-call im2col, the unpacked one dot products over it.
+  int8 convs keep packing their 3x3s (the unpacked int8 op converts the weight every call).
 
 Like FoldPackedWeightsPass it works on a copy; given a graph module alone
 (`ExecutorchBackendConfig(passes=...)`) there are no values, and it returns a copy unchanged.
@@ -74,6 +77,13 @@ def _conv_worth_it(node: fx.Node, args: dict, constants: dict) -> bool:
     out = _val(node)
     return (args["groups"] == 1 and out is not None and out.dim() == 4 and _static(out.shape)
             and out.shape[2] * out.shape[3] < MAX_CONV_PIXELS)
+
+
+def _float_conv_worth_it(node: fx.Node, args: dict, constants: dict) -> bool:
+    # a spatial kernel packed goes through a per-call im2col on the tiles, slower than the
+    # unpacked op's dot products over the same im2col (module docstring)
+    weight = _val(args["weight"])
+    return _conv_worth_it(node, args, constants) and weight is not None and tuple(weight.shape[2:]) == (1, 1)
 
 
 def _packed_linear_args(args: dict, packed: fx.Node, weight) -> tuple:
@@ -127,8 +137,8 @@ _PACKABLE = {
     LINEAR_ACT.aten: (LINEAR_PACKED_ACT, _linear_worth_it, _packed_linear_args, torch.float32),
     LINEAR_RELU.aten: (LINEAR_PACKED_ACT, _linear_worth_it,
                        lambda args, packed, w: _packed_linear_args({**args, "min": 0.0}, packed, w), torch.float32),
-    CONV2D_ACT.aten: (CONV2D_PACKED_ACT, _conv_worth_it, _packed_conv_args, torch.float32),
-    CONV2D_BN_ACT.aten: (CONV2D_BN_PACKED_ACT, _conv_worth_it, _packed_conv_bn_args, torch.float32),
+    CONV2D_ACT.aten: (CONV2D_PACKED_ACT, _float_conv_worth_it, _packed_conv_args, torch.float32),
+    CONV2D_BN_ACT.aten: (CONV2D_BN_PACKED_ACT, _float_conv_worth_it, _packed_conv_bn_args, torch.float32),
     # int8 panels: the .pte keeps 1 byte a weight
     QUANTIZED_LINEAR.aten: (QUANTIZED_LINEAR_PACKED, _quantized_linear_worth_it, _packed_quantized_linear_args,
                             torch.int8),
