@@ -160,10 +160,13 @@ ETFUSE_ALWAYS_INLINE void micro(
     for (int v = 0; v < NR / W; ++v) std::memcpy(&tile[i][v * W], &acc[i][v], sizeof(acc[i][v]));
 }
 
-// Whether micro_to_c can finish a tile: the whole K in one slice, a full panel, rows of C
-// contiguous, scale and bias one per row or one per column (contiguous) or none.
+// Whether micro_to_c can finish a tile: the whole K in one slice, rows of C contiguous, scale
+// and bias one per row or one per column (contiguous) or none; a full panel, or a last partial
+// one where scale and bias are one per row or none (per column, their vectors would read past
+// the end).
 inline bool epilogue_in_registers(const Args& g, int64_t nr, int64_t NR, bool first, bool last) {
-  return first && last && nr == NR && g.c_cs == 1 && (!g.scale || g.scale_cs == 0 || g.scale_cs == 1) &&
+  const bool per_row = (!g.scale || g.scale_cs == 0) && (!g.bias || g.bias_cs == 0);
+  return first && last && (nr == NR || per_row) && g.c_cs == 1 && (!g.scale || g.scale_cs == 0 || g.scale_cs == 1) &&
       (!g.bias || g.bias_cs == 0 || g.bias_cs == 1);
 }
 
@@ -182,7 +185,7 @@ ETFUSE_ALWAYS_INLINE typename Vec<W>::type epilogue_vector(const float* p, int64
 // much as the multiply-adds at a short K (a 1x1 conv from 16 channels: K = 16).
 template <int MR, int NR, int W>
 ETFUSE_ALWAYS_INLINE void micro_to_c(const Args& g, int64_t kc, const float* const* arow, const float* pack,
-                                     int64_t ldp, int64_t i0, int64_t j0) {
+                                     int64_t ldp, int64_t i0, int64_t j0, int64_t nr) {
   typedef typename Vec<W>::type vf;
   vf acc[MR][NR / W];
   accumulate<MR, NR, W>(kc, arow, g.a_cs, pack, ldp, acc);
@@ -196,7 +199,12 @@ ETFUSE_ALWAYS_INLINE void micro_to_c(const Args& g, int64_t kc, const float* con
       if (g.scale) x *= epilogue_vector<W>(g.scale, g.scale_rs, g.scale_cs, row, col);
       if (g.bias) x += epilogue_vector<W>(g.bias, g.bias_rs, g.bias_cs, row, col);
       if (g.clamp) x = x < lo ? lo : (x > hi ? hi : x);  // clamp_act lane by lane (NaN kept)
-      std::memcpy(c + v * W, &x, sizeof(vf));
+      acc[i][v] = x;
+    }
+    if (nr == NR) {
+      std::memcpy(c, acc[i], sizeof(acc[i]));
+    } else {  // a last partial panel (DS-CNN's 125 pixels: 7 panels and 13 columns)
+      std::memcpy(c, acc[i], sizeof(float) * nr);
     }
   }
 }
@@ -317,7 +325,7 @@ ETFUSE_ALWAYS_INLINE void rows_tile(
     }
   }
   if (epilogue_in_registers(g, nr, NR, first, last)) {
-    micro_to_c<MR, NR, W>(g, kc, arow, panel, ldp, i0, j0);
+    micro_to_c<MR, NR, W>(g, kc, arow, panel, ldp, i0, j0, nr);
     return;
   }
   if (epilogue_transposed(g, nr, NR, first, last)) {

@@ -196,9 +196,10 @@ ETFUSE_ALWAYS_INLINE void avg_whole_rows(const float* in, float* out, const Plan
   }
 }
 
+// Planes [q0, q1): the per-ISA entries below compile this body for their target.
 template <bool kMax>
-void planes_baseline(const float* in, float* out, const Plane& g, const Params& p, int64_t row_len, int64_t q0,
-                     int64_t q1) {
+ETFUSE_ALWAYS_INLINE void pool_planes(const float* in, float* out, const Plane& g, const Params& p, int64_t row_len,
+                                      int64_t q0, int64_t q1) {
   std::vector<float> row(static_cast<size_t>(row_len), kMax ? -std::numeric_limits<float>::infinity() : 0.0f);
   for (int64_t q = q0; q < q1; ++q) {
     if (!kMax && whole_row_windows(g, p)) {
@@ -210,16 +211,15 @@ void planes_baseline(const float* in, float* out, const Plane& g, const Params& 
 }
 
 template <bool kMax>
+void planes_baseline(const float* in, float* out, const Plane& g, const Params& p, int64_t row_len, int64_t q0,
+                     int64_t q1) {
+  pool_planes<kMax>(in, out, g, p, row_len, q0, q1);
+}
+
+template <bool kMax>
 ETFUSE_TARGET_AVX2 void planes_avx2(const float* in, float* out, const Plane& g, const Params& p, int64_t row_len,
                                     int64_t q0, int64_t q1) {
-  std::vector<float> row(static_cast<size_t>(row_len), kMax ? -std::numeric_limits<float>::infinity() : 0.0f);
-  for (int64_t q = q0; q < q1; ++q) {
-    if (!kMax && whole_row_windows(g, p)) {
-      avg_whole_rows(in + q * g.h * g.w, out + q * g.oh, g, p);
-    } else {
-      pool_plane<kMax>(in + q * g.h * g.w, out + q * g.oh * g.ow, g, p, row.data());
-    }
-  }
+  pool_planes<kMax>(in, out, g, p, row_len, q0, q1);
 }
 
 }  // namespace detail
