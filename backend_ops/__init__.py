@@ -5,7 +5,7 @@ changes to executorch's registrations that fusing and running need.
 """
 
 from .registry import BackendOp, BackendOpError, register, registered_ops
-from .float_ops import ADD_RELU, ADDMM_RELU, FLOAT_OPS, LINEAR_RELU, MUL
+from .float_ops import ADD, ADD_RELU, ADDMM_RELU, FLOAT_OPS, LINEAR_RELU, MUL
 from .prims import PRIMS, PrimOp
 from .gemm_conv_ops import CONV2D_ACT, CONV2D_BN_ACT, GEMM_CONV_OPS, LINEAR_ACT, LINEAR_BN_ACT
 from .quantized_ops import QDQ_OPS, QUANTIZED_OPS, decompositions
@@ -28,7 +28,7 @@ CATALOG = [*FLOAT_OPS, *GEMM_CONV_OPS, *POOL_OPS, *ATTENTION_OPS, *NORM_OPS, *LA
 
 __all__ = [
     "BackendOp", "BackendOpError", "register", "registered_ops",
-    "ADD_RELU", "LINEAR_RELU", "ADDMM_RELU", "MUL", "FLOAT_OPS", "PRIMS", "PrimOp", "CONV2D_ACT", "LINEAR_ACT", "CONV2D_BN_ACT", "LINEAR_BN_ACT", "GEMM_CONV_OPS",
+    "ADD_RELU", "LINEAR_RELU", "ADDMM_RELU", "MUL", "ADD", "FLOAT_OPS", "PRIMS", "PrimOp", "CONV2D_ACT", "LINEAR_ACT", "CONV2D_BN_ACT", "LINEAR_BN_ACT", "GEMM_CONV_OPS",
     "MAX_POOL2D", "AVG_POOL2D", "MEAN_HW", "POOL_OPS", "SDPA", "ATTENTION_OPS", "RMS_NORM", "LAYER_NORM", "NORM_OPS", "PERMUTE_COPY", "LAYOUT_OPS", "LINEAR_QW", "PACK_INT4", "WEIGHT_ONLY_OPS", "UPDATE_CACHE", "CACHE_OPS", "ROPE", "ROPE_OPS",
     "LINEAR_PACKED_ACT", "CONV2D_PACKED_ACT", "CONV2D_BN_PACKED_ACT", "PACK_GEMM_WEIGHT", "PREPACKED_OPS",
     "QUANTIZED_CONV2D", "QUANTIZED_LINEAR", "QUANTIZED_CONV2D_PACKED", "QUANTIZED_LINEAR_PACKED", "QUANTIZED_GEMM_OPS",

@@ -15,6 +15,10 @@ def _mul(self, other):
     return aten.mul.Tensor(self, other)
 
 
+def _add(self, other):
+    return aten.add.Tensor(self, other)
+
+
 def _linear_relu(input, weight, bias=None):
     return aten.relu.default(aten.linear.default(input, weight, bias))
 
@@ -35,6 +39,10 @@ ADDMM_RELU = register(BackendOp(
 
 MUL = register(BackendOp(
     "etfuse", "mul(Tensor self, Tensor other) -> Tensor", _mul,
-    doc="self * other, broadcasting like aten.mul (the rules use it for a squeeze-excite's per-channel scale, "
-        "where the portable kernel's broadcast is slow)", kernel="mul"))
-FLOAT_OPS = [ADD_RELU, LINEAR_RELU, ADDMM_RELU, MUL]
+    doc="self * other, broadcasting like aten.mul (the rules use it for a squeeze-excite's per-channel scale and "
+        "a per-feature scale along the last dim, where the portable kernel's broadcast is slow)", kernel="mul"))
+ADD = register(BackendOp(
+    "etfuse", "add(Tensor self, Tensor other) -> Tensor", _add,
+    doc="self + other, broadcasting like aten.add (the rules use it for a per-feature shift along the last dim, "
+        "MobileBERT's NoNorm, where the portable kernel's broadcast is slow)", kernel="add"))
+FLOAT_OPS = [ADD_RELU, LINEAR_RELU, ADDMM_RELU, MUL, ADD]

@@ -15,6 +15,7 @@ SAMPLE_ARGS = {
     "addmm_relu": [(torch.randn(5), torch.randn(3, 7), torch.randn(7, 5))],
     "mul": [(torch.randn(2, 8, 5, 5), torch.randn(2, 8, 1, 1)), (torch.randn(1, 8, 1, 1), torch.randn(3, 8, 4, 6)),
             (torch.randn(3, 4), torch.randn(3, 4))],
+    "add": [(torch.randn(2, 5, 8), torch.randn(8)), (torch.randn(8), torch.randn(3, 8)), (torch.randn(3, 4), torch.randn(3, 4))],
 }
 
 
@@ -36,6 +37,7 @@ def test_out_schema_is_derived():
         "linear_relu.out(Tensor input, Tensor weight, Tensor? bias=None, *, Tensor(a!) out) -> Tensor(a!)",
         "addmm_relu.out(Tensor self, Tensor mat1, Tensor mat2, *, Tensor(a!) out) -> Tensor(a!)",
         "mul.out(Tensor self, Tensor other, *, Tensor(a!) out) -> Tensor(a!)",
+        "add.out(Tensor self, Tensor other, *, Tensor(a!) out) -> Tensor(a!)",
     ]
 
 

@@ -143,12 +143,14 @@ class SemanticsTest(TestCase):
         p = FloatFusionPass()
         fused = edge.transform([p])
         self.assertEqual(op_names(fused.exported_program().graph_module), ["aten.add.Tensor", "aten.relu.default"])
-        self.assertEqual([(d.rule, d.node) for d in p.report.declined], [("add_relu", "aten_relu_default")])
+        self.assertEqual([(d.rule, d.node) for d in p.report.declined],
+                         [("add_relu", "aten_relu_default"), ("add_rows", "aten_add_tensor")])
         self.assertIn("torch.int64", p.report.declined[0].reason)
 
     def test_per_channel_scale_becomes_etfuse_mul(self):
         """A squeeze-excite scale ([N, C, H, W] * [N or 1, C, 1, 1], either order, channels-last
-        too) becomes etfuse::mul; a same-shape or a row broadcast stays the portable mul."""
+        too) and a per-feature row ([..., C] * [C], mul_rows) become etfuse::mul; a same-shape
+        product stays the portable mul."""
         class M(torch.nn.Module):
             def forward(self, x, s, t, row):
                 return x * s, t * x.contiguous(memory_format=torch.channels_last), x * x, x * row
@@ -156,7 +158,7 @@ class SemanticsTest(TestCase):
         args = (torch.randn(2, 8, 5, 7), torch.randn(2, 8, 1, 1), torch.randn(1, 8, 1, 1), torch.randn(7))
         ops, fused = self.fuse_ops(M(), args)
         self.assertEqual(ops, ["etfuse.mul.default", "dim_order_ops._clone_dim_order.default", "etfuse.mul.default",
-                               "aten.mul.Tensor", "aten.mul.Tensor"])
+                               "aten.mul.Tensor", "etfuse.mul.default"])
         want = M()(*args)
         for got in (fused.exported_program().module()(*args), run(fused.to_executorch(), args)):
             for g, w in zip(got, want):
@@ -165,6 +167,37 @@ class SemanticsTest(TestCase):
         x, s = args[0], args[1]
         for a, b in ((x, s), (s, x), (x.to(memory_format=torch.channels_last), s), (x, x[:1]), (x[..., ::2], s)):
             torch.testing.assert_close(torch.ops.etfuse.mul(a, b), a * b, rtol=0, atol=0)
+
+    def test_no_norm_rows_become_etfuse_mul_and_add(self):
+        """MobileBERT's NoNorm after a linear and a residual add: (linear(x) + r) * w + b. The
+        per-feature scale and shift (either operand order) become etfuse::mul / etfuse::add; the
+        same-shape residual add stays the portable add, as does a shift that is not one value per
+        feature of the last dim."""
+        class NoNorm(torch.nn.Module):
+            def __init__(self):
+                super().__init__()
+                self.lin = torch.nn.Linear(16, 32)
+                self.w, self.b = torch.nn.Parameter(torch.randn(32)), torch.nn.Parameter(torch.randn(32))
+
+            def forward(self, x, r, col):
+                y = self.b + self.w * (self.lin(x) + r)
+                return y, y + col
+
+        args = (torch.randn(1, 8, 16), torch.randn(1, 8, 32), torch.randn(8, 1))
+        model = NoNorm()
+        ops, fused = self.fuse_ops(model, args)
+        self.assertEqual(ops, ["etfuse.linear_packed_act.default", "aten.add.Tensor", "etfuse.mul.default",
+                               "etfuse.add.default", "aten.add.Tensor"])
+        want = model(*args)
+        retraced = fused.exported_program().run_decompositions()
+        self.assertFalse([n for n in op_names(retraced.graph_module) if n.startswith("etfuse.")])
+        for got in (fused.exported_program().module()(*args), retraced.module()(*args),
+                    run(fused.to_executorch(), args)):
+            for g, w in zip(got, want):
+                torch.testing.assert_close(g, w)
+        x, b = torch.randn(3, 5, 6), torch.randn(6)
+        for a, c in ((x, b), (b, x), (x[:, ::2], b), (x.transpose(0, 1), b)):
+            torch.testing.assert_close(torch.ops.etfuse.add(a, c), a + c, rtol=0, atol=0)
 
     def test_linear_relu(self):
         for bias in (True, False):

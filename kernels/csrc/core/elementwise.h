@@ -1,6 +1,7 @@
 // The float32 element-wise binary cores, NumPy broadcasting:
 //   etfuse::add_relu.out: out = relu(self + other)
 //   etfuse::mul.out:      out = self * other
+//   etfuse::add.out:      out = self + other
 //
 // The three tensors are strided layouts walked by the shared broadcast iterator (broadcast.h);
 // an op is a functor `F::apply(a, b)` and its name, the loops are shared.
@@ -21,6 +22,11 @@ struct AddRelu {
 struct Mul {
   static constexpr const char* name = "etfuse::mul";
   ETFUSE_ALWAYS_INLINE static float apply(float a, float b) { return a * b; }
+};
+
+struct Add {
+  static constexpr const char* name = "etfuse::add";
+  ETFUSE_ALWAYS_INLINE static float apply(float a, float b) { return a + b; }
 };
 
 // Output shape of F(a, b): the broadcast of both shapes.
