@@ -26,7 +26,7 @@ def test_dropout_copy_is_dropped_on_every_route():
     model, args = ConvDropout().eval(), (torch.randn(1, 4, 6, 6),)
     assert CLONE in op_names(edge_program(model, args).exported_program().graph_module)
     fused = etfuse.fuse(edge_program(model, args))
-    assert op_names(fused.exported_program().graph_module) == ["etfuse.conv2d_packed_act.default", "etfuse.avg_pool2d.default"]
+    assert op_names(fused.exported_program().graph_module) == ["etfuse.conv2d_act.default", "etfuse.avg_pool2d.default"]
     assert_fused_matches_eager(model, args, fused)
     transformed = edge_program(model, args).transform(default_passes())
     assert CLONE not in op_names(transformed.exported_program().graph_module)
