@@ -51,8 +51,8 @@ def default_passes() -> list:
        (it needs the program's values; given a graph module alone it leaves the packing to the runtime),
        and `PrepackWeightsPass` packs the constant weights of multi-row linears into the GEMM's panels
        (`linear_packed_act`; given a graph module alone it changes nothing).
-       `DropIdentityCopiesPass` (between the two) drops the copies nothing can tell from their source
-       (eval-mode dropout's); after fusion, so the rules see the graph as export made it.
+       `DropIdentityCopiesPass`, right after `FusionPass`, drops the copies nothing can tell from their
+       source (eval-mode dropout's); after fusion, so the rules see the graph as export made it.
     3. `CondOutputCopyPass`, `CondViewCopyPass`: they copy results read by the final ops, so they
        run once those ops exist.
     4. `SymIntToPrimsPass`: the builtins of every pass before it (loop bounds included) become prims.

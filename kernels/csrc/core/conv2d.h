@@ -121,6 +121,22 @@ ETFUSE_ALWAYS_INLINE void valid_range(int64_t base, int64_t step, int64_t limit,
   if (lo > hi) lo = hi;
 }
 
+// fn over [0, n) in one call when n <= grain, else split by `par`; grain_for: how many tasks of
+// `work` multiply-adds make one chunk of about `budget` (at least 1).
+template <class Par, class F>
+inline void serial_or_parallel(int64_t n, int64_t grain, Par&& par, const F& fn) {
+  if (n <= grain) {
+    fn(int64_t(0), n);
+  } else {
+    par(int64_t(0), n, grain, fn);
+  }
+}
+
+inline int64_t grain_for(int64_t budget, int64_t work) {
+  const int64_t g = budget / (work > 0 ? work : 1);
+  return g < 1 ? 1 : g;
+}
+
 struct PackCtx {
   const float* in;  // image n, first channel of the group
   int64_t cs, hs, ws, H, W, KH, KW, OW, sh, sw, ph, pw, dh, dw;
@@ -211,17 +227,6 @@ ETFUSE_ALWAYS_INLINE void copy_row(float* dst, const float* src, int64_t n) {
   for (; j < n; ++j) dst[j] = src[j];
 }
 
-// Output planes [t0, t1) of a direct conv (plane t = image t / Cout, channel t % Cout, summing
-// over the Cg input channels of its group; Cg = 1 for a depthwise conv), by polyphase
-// decomposition: each zero-padded input plane is split into sh * sw phase planes
-// (phase (a, b) holds padded[i * sh + a][j * sw + b]), all SH x SW. Output (oh, ow) at tap
-// (kh, kw) then reads phase ((kh * dh) % sh, (kw * dw) % sw) at (oh + kh * dh / sh, ow + kw * dw / sw):
-// with q = oh * SW + ow, every tap is the same phase plane shifted by a constant, so the whole
-// plane is one contiguous 1-D multiply-add per tap over q, whatever the stride, dilation or
-// plane size. The positions ow >= OW of each row are computed and dropped (SW - OW of SW: 2 of
-// 8 for a 6-wide 3x3 map). Small maps (6x6, 3x3), stride 2 and dilation all vectorise.
-// The padding positions are the same for every plane: zeroed once, only the input is copied,
-// once per group (a stem's 3 input channels once per task, for all its output channels).
 // The phase planes' geometry (direct_planes): SH x SW planes, sh * sw of them per input channel.
 struct PhaseGeom {
   int64_t SH, SW, plane, channel;
@@ -454,17 +459,8 @@ ETFUSE_TARGET_AVX2 void depthwise_channels_avx2(const Problem& pb, int64_t t0, i
 }
 #endif
 
-// A stride-1 depthwise conv whose output rows are as wide as its input rows (same padding along
-// the width: 2 * pw == (KW - 1) * dw), on any map: the plane is flattened (q = oh * W + ow) and
-// every tap is one contiguous multiply-add at the constant offset (kh * dh - ph) * W + kw * dw - pw,
-// with no per-row copies or dropped columns (direct_planes pays both; on DS-CNN's 25x5 maps, 5
-// floats a row, they cost more than the multiply-adds). A read off a row's left or right edge
-// lands on the neighbouring row, so the taps of each kernel column are summed apart and added
-// only in the lanes where that column is inside the row (a select, not a multiply by 0: an inf
-// next door stays out). The rows above and below are the zero rows around the plane's one-memcpy
-// copy. One plane per task.
-// sums[q0, q0 + U * W) of depthwise_flat: `x` is the plane's copy at q0, `off` the kernel
-// columns' offsets, wl the weights [KH, KW]; mask / whole as in depthwise_flat.
+// sums[q0, q0 + U * W) of depthwise_flat: `x` is the plane's copy at q0, tap (kh, kw) at
+// x + kh * row + kw * dw; wl the weights [KH, KW]; mask / whole as in depthwise_flat.
 template <int W, int U>
 ETFUSE_ALWAYS_INLINE void flat_block(const float* x, int64_t KH, int64_t KW, int64_t row, int64_t dw,
                                      const float* wl, const int32_t* mask, int64_t mask_s, const char* whole,
@@ -499,6 +495,15 @@ ETFUSE_ALWAYS_INLINE void flat_block(const float* x, int64_t KH, int64_t KW, int
   std::memcpy(sums, acc, sizeof(acc));
 }
 
+// A stride-1 depthwise conv whose output rows are as wide as its input rows (same padding along
+// the width: 2 * pw == (KW - 1) * dw), on any map: the plane is flattened (q = oh * W + ow) and
+// every tap is one contiguous multiply-add at the constant offset (kh * dh - ph) * W + kw * dw - pw,
+// with no per-row copies or dropped columns (direct_planes pays both; on DS-CNN's 25x5 maps, 5
+// floats a row, they cost more than the multiply-adds). A read off a row's left or right edge
+// lands on the neighbouring row, so the taps of each kernel column are summed apart and added
+// only in the lanes where that column is inside the row (a select, not a multiply by 0: an inf
+// next door stays out). The rows above and below are the zero rows around the plane's one-memcpy
+// copy. One plane per task.
 template <int W>
 ETFUSE_ALWAYS_INLINE void depthwise_flat(const Problem& pb, int64_t t0, int64_t t1) {
   constexpr int64_t slack = 4 * W;  // the last block's over-read and over-write
@@ -793,57 +798,38 @@ inline void run(const Problem& pb, Par&& par) {
     return;
   }
   if (use_flat_depthwise(pb)) {
-    const int64_t planes = N * Cout;
-    const int64_t work = OH * OW * pb.lw.sizes[2] * pb.lw.sizes[3];
-    int64_t grain = (int64_t(1) << 15) / (work > 0 ? work : 1);
-    if (grain < 1) grain = 1;
     auto fn = selected_isa() == Isa::kAvx2 ? &detail::depthwise_flat_avx2 : &detail::depthwise_flat_baseline;
-    if (planes <= grain) {
-      fn(pb, 0, planes);
-    } else {
-      par(0, planes, grain, [&](int64_t b, int64_t e) { fn(pb, b, e); });
-    }
+    detail::serial_or_parallel(N * Cout, detail::grain_for(int64_t(1) << 15, OH * OW * pb.lw.sizes[2] * pb.lw.sizes[3]),
+                               par, [&](int64_t b, int64_t e) { fn(pb, b, e); });
     return;
   }
   if (is_depthwise(pb) && Cout == p.groups && OH * OW <= kChannelsMaxPixels) {
     const int64_t W = selected_isa() == Isa::kAvx2 ? 8 : 4, blocks = N * ((Cout + W - 1) / W);
-    const int64_t work = W * OH * OW * pb.lw.sizes[2] * pb.lw.sizes[3];
-    int64_t grain = (int64_t(1) << 15) / (work > 0 ? work : 1);
-    if (grain < 1) grain = 1;
     auto fn = W == 8 ? &detail::depthwise_channels_avx2 : &detail::depthwise_channels_baseline;
-    if (blocks <= grain) {
-      fn(pb, 0, blocks);
-    } else {
-      par(0, blocks, grain, [&](int64_t b, int64_t e) { fn(pb, b, e); });
-    }
+    detail::serial_or_parallel(blocks, detail::grain_for(int64_t(1) << 15, W * OH * OW * pb.lw.sizes[2] * pb.lw.sizes[3]),
+                               par, [&](int64_t b, int64_t e) { fn(pb, b, e); });
     return;
   }
   if (is_direct(pb)) {
-    const int64_t work = OH * OW * pb.lw.sizes[1] * pb.lw.sizes[2] * pb.lw.sizes[3];
-    int64_t grain = (int64_t(1) << 16) / (work > 0 ? work : 1);
-    if (grain < 1) grain = 1;
+    int64_t grain = detail::grain_for(int64_t(1) << 16, OH * OW * pb.lw.sizes[1] * pb.lw.sizes[2] * pb.lw.sizes[3]);
     auto fn = selected_isa() == Isa::kAvx2 ? &detail::direct_avx2 : &detail::direct_baseline;
     if (p.groups == 1 && Cout > 1) {
       // Every output plane reads all the input channels (a stem: 32 outputs from 3 inputs): they
       // are split into phase planes once per image, channel by channel in parallel, and shared
-      // by the tasks (each task splitting them afresh cost more than its multiply-adds:
-      // MobileNetV1's 3 -> 8 stem on 96x96, 37 -> ... us).
+      // by the tasks. Split per task, the gather loops were the top of a perf profile of
+      // MobileNetV1's 3 -> 8 stem on 96x96; shared, its multiply-adds are.
       const detail::PhaseGeom geom(pb);
       const int64_t C = pb.li.sizes[1];
-      std::vector<float> split(static_cast<size_t>(C * geom.channel + 4 * 16), 0.0f);
+      constexpr int64_t kSlack = 4 * 8;  // direct_planes' over-read past the phases: U * W, W <= 8
+      std::vector<float> split(static_cast<size_t>(C * geom.channel + kSlack), 0.0f);
       for (int64_t n = 0; n < N; ++n) {
-        auto split_range = [&](int64_t c0, int64_t c1) { detail::split_phases(pb, geom, n, 0, c0, c1, split.data()); };
-        if (C * geom.channel <= (int64_t(1) << 14)) {
-          split_range(0, C);
-        } else {
-          par(0, C, 1, split_range);
-        }
-        auto planes_of = [&](int64_t b, int64_t e) { fn(pb, n * Cout + b, n * Cout + e, split.data()); };
-        if (Cout <= grain) {
-          planes_of(0, Cout);
-        } else {
-          par(0, Cout, grain, planes_of);
-        }
+        // one channel per task, in parallel only when the copy is worth a dispatch
+        detail::serial_or_parallel(C, C * geom.channel <= kSerialElements / 4 ? C : 1, par, [&](int64_t c0, int64_t c1) {
+          detail::split_phases(pb, geom, n, 0, c0, c1, split.data());
+        });
+        detail::serial_or_parallel(Cout, grain, par, [&](int64_t b, int64_t e) {
+          fn(pb, n * Cout + b, n * Cout + e, split.data());
+        });
       }
       return;
     }
@@ -852,11 +838,7 @@ inline void run(const Problem& pb, Par&& par) {
     // most 4 tasks.
     const int64_t mult = Cout / p.groups;
     if (mult > 1 && grain < (planes + 3) / 4) grain = (planes + 3) / 4;
-    if (planes <= grain) {
-      fn(pb, 0, planes, nullptr);
-    } else {
-      par(0, planes, grain, [&](int64_t b, int64_t e) { fn(pb, b, e, nullptr); });
-    }
+    detail::serial_or_parallel(planes, grain, par, [&](int64_t b, int64_t e) { fn(pb, b, e, nullptr); });
     return;
   }
   const int64_t G = p.groups, Cg = pb.li.sizes[1] / G, Mg = Cout / G;
