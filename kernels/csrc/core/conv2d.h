@@ -370,6 +370,34 @@ ETFUSE_TARGET_AVX2 void direct_avx2(const Problem& pb, int64_t t0, int64_t t1, c
 }
 #endif
 
+// v[r][c] -> v[c][r] for a W x W block (W a power of 2): log2(W) rounds of zipping row i with
+// row i + W / 2 (the perfect shuffle). GCC lowers each zip to the ISA's shuffles.
+template <int W>
+struct LaneIndex {  // a member typedef: a function-local one is not dependent when indexed
+  typedef int32_t type __attribute__((vector_size(W * 4)));
+};
+
+template <int W>
+ETFUSE_ALWAYS_INLINE void transpose_block(typename gemm::detail::Vec<W>::type (&v)[W]) {
+  typedef typename gemm::detail::Vec<W>::type vf;
+  typedef typename LaneIndex<W>::type vi;
+  vi lo, hi;
+  for (int i = 0; i < W / 2; ++i) {
+    lo[2 * i] = i;
+    lo[2 * i + 1] = W + i;
+    hi[2 * i] = W / 2 + i;
+    hi[2 * i + 1] = W + W / 2 + i;
+  }
+  for (int round = 1; round < W; round *= 2) {
+    vf z[W];
+    for (int i = 0; i < W / 2; ++i) {
+      z[2 * i] = __builtin_shuffle(v[i], v[i + W / 2], lo);
+      z[2 * i + 1] = __builtin_shuffle(v[i], v[i + W / 2], hi);
+    }
+    for (int i = 0; i < W; ++i) v[i] = z[i];
+  }
+}
+
 // A depthwise conv (one input channel per output channel) on a small output map, W channels at
 // a time: direct_planes' per-plane setup (phase planes, weights, blocks of L outputs) costs far
 // more than a 3x3 or 6x6 plane's multiply-adds (576 channels, 3x3 stride 2 on 6x6: 73 us against
@@ -388,23 +416,54 @@ ETFUSE_ALWAYS_INLINE void depthwise_channels(const Problem& pb, int64_t t0, int6
   const int64_t blocks = (C + W - 1) / W;
   const float lo_v = p.has_min ? p.min : -__builtin_inff(), hi_v = p.has_max ? p.max : __builtin_inff();
   std::vector<float> buf(static_cast<size_t>(PH * PW * W), 0.0f);  // the border stays 0
-  std::vector<float> sums(static_cast<size_t>(P * W));
+  std::vector<float> sums(static_cast<size_t>((P + W - 1) / W * W * W));
   std::vector<float> wv(static_cast<size_t>(taps * W));
   std::vector<int64_t> off(static_cast<size_t>(taps)), base(static_cast<size_t>(P));
   for (int64_t kh = 0; kh < KH; ++kh)
     for (int64_t kw = 0; kw < KW; ++kw) off[kh * KW + kw] = (kh * p.dilation[0] * PW + kw * p.dilation[1]) * W;
   for (int64_t q = 0; q < P; ++q) base[q] = ((q / OW) * p.stride[0] * PW + (q % OW) * p.stride[1]) * W;
+  const bool flat_in = pb.li.strides[3] == 1 && pb.li.strides[2] == Wd;
+  const bool flat_out = pb.lo.strides[3] == 1 && pb.lo.strides[2] == OW;
   vf seed;
   for (int64_t t = t0; t < t1; ++t) {
     const int64_t n = t / blocks, c0 = (t % blocks) * W, nc = (C - c0) < W ? (C - c0) : W;
+    const float* src[W];
     for (int64_t c = 0; c < W; ++c) {
       const int64_t co = c0 + (c < nc ? c : 0);  // lanes past C repeat a channel and are dropped
-      const float* src = pb.in + n * pb.li.strides[0] + co * pb.li.strides[1];
-      for (int64_t ih = 0; ih < H; ++ih) {
-        float* d = buf.data() + ((ih + p.padding[0]) * PW + p.padding[1]) * W + c;
-        const float* row = src + ih * pb.li.strides[2];
-        for (int64_t iw = 0; iw < Wd; ++iw) d[iw * W] = row[iw * pb.li.strides[3]];
+      src[c] = pb.in + n * pb.li.strides[0] + co * pb.li.strides[1];
+    }
+    // the W planes interleaved into buf: W x W blocks transposed in registers where the planes
+    // are flat (a scalar gather per element cost as much as the taps on a 6x6 map); a last
+    // block of m < W pixels is read as m floats per plane
+    if (flat_in) {
+      int64_t ih = 0, iw = 0;
+      for (int64_t q0 = 0; q0 < H * Wd; q0 += W) {
+        const int64_t m = (H * Wd - q0) < W ? (H * Wd - q0) : W;
+        vf v[W];
+        for (int c = 0; c < W; ++c) {
+          if (m == W) {
+            std::memcpy(&v[c], src[c] + q0, sizeof(vf));
+          } else {
+            v[c] = vf{};
+            for (int64_t j = 0; j < m; ++j) v[c][j] = src[c][q0 + j];
+          }
+        }
+        transpose_block<W>(v);
+        for (int64_t j = 0; j < m; ++j) {
+          std::memcpy(buf.data() + ((ih + p.padding[0]) * PW + iw + p.padding[1]) * W, &v[j], sizeof(vf));
+          if (++iw == Wd) iw = 0, ++ih;
+        }
       }
+    }
+    for (int64_t c = 0; c < W; ++c) {
+      if (!flat_in) {
+        for (int64_t ih = 0; ih < H; ++ih) {
+          float* d = buf.data() + ((ih + p.padding[0]) * PW + p.padding[1]) * W + c;
+          const float* row = src[c] + ih * pb.li.strides[2];
+          for (int64_t iw = 0; iw < Wd; ++iw) d[iw * W] = row[iw * pb.li.strides[3]];
+        }
+      }
+      const int64_t co = c0 + (c < nc ? c : 0);
       // the per-channel scale folded into the weights, the bias as the sums' seed (as direct_planes)
       const float s = pb.scale ? pb.scale[co * pb.scale_s] : 1.0f;
       const float* wk = pb.w + co * pb.lw.strides[0];
@@ -435,6 +494,25 @@ ETFUSE_ALWAYS_INLINE void depthwise_channels(const Problem& pb, int64_t t0, int6
         r[u] = r[u] < vlo ? vlo : (r[u] > vhi ? vhi : r[u]);  // clamp_act lane by lane (NaN kept)
         std::memcpy(sums.data() + (q0 + u) * W, &r[u], sizeof(vf));
       }
+    }
+    // back to the W output planes, transposed as the input was (sums has room for a whole last
+    // block)
+    if (flat_out) {
+      for (int64_t q0 = 0; q0 < P; q0 += W) {
+        const int64_t m = (P - q0) < W ? (P - q0) : W;
+        vf v[W];
+        std::memcpy(v, sums.data() + q0 * W, sizeof(v));
+        transpose_block<W>(v);
+        for (int64_t c = 0; c < nc; ++c) {
+          float* dst = pb.out + n * pb.lo.strides[0] + (c0 + c) * pb.lo.strides[1] + q0;
+          if (m == W) {
+            std::memcpy(dst, &v[c], sizeof(vf));
+          } else {
+            for (int64_t j = 0; j < m; ++j) dst[j] = v[c][j];
+          }
+        }
+      }
+      continue;
     }
     for (int64_t c = 0; c < nc; ++c) {
       float* oplane = pb.out + n * pb.lo.strides[0] + (c0 + c) * pb.lo.strides[1];
@@ -742,8 +820,13 @@ constexpr int64_t kChannelsMaxPixels = 64;
 // 8x8: 76 vs 112), and for 1x1 convs, whose B panels are copies of the input, the GEMM wins
 // (MobileNetV2's 144 -> 24 on 24x24: 51 vs 130).
 constexpr int64_t kDirectMaxOutputs = 32, kDirectMaxK = 576, kDirectShortK = 64;
+// direct_planes computes whole phase rows, vectors along them: on rows narrower than an AVX2
+// vector the dropped columns and the per-block setup outweigh the multiply-adds, and the
+// implicit GEMM wins (DS-CNN's 1 -> 64 10x4 stem, 25x5 output: 34 -> 28 us per call, XNNPACK 25).
+constexpr int64_t kDirectMinWidth = 8;
 
 inline bool is_direct(const Problem& pb) {
+  if (!is_depthwise(pb) && pb.lo.sizes[3] < kDirectMinWidth) return false;
   const int64_t Mg = pb.lo.sizes[1] / pb.p.groups;
   const int64_t K = pb.li.sizes[1] / pb.p.groups * pb.lw.sizes[2] * pb.lw.sizes[3];
   const bool spatial = pb.lw.sizes[2] * pb.lw.sizes[3] > 1;  // a 1x1 packs by memcpy (pack_windows)
