@@ -24,12 +24,17 @@ kernels, 2 threads, unpacked -> packed):
   37x768x768 417 -> 290. One row (decode) stays unpacked: the dot-product path reads the weight
   as stored, 42 us vs 59 packed;
 * 1x1 convs (groups 1) with fewer than MAX_CONV_PIXELS output pixels: 160 -> 960 on 7x7 479 ->
-  147 us, on 3x3 82 -> 46. On 8x8 maps the implicit GEMM's panels are full and it stays, as do
-  depthwise and grouped convs. Spatial (3x3) float convs stay too: measured on the runtime
+  147 us, on 3x3 82 -> 46; on the runtime (8-layer chains with batch norm, 2 threads, us,
+  unpacked -> packed) 64 -> 64 on 12x12 106 -> 97, 96 -> 96 on 12x12 181 -> 172, 64 -> 64 on
+  11x11 105 -> 95, 128 -> 128 on 10x10 235 -> 207; DS-CNN (four 64 -> 64 on 25x5) 102 -> 98.5.
+  From 16x16 on the implicit GEMM, reading the input planes in place, is as fast or faster
+  (64 -> 64 on 16x16 166 vs 168; 32 -> 32 on 24x24 120 vs 134) and it stays, as do depthwise
+  and grouped convs. Spatial (3x3) float convs stay too: measured on the runtime
   (8-layer chains with batch norm, 2 threads, us, packed -> unpacked), 32 -> 32 on 7x7 345 -> 239,
   128 -> 128 on 6x6 1457 -> 1313, 256 -> 256 on 3x3 1650 -> 1586, 64 -> 256 on 5x5 1233 -> 1141:
   the packed op runs the tiles over a per-call im2col, the unpacked one dot products over it.
-  int8 convs keep packing their 3x3s (the unpacked int8 op converts the weight every call).
+  int8 convs keep packing their 3x3s (the unpacked int8 op converts the weight every call), on
+  maps under MAX_INT8_CONV_PIXELS (8x8).
 
 Like FoldPackedWeightsPass it works on a copy; given a graph module alone
 (`ExecutorchBackendConfig(passes=...)`) there are no values, and it returns a copy unchanged.
@@ -56,7 +61,8 @@ from .fold_packed_weights import _aten, fold_only
 from .graph_copy import copy_graph_module, program_with
 
 MIN_ROWS = 3
-MAX_CONV_PIXELS = 64  # exclusive: an 8x8 map fills the implicit GEMM's panels
+MAX_CONV_PIXELS = 256  # exclusive: from 16x16 on, the implicit GEMM reads its panels in place
+MAX_INT8_CONV_PIXELS = 64  # int8 convs, any kernel size: measured up to 8x8 maps only
 
 
 def _val(arg):
@@ -73,17 +79,18 @@ def _linear_worth_it(node: fx.Node, args: dict, constants: dict) -> bool:
     return x is not None and x.dim() >= 1 and _static(x.shape[:-1]) and math.prod(x.shape[:-1]) >= MIN_ROWS
 
 
-def _conv_worth_it(node: fx.Node, args: dict, constants: dict) -> bool:
+def _conv_worth_it(node: fx.Node, args: dict, constants: dict, max_pixels: int) -> bool:
     out = _val(node)
     return (args["groups"] == 1 and out is not None and out.dim() == 4 and _static(out.shape)
-            and out.shape[2] * out.shape[3] < MAX_CONV_PIXELS)
+            and out.shape[2] * out.shape[3] < max_pixels)
 
 
 def _float_conv_worth_it(node: fx.Node, args: dict, constants: dict) -> bool:
     # a spatial kernel packed goes through a per-call im2col on the tiles, slower than the
     # unpacked op's dot products over the same im2col (module docstring)
     weight = _val(args["weight"])
-    return _conv_worth_it(node, args, constants) and weight is not None and tuple(weight.shape[2:]) == (1, 1)
+    return (_conv_worth_it(node, args, constants, MAX_CONV_PIXELS) and weight is not None
+            and tuple(weight.shape[2:]) == (1, 1))
 
 
 def _packed_linear_args(args: dict, packed: fx.Node, weight) -> tuple:
@@ -117,7 +124,7 @@ def _quantized_linear_worth_it(node: fx.Node, args: dict, constants: dict) -> bo
 
 
 def _quantized_conv_worth_it(node: fx.Node, args: dict, constants: dict) -> bool:
-    return _symmetric(args, constants) and _conv_worth_it(node, args, constants)
+    return _symmetric(args, constants) and _conv_worth_it(node, args, constants, MAX_INT8_CONV_PIXELS)
 
 
 def _packed_quantized_linear_args(args: dict, packed: fx.Node, weight) -> tuple:

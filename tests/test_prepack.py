@@ -251,7 +251,8 @@ def test_relu_linear_becomes_packed_with_its_clamp():
 
 class SmallMapCNN(torch.nn.Module):
     """On a 6x6 map: a 3x3 conv+bn+relu6 (stays: spatial kernels run faster unpacked), a
-    depthwise conv (stays), a 1x1 conv+bn (packed), a 1x1 conv (packed); a 3x3 on 8x8 (stays)."""
+    depthwise conv (stays), a 1x1 conv+bn (packed), a 1x1 conv (packed); on 15x15 a 3x3 (stays)
+    and a 1x1 (packed); a 1x1 on 16x16 (stays: the implicit GEMM reads the planes in place)."""
 
     def __init__(self):
         super().__init__()
@@ -262,11 +263,13 @@ class SmallMapCNN(torch.nn.Module):
         self.pw_bn = torch.nn.BatchNorm2d(24)
         self.pw2 = torch.nn.Conv2d(24, 24, 1)
         self.big = torch.nn.Conv2d(8, 8, 3, padding=1)
+        self.big_pw = torch.nn.Conv2d(8, 8, 1)
+        self.wide = torch.nn.Conv2d(8, 4, 1)
 
-    def forward(self, x, y):
+    def forward(self, x, y, z):
         h = F.relu6(self.bn(self.stem(x)))
         h = F.relu(self.pw_bn(self.pw(F.relu(self.dw(h)))))
-        return self.pw2(h), F.relu(self.big(y))
+        return self.pw2(h), self.big_pw(F.relu(self.big(y))), self.wide(z)
 
 
 def test_fuse_packs_small_map_convs():
@@ -275,13 +278,15 @@ def test_fuse_packs_small_map_convs():
     torch.manual_seed(0)
     model = eval_with_bn_stats(SmallMapCNN())
     g = torch.Generator().manual_seed(3)
-    args = (torch.randn(1, 8, 12, 12, generator=g), torch.randn(1, 8, 8, 8, generator=g))
+    args = (torch.randn(1, 8, 12, 12, generator=g), torch.randn(1, 8, 15, 15, generator=g),
+            torch.randn(1, 8, 16, 16, generator=g))
     fused = etfuse.fuse(to_edge(torch.export.export(model, args)))
     ep = fused.exported_program()
     assert sorted(op_names(ep.graph_module)) == sorted([
         "etfuse.conv2d_bn_act.default", "etfuse.conv2d_act.default", "etfuse.conv2d_bn_packed_act.default",
-        "etfuse.conv2d_packed_act.default", "etfuse.conv2d_act.default"])
-    assert sorted(tuple(t.shape) for t in ep.constants.values()) == [(2, 16, 16), (2, 24, 16)]
+        "etfuse.conv2d_packed_act.default", "etfuse.conv2d_act.default", "etfuse.conv2d_packed_act.default",
+        "etfuse.conv2d_act.default"])
+    assert sorted(tuple(t.shape) for t in ep.constants.values()) == [(1, 8, 16), (2, 16, 16), (2, 24, 16)]
     want = model(*args)
     retraced = ep.run_decompositions()
     assert not [n for n in op_names(retraced.graph_module) if n.startswith("etfuse.")]
