@@ -361,12 +361,16 @@ ETFUSE_ALWAYS_INLINE void tiles_impl(const Args& g, int64_t t0, int64_t t1, int6
   const int64_t nslices = (g.K + kKC - 1) / kKC;
   const int64_t kstep = nslices > 1 ? (g.K + nslices - 1) / nslices : kKC;
   for (int64_t t = t0; t < t1; ++t) {
-    const int64_t in_group = t % (mblocks * gp);
-    const int64_t panel = rows_outer ? t / (mblocks * gp) * gp + in_group % gp : t / mblocks;
-    if (panel >= panels) continue;
+    int64_t panel = t / mblocks, block = t % mblocks;
+    if (rows_outer) {
+      const int64_t in_group = t % (mblocks * gp);
+      panel = t / (mblocks * gp) * gp + in_group % gp;
+      block = in_group / gp;
+      if (panel >= panels) continue;
+    }
     const int64_t j0 = panel * NR;
     const int64_t nr = (g.N - j0) < NR ? (g.N - j0) : NR;
-    const int64_t ib = (rows_outer ? in_group / gp : t % mblocks) * mc;
+    const int64_t ib = block * mc;
     const int64_t ie = (ib + mc) < g.M ? (ib + mc) : g.M;
     for (int64_t k0 = 0;; k0 += kstep) {
       const int64_t kc = (g.K - k0) < kstep ? (g.K - k0) : kstep;
