@@ -122,7 +122,11 @@ ETFUSE_ALWAYS_INLINE void valid_range(int64_t base, int64_t step, int64_t limit,
 }
 
 // fn over [0, n) in one call when n <= grain, else split by `par`; grain_for: how many tasks of
-// `work` multiply-adds make one chunk of about `budget` (at least 1).
+// `work` multiply-adds make one chunk of about `budget` (at least 1), counting each task's setup
+// (copying its plane in and out, its weights) as kTaskSetup multiply-adds more: a depthwise
+// plane of 3x3 outputs is 81 multiply-adds but about 36 ns, so 256 of them fell under one budget
+// and ran on one thread (MobileNetV1's 256-channel 3x3: 9.9 -> 6.1 us a layer on two).
+constexpr int64_t kTaskSetup = 1024;
 template <class Par, class F>
 inline void serial_or_parallel(int64_t n, int64_t grain, Par&& par, const F& fn) {
   if (n <= grain) {
@@ -133,7 +137,7 @@ inline void serial_or_parallel(int64_t n, int64_t grain, Par&& par, const F& fn)
 }
 
 inline int64_t grain_for(int64_t budget, int64_t work) {
-  const int64_t g = budget / (work > 0 ? work : 1);
+  const int64_t g = budget / ((work > 0 ? work : 1) + kTaskSetup);
   return g < 1 ? 1 : g;
 }
 
@@ -144,6 +148,7 @@ struct PackCtx {
 
 // B(k, j) = input[ci, oh * sh - ph + kh * dh, ow * sw - pw + kw * dw] (zero outside), with
 // k = (ci * KH + kh) * KW + kw and j = oh * OW + ow.
+constexpr int64_t kShortRow = 8, kMaxPanel = 32;  // kMaxPanel: the widest NR (AVX-512)
 // Compiled once per library in core/kernels.cpp.
 void pack_windows(const void* vctx, int64_t k0, int64_t kc, int64_t j0, int64_t nr, int64_t NR, float* pack);
 #if defined(ETFUSE_CORE_KERNELS)
@@ -156,6 +161,36 @@ void pack_windows(const void* vctx, int64_t k0, int64_t kc, int64_t j0, int64_t 
       float* dst = pack + kk * NR;
       std::memcpy(dst, c.in + (k0 + kk) * c.cs + j0, sizeof(float) * nr);
       for (int64_t j = nr; j < NR; ++j) dst[j] = 0.0f;
+    }
+    return;
+  }
+  if (c.OW < kShortRow && NR <= kMaxPanel) {
+    // output rows shorter than a panel (DS-CNN's 25x5 stem: 5 floats a row) would be several
+    // short runs per k, each with its bounds worked out by division: here each panel column
+    // gets its window's corner once, and every k reads one element a column, bounds by compare
+    int64_t top[kMaxPanel], left[kMaxPanel], at[kMaxPanel];
+    for (int64_t j = 0, oh = j0 / c.OW, ow = j0 % c.OW; j < nr; ++j) {
+      top[j] = oh * c.sh - c.ph;
+      left[j] = ow * c.sw - c.pw;
+      at[j] = top[j] * c.hs + left[j] * c.ws;
+      if (++ow == c.OW) ow = 0, ++oh;
+    }
+    int64_t kw = k0 % c.KW, kh = (k0 / c.KW) % c.KH;
+    const float* plane = c.in + k0 / (c.KW * c.KH) * c.cs;
+    for (int64_t kk = 0; kk < kc; ++kk) {
+      const int64_t dy = kh * c.dh, dx = kw * c.dw;
+      const float* tap = plane + dy * c.hs + dx * c.ws;
+      float* dst = pack + kk * NR;
+      for (int64_t j = 0; j < nr; ++j) {
+        const bool inside = static_cast<uint64_t>(top[j] + dy) < static_cast<uint64_t>(c.H) &&
+            static_cast<uint64_t>(left[j] + dx) < static_cast<uint64_t>(c.W);
+        dst[j] = inside ? tap[at[j]] : 0.0f;
+      }
+      for (int64_t j = nr; j < NR; ++j) dst[j] = 0.0f;
+      if (++kw == c.KW) {
+        kw = 0;
+        if (++kh == c.KH) kh = 0, plane += c.cs;
+      }
     }
     return;
   }
