@@ -234,27 +234,31 @@ void pack_windows(const void* vctx, int64_t k0, int64_t kc, int64_t j0, int64_t 
 // latency is 4-5 cycles at two a cycle, so 4 chains kept the FMA units under half busy
 // (MobileNetV1's 3 -> 8 stem on 96x96, one thread: 27.7 GFLOP/s with 4).
 constexpr int kDirectBlock = 8;
-template <int W, int U>
-ETFUSE_ALWAYS_INLINE void direct_block(int64_t q, float seed, int64_t taps, const float* const* tap,
-                                          const float* wl, float lo, float hi, float* acc) {
+template <int W, int U, int P>
+ETFUSE_ALWAYS_INLINE void direct_block(int64_t q, const float* seed, int64_t taps, const float* const* tap,
+                                          const float* wl, float lo, float hi, float* acc, int64_t acc_s) {
   typedef typename gemm::detail::Vec<W>::type vf;
-  vf r[U];
-  for (int u = 0; u < U; ++u) r[u] = vf{} + seed;
+  vf r[P][U];
+  for (int p = 0; p < P; ++p)
+    for (int u = 0; u < U; ++u) r[p][u] = vf{} + seed[p];
   for (int64_t k = 0; k < taps; ++k) {
     const float* x = tap[k] + q;
-    const float wv = wl[k];
+    float wv[P];
+    for (int p = 0; p < P; ++p) wv[p] = wl[p * taps + k];
     for (int u = 0; u < U; ++u) {
       vf v;
       std::memcpy(&v, x + u * W, sizeof(vf));
-      r[u] += wv * v;
+      for (int p = 0; p < P; ++p) r[p][u] += wv[p] * v;
     }
   }
   const vf vlo = vf{} + lo, vhi = vf{} + hi;
-  for (int u = 0; u < U; ++u) {
-    // clamp_act lane by lane (NaN kept): v < lo ? lo : (v > hi ? hi : v)
-    r[u] = r[u] < vlo ? vlo : (r[u] > vhi ? vhi : r[u]);
+  for (int p = 0; p < P; ++p) {
+    for (int u = 0; u < U; ++u) {
+      // clamp_act lane by lane (NaN kept): v < lo ? lo : (v > hi ? hi : v)
+      r[p][u] = r[p][u] < vlo ? vlo : (r[p][u] > vhi ? vhi : r[p][u]);
+    }
+    std::memcpy(acc + p * acc_s + q, r[p], sizeof(r[p]));
   }
-  std::memcpy(acc + q, r, sizeof(r));
 }
 
 // n floats from src to dst (n small: a row of a feature map); whole vectors, then the rest.
@@ -341,13 +345,13 @@ ETFUSE_ALWAYS_INLINE void direct_planes(const Problem& pb, int64_t t0, int64_t t
   const int64_t LP = (L + W - 1) / W * W;  // rounded up to whole vectors
   const int64_t taps = Cg * KH * KW;
   // The phase planes of the group's Cg channels, zero slack for the last block's over-read,
-  // then the flat sums.
-  const int64_t own = split ? 0 : Cg * channel + W * U;
-  std::vector<float> buf(static_cast<size_t>(own + LP + W * U), 0.0f);
+  // then the flat sums of up to two output planes.
+  const int64_t own = split ? 0 : Cg * channel + W * U, acc_s = LP + W * U;
+  std::vector<float> buf(static_cast<size_t>(own + 2 * acc_s), 0.0f);
   const float* phases = split ? split : buf.data();
   float* __restrict acc = buf.data() + own;
   std::vector<const float*> tap(static_cast<size_t>(taps));
-  std::vector<float> wl(static_cast<size_t>(taps));
+  std::vector<float> wl(static_cast<size_t>(2 * taps));
   for (int64_t c = 0; c < Cg; ++c) {
     for (int64_t kh = 0; kh < KH; ++kh) {
       for (int64_t kw = 0; kw < KW; ++kw) {
@@ -357,46 +361,66 @@ ETFUSE_ALWAYS_INLINE void direct_planes(const Problem& pb, int64_t t0, int64_t t
       }
     }
   }
-  for (int64_t t = t0; t < t1; ++t) {
+  for (int64_t t = t0; t < t1;) {
     const int64_t n = t / Cout, co = t % Cout, group = co / mult;
     if (!split && (t == t0 || (t - 1) / mult != t / mult || mult == 1)) {  // a new group: split its input planes
       split_phases(pb, geom, n, group, 0, Cg, buf.data());
     }
+    // Two output planes that read the same phase planes (a stem's, or one group's) are summed
+    // together: every input vector loaded then feeds two multiply-adds. One at a time, the
+    // loads bound the loop (one a multiply-add, half of them across a cache line).
+    const int np = t + 1 < t1 && co + 1 < Cout && (split || (co + 1) / mult == group) ? 2 : 1;
     // The per-channel scale is folded into the weights, so clamp(conv * s + b) costs what
     // clamp(conv + b) does; the bias seeds the sums.
-    const float* wk = pb.w + co * pb.lw.strides[0];
-    const float s = pb.scale ? pb.scale[co * pb.scale_s] : 1.0f;
-    for (int64_t c = 0; c < Cg; ++c)
-      for (int64_t kh = 0; kh < KH; ++kh)
-        for (int64_t kw = 0; kw < KW; ++kw)
-          wl[(c * KH + kh) * KW + kw] =
-              wk[c * pb.lw.strides[1] + kh * pb.lw.strides[2] + kw * pb.lw.strides[3]] * s;
-    const float seed = pb.bias ? pb.bias[co * pb.bias_s] : 0.0f;
-    // Blocks of 8 vectors (4 for a depthwise 3x3: its short chains overlap block to block, and
-    // the last block wastes less); the last vectors as one block of 2, 4 or 8 (over-reading
-    // into the slack), so no sum is a single latency-bound chain of Cg * KH * KW multiply-adds.
+    float seed[2];
+    for (int p = 0; p < np; ++p) {
+      const float* wk = pb.w + (co + p) * pb.lw.strides[0];
+      const float s = pb.scale ? pb.scale[(co + p) * pb.scale_s] : 1.0f;
+      for (int64_t c = 0; c < Cg; ++c)
+        for (int64_t kh = 0; kh < KH; ++kh)
+          for (int64_t kw = 0; kw < KW; ++kw)
+            wl[p * taps + (c * KH + kh) * KW + kw] =
+                wk[c * pb.lw.strides[1] + kh * pb.lw.strides[2] + kw * pb.lw.strides[3]] * s;
+      seed[p] = pb.bias ? pb.bias[(co + p) * pb.bias_s] : 0.0f;
+    }
+    // Blocks of 8 vectors for one plane (4 for a depthwise 3x3: its short chains overlap block
+    // to block, and the last block wastes less), of 4 for two; the last vectors as one block of
+    // 2, 4 or 8 (over-reading into the slack), so no sum is a single latency-bound chain of
+    // Cg * KH * KW multiply-adds.
     for (int64_t q = 0; q < LP;) {
-      if (taps >= 16 && LP - q > 4 * W) {
-        direct_block<W, 8>(q, seed, taps, tap.data(), wl.data(), lo_v, hi_v, acc);
+      if (np == 2) {
+        if (LP - q > 2 * W) {
+          direct_block<W, 4, 2>(q, seed, taps, tap.data(), wl.data(), lo_v, hi_v, acc, acc_s);
+          q += 4 * W;
+        } else {
+          direct_block<W, 2, 2>(q, seed, taps, tap.data(), wl.data(), lo_v, hi_v, acc, acc_s);
+          q += 2 * W;
+        }
+      } else if (taps >= 16 && LP - q > 4 * W) {
+        direct_block<W, 8, 1>(q, seed, taps, tap.data(), wl.data(), lo_v, hi_v, acc, acc_s);
         q += 8 * W;
       } else if (LP - q > 2 * W) {
-        direct_block<W, 4>(q, seed, taps, tap.data(), wl.data(), lo_v, hi_v, acc);
+        direct_block<W, 4, 1>(q, seed, taps, tap.data(), wl.data(), lo_v, hi_v, acc, acc_s);
         q += 4 * W;
       } else {
-        direct_block<W, 2>(q, seed, taps, tap.data(), wl.data(), lo_v, hi_v, acc);
+        direct_block<W, 2, 1>(q, seed, taps, tap.data(), wl.data(), lo_v, hi_v, acc, acc_s);
         q += 2 * W;
       }
     }
-    float* oplane = pb.out + n * pb.lo.strides[0] + co * pb.lo.strides[1];
-    const int64_t os = pb.lo.strides[3];
-    for (int64_t oh = 0; oh < OH; ++oh) {
-      float* orow = oplane + oh * pb.lo.strides[2];
-      if (os == 1) {
-        copy_row<W>(orow, acc + oh * SW, OW);
-      } else {
-        for (int64_t i = 0; i < OW; ++i) orow[i * os] = acc[oh * SW + i];
+    for (int p = 0; p < np; ++p) {
+      float* oplane = pb.out + n * pb.lo.strides[0] + (co + p) * pb.lo.strides[1];
+      const float* sums = acc + p * acc_s;
+      const int64_t os = pb.lo.strides[3];
+      for (int64_t oh = 0; oh < OH; ++oh) {
+        float* orow = oplane + oh * pb.lo.strides[2];
+        if (os == 1) {
+          copy_row<W>(orow, sums + oh * SW, OW);
+        } else {
+          for (int64_t i = 0; i < OW; ++i) orow[i * os] = sums[oh * SW + i];
+        }
       }
     }
+    t += np;
   }
 }
 
