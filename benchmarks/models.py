@@ -321,6 +321,7 @@ def main(argv=None) -> int:
         print(f"etfuse without: the rules whose names contain {', '.join(without)} left out\n")
     with tempfile.TemporaryDirectory() as tmp:
         for name in args.models.split(","):
+            torch.manual_seed(0)  # the same random weights every run: errors and times reproduce
             model, shape = ZOO[name]()
             model = eval_with_bn_stats(model)
             for batch in (int(b) for b in args.batch.split(",")):
