@@ -144,7 +144,6 @@ inline int64_t grain_for(int64_t budget, int64_t work) {
 struct PackCtx {
   const float* in;  // image n, first channel of the group
   int64_t cs, hs, ws, H, W, KH, KW, OW, sh, sw, ph, pw, dh, dw;
-  bool inside = false;  // every window inside `in` (the caller padded it): no bounds to check
 };
 
 // B(k, j) = input[ci, oh * sh - ph + kh * dh, ow * sw - pw + kw * dw] (zero outside), with
@@ -182,14 +181,10 @@ void pack_windows(const void* vctx, int64_t k0, int64_t kc, int64_t j0, int64_t 
       const int64_t dy = kh * c.dh, dx = kw * c.dw;
       const float* tap = plane + dy * c.hs + dx * c.ws;
       float* dst = pack + kk * NR;
-      if (c.inside) {
-        for (int64_t j = 0; j < nr; ++j) dst[j] = tap[at[j]];
-      } else {
-        for (int64_t j = 0; j < nr; ++j) {
-          const bool inside = static_cast<uint64_t>(top[j] + dy) < static_cast<uint64_t>(c.H) &&
-              static_cast<uint64_t>(left[j] + dx) < static_cast<uint64_t>(c.W);
-          dst[j] = inside ? tap[at[j]] : 0.0f;
-        }
+      for (int64_t j = 0; j < nr; ++j) {
+        const bool inside = static_cast<uint64_t>(top[j] + dy) < static_cast<uint64_t>(c.H) &&
+            static_cast<uint64_t>(left[j] + dx) < static_cast<uint64_t>(c.W);
+        dst[j] = inside ? tap[at[j]] : 0.0f;
       }
       for (int64_t j = nr; j < NR; ++j) dst[j] = 0.0f;
       if (++kw == c.KW) {
@@ -1015,31 +1010,12 @@ inline void run(const Problem& pb, Par&& par) {
     detail::run_small_map(pb, par);
     return;
   }
-  // Output rows narrower than kShortRow: pack_windows reads the windows element by element, so
-  // the group's input planes are first copied into a zero border (small: the maps are narrow),
-  // and those reads need no bounds (DS-CNN's stem, one thread: 15.7 -> 13.0 us).
-  const int64_t H = pb.li.sizes[2], Wd = pb.li.sizes[3];
-  const int64_t PH = H + 2 * p.padding[0], PW = Wd + 2 * p.padding[1];
-  const bool pad_once = OW < detail::kShortRow && (KH > 1 || KW > 1);
-  std::vector<float> padded(pad_once ? static_cast<size_t>(Cg * PH * PW) : 0);
   for (int64_t n = 0; n < N; ++n) {
     for (int64_t g = 0; g < G; ++g) {
       detail::PackCtx ctx{
           pb.in + n * pb.li.strides[0] + g * Cg * pb.li.strides[1], pb.li.strides[1], pb.li.strides[2],
-          pb.li.strides[3], H, Wd, KH, KW, OW, p.stride[0], p.stride[1], p.padding[0],
+          pb.li.strides[3], pb.li.sizes[2], pb.li.sizes[3], KH, KW, OW, p.stride[0], p.stride[1], p.padding[0],
           p.padding[1], p.dilation[0], p.dilation[1]};
-      if (pad_once) {
-        for (int64_t c = 0; c < Cg; ++c) {
-          float* plane = padded.data() + c * PH * PW;
-          const float* src = ctx.in + c * ctx.cs;
-          for (int64_t ih = 0; ih < H; ++ih) {
-            float* row = plane + (ih + p.padding[0]) * PW + p.padding[1];
-            for (int64_t iw = 0; iw < Wd; ++iw) row[iw] = src[ih * ctx.hs + iw * ctx.ws];
-          }
-        }
-        ctx = detail::PackCtx{padded.data(), PH * PW, PW, 1, PH, PW, KH, KW, OW, p.stride[0], p.stride[1], 0, 0,
-                              p.dilation[0], p.dilation[1], true};
-      }
       gemm::Args a;
       a.M = Mg;
       a.N = OH * OW;
