@@ -684,6 +684,12 @@ ETFUSE_ALWAYS_INLINE void depthwise_flat(const Problem& pb, int64_t t0, int64_t 
   const bool flat_in = pb.li.strides[3] == 1 && pb.li.strides[2] == Wd;
   const bool flat_out = pb.lo.strides[3] == 1 && pb.lo.strides[2] == OW;
   const bool flat_w = pb.lw.strides[3] == 1 && pb.lw.strides[2] == KW;  // a channel's taps contiguous
+  // Blocks of 4 vectors, the last 1-3 as one block of 2 or 4 (into the slack). The blocks that
+  // end inside a flat output plane are written straight into it: [0, in_place); the rest go
+  // through `sums` and are copied.
+  const auto block_len = [&](int64_t q0) { return LP - q0 > 2 * W ? 4 * W : 2 * W; };
+  int64_t in_place = 0;
+  while (flat_out && in_place < LP && in_place + block_len(in_place) <= P) in_place += block_len(in_place);
   for (int64_t t = t0; t < t1; ++t) {
     const int64_t n = t / C, c = t % C;
     const float* src = pb.in + n * pb.li.strides[0] + c * pb.li.strides[1];
@@ -704,14 +710,10 @@ ETFUSE_ALWAYS_INLINE void depthwise_flat(const Problem& pb, int64_t t0, int64_t 
         for (int64_t kw = 0; kw < KW; ++kw) wl[kh * KW + kw] = wk[kh * pb.lw.strides[2] + kw * pb.lw.strides[3]] * s;
     }
     const float seed = pb.bias ? pb.bias[c * pb.bias_s] : 0.0f;
-    // blocks of 4 vectors, the last 1-3 as one block of 2 or 4 (into the slack); a block that
-    // ends inside the plane is written straight into a flat output, the rest into `sums`
-    int64_t tail = flat_out ? P : 0;  // where the output's sums start: up to there, written in place
     for (int64_t q0 = 0; q0 < LP;) {
       const float* x = buf.data() + q0;  // tap (kh, kw) at x + kh * dh * Wd + kw * dw (A folded in)
-      const int64_t len = LP - q0 > 2 * W ? 4 * W : 2 * W;
-      float* to = q0 + len <= tail ? dst : sums.data();
-      if (to == sums.data() && q0 < tail) tail = q0;
+      const int64_t len = block_len(q0);
+      float* to = q0 < in_place ? dst : sums.data();
       if (len == 4 * W) {
         flat_block<W, 4>(x, KH, KW, dh * Wd, dw, wl.data(), mask.data() + q0 % period, mask_s, whole.data(), seed, lo_v, hi_v,
                          to + q0);
@@ -722,7 +724,7 @@ ETFUSE_ALWAYS_INLINE void depthwise_flat(const Problem& pb, int64_t t0, int64_t 
       q0 += len;
     }
     if (flat_out) {
-      std::memcpy(dst + tail, sums.data() + tail, sizeof(float) * (P - tail));
+      std::memcpy(dst + in_place, sums.data() + in_place, sizeof(float) * (P - in_place));
     } else {
       for (int64_t oh = 0; oh < OH; ++oh)
         for (int64_t ow = 0; ow < OW; ++ow) dst[oh * pb.lo.strides[2] + ow * pb.lo.strides[3]] = sums[oh * OW + ow];
