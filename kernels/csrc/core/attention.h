@@ -111,7 +111,7 @@ ETFUSE_ALWAYS_INLINE void axpy(float* acc, float p, const float* y, int64_t ys, 
       std::memcpy(&av, acc + d, sizeof(vf));
       std::memcpy(&yv, y + d, sizeof(vf));
       av += pv * yv;
-      std::memcpy(acc + d, &av, sizeof(vf));
+      gemm::detail::store<W>(acc + d, av);
     }
   }
   for (; d < n; ++d) acc[d] += p * y[d * ys];

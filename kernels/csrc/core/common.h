@@ -79,11 +79,31 @@ struct Status {
   }
 };
 
-// Sizes and strides (in elements) of one tensor.
+// Sizes and strides (in elements) of one tensor. Only [0, ndim) is defined: an op builds and
+// copies a dozen Layouts per call, and zeroing or copying all kMaxDims entries (264 bytes, `rep
+// stos` / `rep movs`) was about 0.2 us of a small op's 2-3 us on the runtime.
 struct Layout {
   int ndim = 0;
-  int64_t sizes[kMaxDims] = {0};
-  int64_t strides[kMaxDims] = {0};
+  int64_t sizes[kMaxDims];
+  int64_t strides[kMaxDims];
+
+  Layout() {
+#if defined(ETFUSE_POISON_LAYOUT)
+    for (int d = 0; d < kMaxDims; ++d) sizes[d] = strides[d] = -(int64_t(1) << 40);
+#endif
+  }
+  Layout(const Layout& o) : ndim(o.ndim) { copy_dims(o); }
+  Layout& operator=(const Layout& o) {
+    ndim = o.ndim;
+    copy_dims(o);
+    return *this;
+  }
+  void copy_dims(const Layout& o) {
+    for (int d = 0; d < ndim; ++d) {
+      sizes[d] = o.sizes[d];
+      strides[d] = o.strides[d];
+    }
+  }
 
   int64_t numel() const {
     int64_t n = 1;

@@ -257,7 +257,7 @@ ETFUSE_ALWAYS_INLINE void direct_block(int64_t q, const float* seed, int64_t tap
       // clamp_act lane by lane (NaN kept): v < lo ? lo : (v > hi ? hi : v)
       r[p][u] = r[p][u] < vlo ? vlo : (r[p][u] > vhi ? vhi : r[p][u]);
     }
-    std::memcpy(acc + p * acc_s + q, r[p], sizeof(r[p]));
+    for (int u = 0; u < U; ++u) gemm::detail::store<W>(acc + p * acc_s + q + u * W, r[p][u]);
   }
 }
 
@@ -521,7 +521,7 @@ ETFUSE_ALWAYS_INLINE void depthwise_channels(const Problem& pb, int64_t t0, int6
         }
         transpose_block<W>(v);
         for (int64_t j = 0; j < m; ++j) {
-          std::memcpy(buf.data() + ((ih + p.padding[0]) * PW + iw + p.padding[1]) * W, &v[j], sizeof(vf));
+          gemm::detail::store<W>(buf.data() + ((ih + p.padding[0]) * PW + iw + p.padding[1]) * W, v[j]);
           if (++iw == Wd) iw = 0, ++ih;
         }
       }
@@ -563,7 +563,7 @@ ETFUSE_ALWAYS_INLINE void depthwise_channels(const Problem& pb, int64_t t0, int6
       }
       for (int u = 0; u < u_n; ++u) {
         r[u] = r[u] < vlo ? vlo : (r[u] > vhi ? vhi : r[u]);  // clamp_act lane by lane (NaN kept)
-        std::memcpy(sums.data() + (q0 + u) * W, &r[u], sizeof(vf));
+        gemm::detail::store<W>(sums.data() + (q0 + u) * W, r[u]);
       }
     }
     // back to the W output planes, transposed as the input was (sums has room for a whole last
@@ -577,7 +577,7 @@ ETFUSE_ALWAYS_INLINE void depthwise_channels(const Problem& pb, int64_t t0, int6
         for (int64_t c = 0; c < nc; ++c) {
           float* dst = pb.out + n * pb.lo.strides[0] + (c0 + c) * pb.lo.strides[1] + q0;
           if (m == W) {
-            std::memcpy(dst, &v[c], sizeof(vf));
+            gemm::detail::store<W>(dst, v[c]);
           } else {
             for (int64_t j = 0; j < m; ++j) dst[j] = v[c][j];
           }
@@ -640,8 +640,10 @@ ETFUSE_ALWAYS_INLINE void flat_block(const float* x, int64_t KH, int64_t KW, int
     }
   }
   const vf vlo = vf{} + lo, vhi = vf{} + hi;
-  for (int u = 0; u < U; ++u) acc[u] = acc[u] < vlo ? vlo : (acc[u] > vhi ? vhi : acc[u]);  // clamp_act (NaN kept)
-  std::memcpy(sums, acc, sizeof(acc));
+  for (int u = 0; u < U; ++u) {
+    acc[u] = acc[u] < vlo ? vlo : (acc[u] > vhi ? vhi : acc[u]);  // clamp_act (NaN kept)
+    gemm::detail::store<W>(sums + u * W, acc[u]);
+  }
 }
 
 // A stride-1 depthwise conv whose output rows are as wide as its input rows (same padding along

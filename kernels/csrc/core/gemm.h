@@ -84,7 +84,16 @@ constexpr int64_t kRowsOuterMaxK = 64, kRowsOuterMC = 24;  // see run()
 template <int W>
 struct Vec {
   typedef float type __attribute__((vector_size(W * 4)));
+  typedef float unaligned __attribute__((vector_size(W * 4), aligned(4), may_alias));
 };
+
+// One vector stored at any float address. A 32-byte memcpy from a vector inside a
+// target("avx2") function is expanded as the base ISA's 16-byte pieces through general
+// registers (5 instructions and a stack round trip per vector in depthwise_channels' sums).
+template <int W>
+ETFUSE_ALWAYS_INLINE void store(float* p, const typename Vec<W>::type& v) {
+  *reinterpret_cast<typename Vec<W>::unaligned*>(p) = v;
+}
 
 template <int NR>
 ETFUSE_ALWAYS_INLINE void pack_b(const Args& g, int64_t k0, int64_t kc, int64_t j0, int64_t nr, float* pack) {
@@ -157,7 +166,7 @@ ETFUSE_ALWAYS_INLINE void micro(
   typename Vec<W>::type acc[MR][NR / W];
   accumulate<MR, NR, W>(kc, arow, a_cs, pack, ldp, acc);
   for (int i = 0; i < MR; ++i)
-    for (int v = 0; v < NR / W; ++v) std::memcpy(&tile[i][v * W], &acc[i][v], sizeof(acc[i][v]));
+    for (int v = 0; v < NR / W; ++v) store<W>(&tile[i][v * W], acc[i][v]);
 }
 
 // Whether micro_to_c can finish a tile: the whole K in one slice, rows of C contiguous, scale
@@ -189,20 +198,29 @@ ETFUSE_ALWAYS_INLINE void micro_to_c(const Args& g, int64_t kc, const float* con
   typedef typename Vec<W>::type vf;
   vf acc[MR][NR / W];
   accumulate<MR, NR, W>(kc, arow, g.a_cs, pack, ldp, acc);
+  // Args copied to locals first: a store to C may alias them, so each was reloaded per vector,
+  // and the rolled loop kept the sums on the stack; unrolled, the epilogue was a third of a
+  // K = 32 conv's instructions.
+  const float *scale = g.scale, *bias = g.bias;
+  const int64_t s_rs = g.scale_rs, s_cs = g.scale_cs, b_rs = g.bias_rs, b_cs = g.bias_cs, c_rs = g.c_rs;
+  const bool clamp = g.clamp;
   const vf lo = vf{} + g.act_min, hi = vf{} + g.act_max;
+#pragma GCC unroll 16
   for (int i = 0; i < MR; ++i) {
     const int64_t row = i0 + i;
-    float* c = g.C + row * g.c_rs + j0;
+    float* c = g.C + row * c_rs + j0;
+#pragma GCC unroll 4
     for (int v = 0; v < NR / W; ++v) {
       vf x = acc[i][v];
       const int64_t col = j0 + v * W;
-      if (g.scale) x *= epilogue_vector<W>(g.scale, g.scale_rs, g.scale_cs, row, col);
-      if (g.bias) x += epilogue_vector<W>(g.bias, g.bias_rs, g.bias_cs, row, col);
-      if (g.clamp) x = x < lo ? lo : (x > hi ? hi : x);  // clamp_act lane by lane (NaN kept)
+      if (scale) x *= epilogue_vector<W>(scale, s_rs, s_cs, row, col);
+      if (bias) x += epilogue_vector<W>(bias, b_rs, b_cs, row, col);
+      if (clamp) x = x < lo ? lo : (x > hi ? hi : x);  // clamp_act lane by lane (NaN kept)
       acc[i][v] = x;
     }
     if (nr == NR) {
-      std::memcpy(c, acc[i], sizeof(acc[i]));
+#pragma GCC unroll 4
+      for (int v = 0; v < NR / W; ++v) store<W>(c + v * W, acc[i][v]);
     } else {  // a last partial panel (DS-CNN's 125 pixels: 7 panels and 13 columns)
       std::memcpy(c, acc[i], sizeof(float) * nr);
     }
@@ -238,7 +256,7 @@ ETFUSE_ALWAYS_INLINE void micro_to_c_transposed(const Args& g, int64_t kc, const
       if (g.scale) x *= sc;
       if (g.bias) x += b;
       if (g.clamp) x = x < lo ? lo : (x > hi ? hi : x);  // clamp_act lane by lane (NaN kept)
-      std::memcpy(&tile[i][v * W], &x, sizeof(vf));
+      store<W>(&tile[i][v * W], x);
     }
   }
   for (int64_t j = 0; j < NR; ++j) {

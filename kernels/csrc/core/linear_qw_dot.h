@@ -190,13 +190,13 @@ ETFUSE_ALWAYS_INLINE void dequantize_rows(const Args& a, int64_t j, int64_t nj, 
           q4(w + k / 2, wv);
           for (int t = 0; t < kChunk / W; ++t) {
             const vf v = (wv[t] - z) * s;
-            std::memcpy(dst + k + t * W, &v, sizeof(vf));
+            gemm::detail::store<W>(dst + k + t * W, v);
           }
         }
       } else {
         for (; k + W <= k1; k += W) {
           const vf v = (q8(w + k) - z) * s;
-          std::memcpy(dst + k, &v, sizeof(vf));
+          gemm::detail::store<W>(dst + k, v);
         }
         for (; k < k1; ++k) dst[k] = (static_cast<float>(static_cast<int8_t>(w[k])) - z) * s;
       }

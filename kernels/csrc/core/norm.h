@@ -101,7 +101,7 @@ ETFUSE_ALWAYS_INLINE void layer_rows_impl(const Args& a, int64_t r0, int64_t r1)
         std::memcpy(&b, a.bias + j, sizeof(vf));
         v += b;
       }
-      std::memcpy(o + j, &v, sizeof(vf));
+      gemm::detail::store<W>(o + j, v);
     }
     for (int64_t j = nv; j < n; ++j) {
       float v = (x[j] - mean) * inv;
