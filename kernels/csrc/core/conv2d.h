@@ -265,7 +265,7 @@ ETFUSE_ALWAYS_INLINE void direct_block(int64_t q, const float* seed, int64_t tap
 template <int W>
 ETFUSE_ALWAYS_INLINE void copy_row(float* dst, const float* src, int64_t n) {
   int64_t j = 0;
-  for (; j + W <= n; j += W) std::memcpy(dst + j, src + j, sizeof(float) * W);
+  for (; j + W <= n; j += W) gemm::detail::store<W>(dst + j, gemm::detail::load<W>(src + j));  // not memcpy: see store
   for (; j < n; ++j) dst[j] = src[j];
 }
 
@@ -572,7 +572,7 @@ ETFUSE_ALWAYS_INLINE void depthwise_channels(const Problem& pb, int64_t t0, int6
       for (int64_t q0 = 0; q0 < P; q0 += W) {
         const int64_t m = (P - q0) < W ? (P - q0) : W;
         vf v[W];
-        std::memcpy(v, sums.data() + q0 * W, sizeof(v));
+        for (int c = 0; c < W; ++c) v[c] = gemm::detail::load<W>(sums.data() + (q0 + c) * W);
         transpose_block<W>(v);
         for (int64_t c = 0; c < nc; ++c) {
           float* dst = pb.out + n * pb.lo.strides[0] + (c0 + c) * pb.lo.strides[1] + q0;

@@ -94,6 +94,10 @@ template <int W>
 ETFUSE_ALWAYS_INLINE void store(float* p, const typename Vec<W>::type& v) {
   *reinterpret_cast<typename Vec<W>::unaligned*>(p) = v;
 }
+template <int W>
+ETFUSE_ALWAYS_INLINE typename Vec<W>::type load(const float* p) {
+  return *reinterpret_cast<const typename Vec<W>::unaligned*>(p);
+}
 
 template <int NR>
 ETFUSE_ALWAYS_INLINE void pack_b(const Args& g, int64_t k0, int64_t kc, int64_t j0, int64_t nr, float* pack) {
