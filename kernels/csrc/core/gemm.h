@@ -202,32 +202,33 @@ ETFUSE_ALWAYS_INLINE void micro_to_c(const Args& g, int64_t kc, const float* con
   typedef typename Vec<W>::type vf;
   vf acc[MR][NR / W];
   accumulate<MR, NR, W>(kc, arow, g.a_cs, pack, ldp, acc);
-  // Args copied to locals first: a store to C may alias them, so each was reloaded per vector,
-  // and the rolled loop kept the sums on the stack; unrolled, the epilogue was a third of a
-  // K = 32 conv's instructions.
+  // Args copied to locals first (a store to C may alias them: each was reloaded per vector),
+  // and a full panel's sums go from the registers straight to C (with the row's stores and the
+  // partial panel's copy in one loop, the sums went through the stack): the epilogue was a third
+  // of a K = 32 conv's instructions.
   const float *scale = g.scale, *bias = g.bias;
   const int64_t s_rs = g.scale_rs, s_cs = g.scale_cs, b_rs = g.bias_rs, b_cs = g.bias_cs, c_rs = g.c_rs;
   const bool clamp = g.clamp;
   const vf lo = vf{} + g.act_min, hi = vf{} + g.act_max;
+  const auto epilogue = [&](vf x, int64_t row, int64_t col) {
+    if (scale) x *= epilogue_vector<W>(scale, s_rs, s_cs, row, col);
+    if (bias) x += epilogue_vector<W>(bias, b_rs, b_cs, row, col);
+    if (clamp) x = x < lo ? lo : (x > hi ? hi : x);  // clamp_act lane by lane (NaN kept)
+    return x;
+  };
+  if (nr == NR) {
 #pragma GCC unroll 16
+    for (int i = 0; i < MR; ++i) {
+#pragma GCC unroll 4
+      for (int v = 0; v < NR / W; ++v) store<W>(g.C + (i0 + i) * c_rs + j0 + v * W, epilogue(acc[i][v], i0 + i, j0 + v * W));
+    }
+    return;
+  }
+  // a last partial panel (DS-CNN's 125 pixels: 7 panels and 13 columns)
+  alignas(64) float row[NR];
   for (int i = 0; i < MR; ++i) {
-    const int64_t row = i0 + i;
-    float* c = g.C + row * c_rs + j0;
-#pragma GCC unroll 4
-    for (int v = 0; v < NR / W; ++v) {
-      vf x = acc[i][v];
-      const int64_t col = j0 + v * W;
-      if (scale) x *= epilogue_vector<W>(scale, s_rs, s_cs, row, col);
-      if (bias) x += epilogue_vector<W>(bias, b_rs, b_cs, row, col);
-      if (clamp) x = x < lo ? lo : (x > hi ? hi : x);  // clamp_act lane by lane (NaN kept)
-      acc[i][v] = x;
-    }
-    if (nr == NR) {
-#pragma GCC unroll 4
-      for (int v = 0; v < NR / W; ++v) store<W>(c + v * W, acc[i][v]);
-    } else {  // a last partial panel (DS-CNN's 125 pixels: 7 panels and 13 columns)
-      std::memcpy(c, acc[i], sizeof(float) * nr);
-    }
+    for (int v = 0; v < NR / W; ++v) store<W>(row + v * W, epilogue(acc[i][v], i0 + i, j0 + v * W));
+    std::memcpy(g.C + (i0 + i) * c_rs + j0, row, sizeof(float) * nr);
   }
 }
 
