@@ -318,15 +318,13 @@ class Out {
   std::vector<char> temp_;
 };
 
-// Reads a 1-element-per-row tensor ([N] or [N, 1]) of any real dtype as floats.
-inline bool row_values(const char* op, const char* name, const Tensor& t, int64_t n, std::vector<float>& out,
-                       Status& st) {
+// Reads a 1-element-per-row tensor ([N] or [N, 1]) of any real dtype as floats into out[0, N).
+inline bool row_values(const char* op, const char* name, const Tensor& t, int64_t n, float* out, Status& st) {
   if (t.numel() != n || !(t.dim() == 1 || (t.dim() == 2 && t.size(1) == 1))) {
     return st.fail("%s: %s must be [N] or [N, 1] (per row), got %lld elements for N = %lld rows", op, name,
                    (long long)t.numel(), (long long)n);
   }
   const int64_t stride = n ? t.strides()[0] : 1;
-  out.resize(static_cast<size_t>(n));
   switch (t.scalar_type()) {
 #define ETFUSE_ROWS(CT, ST)                                                      \
   case ScalarType::ST: {                                                         \
@@ -345,6 +343,12 @@ inline bool row_values(const char* op, const char* name, const Tensor& t, int64_
     default:
       return st.fail("%s: %s has unsupported dtype %s", op, name, dtype_name(t.scalar_type()));
   }
+}
+
+inline bool row_values(const char* op, const char* name, const Tensor& t, int64_t n, std::vector<float>& out,
+                       Status& st) {
+  out.resize(static_cast<size_t>(n));
+  return row_values(op, name, t, n, out.data(), st);
 }
 
 #if defined(ETFUSE_EAGER)

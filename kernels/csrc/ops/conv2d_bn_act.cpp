@@ -17,7 +17,7 @@ Tensor& conv2d_bn_act_out(Context& ctx, const Tensor& input, const Tensor& weigh
   BatchNormEpilogue e;
   const int64_t channels = weight.dim() > 0 ? weight.size(0) : 0;
   const bool ok = batch_norm_epilogue(op, channels, bias, bn_weight, bn_bias, running_mean, running_var, eps, e, st);
-  return conv2d_into(ctx, op, input, weight, e.shift.data(), &e.shift_layout, nullptr, e.scale.data(), stride,
+  return conv2d_into(ctx, op, input, weight, e.shift, &e.shift_layout, nullptr, e.scale, stride,
                      padding, dilation, groups, min, max, activation, ok, st, out);
 }
 

@@ -18,7 +18,7 @@ Tensor& conv2d_bn_packed_act_out(Context& ctx, const Tensor& input, const Tensor
   BatchNormEpilogue e;
   const int64_t channels = weight_size.size() > 0 ? static_cast<int64_t>(weight_size[0]) : 0;
   const bool ok = batch_norm_epilogue(op, channels, bias, bn_weight, bn_bias, running_mean, running_var, eps, e, st);
-  return conv2d_into(ctx, op, input, packed_weight, e.shift.data(), &e.shift_layout, nullptr, e.scale.data(), stride,
+  return conv2d_into(ctx, op, input, packed_weight, e.shift, &e.shift_layout, nullptr, e.scale, stride,
                      padding, dilation, 1, min, max, activation, ok, st, out, &weight_size);
 }
 

@@ -20,7 +20,7 @@ Tensor& linear_bn_act_out(Context& ctx, const Tensor& input, const Tensor& weigh
   const int64_t features = weight.dim() > 0 ? weight.size(0) : 0;
   const bool ok = clamp_of(op, min, max, c, st) && activation_of(op, activation, act, st) &&
       batch_norm_epilogue(op, features, bias, bn_weight, bn_bias, running_mean, running_var, eps, e, st);
-  return linear_into(ctx, op, input, weight, e.shift.data(), &e.shift_layout, nullptr, e.scale.data(), c, act, ok, st,
+  return linear_into(ctx, op, input, weight, e.shift, &e.shift_layout, nullptr, e.scale, c, act, ok, st,
                      out);
 }
 
