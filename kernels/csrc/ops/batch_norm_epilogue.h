@@ -15,7 +15,7 @@ namespace etfuse {
 namespace adapter {
 
 struct BatchNormEpilogue {
-  std::vector<float> values;  // [scale | shift], one allocation (the op runs per call)
+  std::vector<float> values;  // scale, shift and the statistics read for them: one allocation per call
   const float* scale = nullptr;
   const float* shift = nullptr;
   Layout shift_layout;  // [channels], contiguous: what the cores take as their bias
