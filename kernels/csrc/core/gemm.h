@@ -187,13 +187,12 @@ ETFUSE_ALWAYS_INLINE void micro(
     for (int v = 0; v < NR / W; ++v) store<W>(&tile[i][v * W], acc[i][v]);
 }
 
-// Whether micro_to_c can finish a tile: the whole K in one slice, rows of C contiguous, scale
-// and bias one per row or one per column (contiguous) or none; a full panel, or a last partial
-// one where scale and bias are one per row or none (per column, their vectors would read past
-// the end).
-inline bool epilogue_in_registers(const Args& g, int64_t nr, int64_t NR, bool first, bool last) {
+// Whether micro_to_c can take a tile's K slice: rows of C contiguous, scale and bias one per row
+// or one per column (contiguous) or none; a full panel, or a last partial one where scale and
+// bias are one per row or none (per column, their vectors would read past the end).
+inline bool epilogue_in_registers(const Args& g, int64_t nr, int64_t NR) {
   const bool per_row = (!g.scale || g.scale_cs == 0) && (!g.bias || g.bias_cs == 0);
-  return first && last && (nr == NR || per_row) && g.c_cs == 1 && (!g.scale || g.scale_cs == 0 || g.scale_cs == 1) &&
+  return (nr == NR || per_row) && g.c_cs == 1 && (!g.scale || g.scale_cs == 0 || g.scale_cs == 1) &&
       (!g.bias || g.bias_cs == 0 || g.bias_cs == 1);
 }
 
@@ -207,12 +206,15 @@ ETFUSE_ALWAYS_INLINE typename Vec<W>::type epilogue_vector(const float* p, int64
   return v;
 }
 
-// accumulate, then the epilogue (scale, bias, clamp, as store_tile's first and last slice) on
-// the registers and straight into C: no round trip through the tile buffer, which cost as
-// much as the multiply-adds at a short K (a 1x1 conv from 16 channels: K = 16).
+// accumulate, then the epilogue (as store_tile: the scale on every slice, the bias on the first,
+// C's partial sums added on the others, the clamp on the last) on the registers and straight
+// into C: no round trip through the tile buffer, which cost as much as the multiply-adds at a
+// short K (a 1x1 conv from 16 channels: K = 16), and a tenth of a long K's time (ViT's K = 768
+// in three slices: store_tile's strided loops over C twice).
 template <int MR, int NR, int W>
 ETFUSE_ALWAYS_INLINE void micro_to_c(const Args& g, int64_t kc, const float* const* arow, const float* pack,
-                                     int64_t ldp, int64_t i0, int64_t j0, int64_t nr, const char* prefetch) {
+                                     int64_t ldp, int64_t i0, int64_t j0, int64_t nr, const char* prefetch,
+                                     bool first, bool last) {
   typedef typename Vec<W>::type vf;
   vf acc[MR][NR / W];
   accumulate<MR, NR, W>(kc, arow, g.a_cs, pack, ldp, acc, prefetch);
@@ -222,27 +224,35 @@ ETFUSE_ALWAYS_INLINE void micro_to_c(const Args& g, int64_t kc, const float* con
   // of a K = 32 conv's instructions.
   const float *scale = g.scale, *bias = g.bias;
   const int64_t s_rs = g.scale_rs, s_cs = g.scale_cs, b_rs = g.bias_rs, b_cs = g.bias_cs, c_rs = g.c_rs;
-  const bool clamp = g.clamp;
+  const bool clamp = g.clamp && last;
   const vf lo = vf{} + g.act_min, hi = vf{} + g.act_max;
-  const auto epilogue = [&](vf x, int64_t row, int64_t col) {
+  // `partial`: C's sums of the slices before (a K-sliced GEMM's later slices)
+  const auto epilogue = [&](vf x, const float* partial, int64_t row, int64_t col) {
     if (scale) x *= epilogue_vector<W>(scale, s_rs, s_cs, row, col);
-    if (bias) x += epilogue_vector<W>(bias, b_rs, b_cs, row, col);
+    if (!first) {
+      x += load<W>(partial);
+    } else if (bias) {
+      x += epilogue_vector<W>(bias, b_rs, b_cs, row, col);
+    }
     if (clamp) x = x < lo ? lo : (x > hi ? hi : x);  // clamp_act lane by lane (NaN kept)
     return x;
   };
   if (nr == NR) {
 #pragma GCC unroll 16
     for (int i = 0; i < MR; ++i) {
+      float* c = g.C + (i0 + i) * c_rs + j0;
 #pragma GCC unroll 4
-      for (int v = 0; v < NR / W; ++v) store<W>(g.C + (i0 + i) * c_rs + j0 + v * W, epilogue(acc[i][v], i0 + i, j0 + v * W));
+      for (int v = 0; v < NR / W; ++v) store<W>(c + v * W, epilogue(acc[i][v], c + v * W, i0 + i, j0 + v * W));
     }
     return;
   }
   // a last partial panel (DS-CNN's 125 pixels: 7 panels and 13 columns)
   alignas(64) float row[NR];
   for (int i = 0; i < MR; ++i) {
-    for (int v = 0; v < NR / W; ++v) store<W>(row + v * W, epilogue(acc[i][v], i0 + i, j0 + v * W));
-    std::memcpy(g.C + (i0 + i) * c_rs + j0, row, sizeof(float) * nr);
+    float* c = g.C + (i0 + i) * c_rs + j0;
+    if (!first) std::memcpy(row, c, sizeof(float) * nr);
+    for (int v = 0; v < NR / W; ++v) store<W>(row + v * W, epilogue(acc[i][v], row + v * W, i0 + i, j0 + v * W));
+    std::memcpy(c, row, sizeof(float) * nr);
   }
 }
 
@@ -361,8 +371,8 @@ ETFUSE_ALWAYS_INLINE void rows_tile(
       return;
     }
   }
-  if (epilogue_in_registers(g, nr, NR, first, last)) {
-    micro_to_c<MR, NR, W>(g, kc, arow, panel, ldp, i0, j0, nr, prefetch);
+  if (epilogue_in_registers(g, nr, NR)) {
+    micro_to_c<MR, NR, W>(g, kc, arow, panel, ldp, i0, j0, nr, prefetch, first, last);
     return;
   }
   if (epilogue_transposed(g, nr, NR, first, last)) {
