@@ -155,7 +155,7 @@ ETFUSE_ALWAYS_INLINE void accumulate_loop(int64_t kc, const float* const* arow, 
   const float* ap[MR];
   for (int i = 0; i < MR; ++i) ap[i] = arow[i];
   for (int64_t k = 0; k < kc; ++k) {
-    if (Prefetch) __builtin_prefetch(prefetch + k * 64, 0, 2);  // a k row of a kPanel-wide panel: 64 bytes
+    if (Prefetch) __builtin_prefetch(prefetch + k * kPanel * sizeof(float), 0, 2);  // one k row of a packed panel
     vf bv[NV];
     for (int v = 0; v < NV; ++v) std::memcpy(&bv[v], pack + k * ldp + v * W, sizeof(vf));
     for (int i = 0; i < MR; ++i) {
@@ -294,6 +294,9 @@ ETFUSE_ALWAYS_INLINE void micro_to_c_transposed(const Args& g, int64_t kc, const
   }
 }
 
+// The epilogue through the tile buffer, for what micro_to_c and micro_to_c_transposed do not
+// take: C strided along its rows, or a per-column scale or bias on a last partial panel. (One
+// scale or bias per row with contiguous C always goes through micro_to_c now.)
 template <int MR, int NR>
 ETFUSE_ALWAYS_INLINE void store_tile(
     const Args& g, int64_t i0, int64_t j0, int64_t mr, int64_t nr, const float (&tile)[MR][NR], bool first,
@@ -306,16 +309,6 @@ ETFUSE_ALWAYS_INLINE void store_tile(
     if (g.scale) {  // every K slice is scaled: sum(t_s) * s == sum(t_s * s)
       const float* sc = g.scale + (i0 + i) * g.scale_rs + j0 * g.scale_cs;
       const float* bias = g.bias ? g.bias + (i0 + i) * g.bias_rs + j0 * g.bias_cs : nullptr;
-      if (g.c_cs == 1 && g.scale_cs == 0 && (!bias || g.bias_cs == 0)) {
-        // one scale and bias per row (conv2d_bn_act: per output channel): a loop GCC vectorises
-        const float s = sc[0], b = bias ? bias[0] : 0.0f;
-        if (first) {
-          for (int64_t j = 0; j < nr; ++j) c[j] = act ? clamp_act(t[j] * s + b, lo, hi) : t[j] * s + b;
-        } else {
-          for (int64_t j = 0; j < nr; ++j) c[j] = act ? clamp_act(t[j] * s + c[j], lo, hi) : t[j] * s + c[j];
-        }
-        continue;
-      }
       for (int64_t j = 0; j < nr; ++j) {
         float v = t[j] * sc[j * g.scale_cs];
         v += first ? (bias ? bias[j * g.bias_cs] : 0.0f) : c[j * g.c_cs];
@@ -332,13 +325,6 @@ ETFUSE_ALWAYS_INLINE void store_tile(
             for (int64_t j = 0; j < nr; ++j) c[j] = clamp_act(t[j] + bias[j], lo, hi);
           } else {
             for (int64_t j = 0; j < nr; ++j) c[j] = t[j] + bias[j];
-          }
-        } else if (g.c_cs == 1 && bcs == 0) {  // one bias per row (conv2d: per output channel)
-          const float bv = bias[0];
-          if (act) {
-            for (int64_t j = 0; j < nr; ++j) c[j] = clamp_act(t[j] + bv, lo, hi);
-          } else {
-            for (int64_t j = 0; j < nr; ++j) c[j] = t[j] + bv;
           }
         } else {
           for (int64_t j = 0; j < nr; ++j) {
