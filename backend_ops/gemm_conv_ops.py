@@ -9,7 +9,7 @@ computes exactly that with ATen ops, so a fused program retraces to plain ATen.
 | backend op          | pattern                                                     |
 |---------------------|-------------------------------------------------------------|
 | etfuse::conv2d_act  | act(clamp(conv2d(input, weight, bias, stride, padding, dilation, groups), min, max)) |
-| etfuse::linear_act  | act(clamp(linear(input, weight, bias), min, max))           |
+| etfuse::linear_act  | act(clamp(linear(input, weight, bias) [+ residual], min, max)) |
 
 (`etfuse::linear_relu`, from float_ops, stays the op for linear + relu.)
 """
@@ -57,8 +57,13 @@ def _conv2d_act(input, weight, bias, stride, padding, dilation, groups, min=None
     return _epilogue(aten.conv2d.default(input, weight, bias, stride, padding, dilation, groups), min, max, activation)
 
 
-def _linear_act(input, weight, bias=None, min=None, max=None, activation="none"):
-    return _epilogue(aten.linear.default(input, weight, bias), min, max, activation)
+def with_residual(x, residual):
+    """linear_act's residual epilogue: `residual` (the output's shape, or None) added before the clamp."""
+    return x if residual is None else aten.add.Tensor(x, residual)
+
+
+def _linear_act(input, weight, bias=None, min=None, max=None, activation="none", residual=None):
+    return _epilogue(with_residual(aten.linear.default(input, weight, bias), residual), min, max, activation)
 
 
 CONV2D_ACT = register(BackendOp(
@@ -70,9 +75,11 @@ CONV2D_ACT = register(BackendOp(
 LINEAR_ACT = register(BackendOp(
     "etfuse",
     "linear_act(Tensor input, Tensor weight, Tensor? bias=None, float? min=None, float? max=None, "
-    "str activation=\"none\") -> Tensor",
+    "str activation=\"none\", Tensor? residual=None) -> Tensor",
     _linear_act,
-    doc="activation(clamp(input @ weight.T + bias, min, max)), weight read as stored ([out, in])", kernel="linear_act"))
+    doc="activation(clamp(input @ weight.T + bias + residual, min, max)), weight read as stored ([out, in]); the "
+        "residual (a transformer's skip connection, the output's shape) is optional",
+    kernel="linear_act"))
 
 
 

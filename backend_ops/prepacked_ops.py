@@ -4,8 +4,8 @@
 16 columns on every call: at 37 rows (ViT-B/16 at 96x96) that copy costs about as much as the
 multiply-adds. `etfuse.passes.PrepackWeightsPass` packs constant weights once instead:
 
-    linear_act(x, w, b, min, max, act)
-        -> linear_packed_act(x, pack_gemm_weight(w), w.shape[0], b, min, max, act)
+    linear_act(x, w, b, min, max, act, residual)
+        -> linear_packed_act(x, pack_gemm_weight(w), w.shape[0], b, min, max, act, residual)
 
 and folds `pack_gemm_weight` into a program constant, so the runtime only ever sees
 `linear_packed_act`. The packed layout (`kernels/csrc/core/gemm.h`, `gemm::Args::packed_b`):
@@ -22,7 +22,7 @@ run_packed). Every op's pattern is ATen, so a fused program retraces to a plain 
 
 import torch
 
-from .gemm_conv_ops import _conv2d_act, _conv2d_bn_act, _epilogue
+from .gemm_conv_ops import _conv2d_act, _conv2d_bn_act, _epilogue, with_residual
 from .registry import BackendOp, register
 
 aten = torch.ops.aten
@@ -47,9 +47,10 @@ def unpack_gemm_weight(packed, out_features: int):
     return aten.slice.Tensor(rows, 0, 0, out_features)
 
 
-def _linear_packed_act(input, packed_weight, out_features, bias=None, min=None, max=None, activation="none"):
+def _linear_packed_act(input, packed_weight, out_features, bias=None, min=None, max=None, activation="none",
+                       residual=None):
     weight = unpack_gemm_weight(packed_weight, out_features)
-    return _epilogue(aten.linear.default(input, weight, bias), min, max, activation)
+    return _epilogue(with_residual(aten.linear.default(input, weight, bias), residual), min, max, activation)
 
 
 def unpack_conv_weight(packed, weight_size):
@@ -77,9 +78,9 @@ PACK_GEMM_WEIGHT = register(BackendOp(
 LINEAR_PACKED_ACT = register(BackendOp(
     "etfuse",
     "linear_packed_act(Tensor input, Tensor packed_weight, int out_features, Tensor? bias=None, float? min=None, "
-    "float? max=None, str activation=\"none\") -> Tensor",
+    "float? max=None, str activation=\"none\", Tensor? residual=None) -> Tensor",
     _linear_packed_act,
-    doc="linear_act on pack_gemm_weight(weight): activation(clamp(input @ weight.T + bias, min, max))",
+    doc="linear_act on pack_gemm_weight(weight): activation(clamp(input @ weight.T + bias + residual, min, max))",
     kernel="linear_packed_act"))
 
 CONV2D_PACKED_ACT = register(BackendOp(

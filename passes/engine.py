@@ -161,6 +161,8 @@ def _why(pnode: Optional[fx.Node], gvalue, kind: str, detail) -> str:
         return f"{detail[0]} arguments where the pattern has {detail[1]}"
     if kind == "literal":
         return f"argument {gvalue!r} where the pattern has {detail!r}"
+    if kind == "inside":
+        return f"{pnode.name} would be {gvalue.name}, which the match itself computes"
     return kind
 
 
@@ -189,6 +191,13 @@ class _Matcher:
         # An intermediate with users outside the match must survive: not fusable. (A pattern's
         # outputs may have them: the replacement provides those values.)
         inside = set(matched.values())
+        # A parameter bound to a matched op (`y + y` against `linear(x) + residual`: the residual
+        # is the linear itself) would be read after the replacement erased it.
+        for name, value in bindings.items():
+            if isinstance(value, fx.Node) and value in inside:
+                pnode = next(p for p in self.pattern.graph.nodes if p.op == "placeholder" and p.name == name)
+                self.miss, self._miss_depth = (pnode, value, "inside", None), len(matched)
+                return None
         outputs = self.pattern.outputs
         for pnode, gnode in matched.items():
             if pnode not in outputs:

@@ -4,8 +4,8 @@
 every call, and conv2d on a small output map runs the transposed problem whose B is the weight
 (kernels/csrc/core/gemm.h, conv2d.h). On a program with its values, this pass rewrites
 
-    linear_act(x, w, b, min, max, act)   (linear_relu: min 0)
-        -> linear_packed_act(x, pack_gemm_weight(w), out_features, b, min, max, act)
+    linear_act(x, w, b, min, max, act, residual)   (linear_relu: min 0)
+        -> linear_packed_act(x, pack_gemm_weight(w), out_features, b, min, max, act, residual)
     conv2d_act(x, w, b, stride, padding, dilation, 1, ...)          (and conv2d_bn_act)
         -> conv2d_packed_act(x, pack_gemm_weight(w), w.shape, b, stride, padding, dilation, ...)
 
@@ -94,8 +94,9 @@ def _float_conv_worth_it(node: fx.Node, args: dict, constants: dict) -> bool:
 
 
 def _packed_linear_args(args: dict, packed: fx.Node, weight) -> tuple:
+    residual = args.get("residual")
     return (args["input"], packed, weight.shape[0], args.get("bias"), args.get("min"), args.get("max"),
-            args.get("activation", "none"))
+            args.get("activation", "none"), *(() if residual is None else (residual,)))
 
 
 def _packed_conv_args(args: dict, packed: fx.Node, weight) -> tuple:

@@ -31,12 +31,17 @@ aten = torch.ops.aten
 _ACTS = ("none", "relu", *_UNARY)
 
 
+def linear_nd(input, weight, b=None):
+    """A linear on [3, 5, 8] as the edge dialect spells it (a `free_sizes` rule's views match any
+    sizes; `linear_nd_shapes` checks them)."""
+    flat = aten.view.default(input, [15, 8])
+    w = aten.permute.default(weight, [1, 0])
+    y = aten.mm.default(flat, w) if b is None else aten.addmm.default(b, flat, w)
+    return aten.view.default(y, [3, 5, 6])
+
+
 def _pattern(bias: bool, act: str):
-    def linear(input, weight, b=None):
-        flat = aten.view.default(input, [15, 8])
-        w = aten.permute.default(weight, [1, 0])
-        y = aten.addmm.default(b, flat, w) if bias else aten.mm.default(flat, w)
-        return aten.view.default(y, [3, 5, 6])
+    linear = linear_nd
 
     # lo / hi: a hard activation's constants 3 and 6 (gemm_conv_rules' _named_for renames them)
     if bias:
@@ -52,7 +57,7 @@ def _examples(bias: bool, act: str):
     return lambda: (torch.randn(3, 5, 8), torch.randn(6, 8), *((torch.randn(6),) if bias else ()), *_act_examples(act))
 
 
-def _shapes(m: Match):
+def linear_nd_shapes(m: Match):
     x, w = m.value("input"), m.value("weight")
     if x.dim() < 3 or w.dim() != 2 or not all(isinstance(d, int) for d in (*x.shape, *w.shape)):
         return f"input {tuple(x.shape)}, weight {tuple(w.shape)}: linear_nd takes a static input of rank >= 3"
@@ -83,6 +88,6 @@ LINEAR_RANK_RULES = [
     Rule("linear_nd" + ("" if bias else "_no_bias") + ("" if act == "none" else f"_{act}"), _pattern(bias, act),
          LINEAR_ACT, _examples(bias, act),
          _checked(all_of(tensors(["input", "weight"] + (["bias"] if bias else [])), output_dtype(torch.float32),
-                         _shapes, not_dequantized()), act), _arguments(bias, act), free_sizes=True)
+                         linear_nd_shapes, not_dequantized()), act), _arguments(bias, act), free_sizes=True)
     for bias in (True, False) for act in _ACTS
 ]

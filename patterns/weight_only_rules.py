@@ -29,7 +29,7 @@ from etfuse.backend_ops import LINEAR_QW, PACK_INT4
 
 from .constraints import all_of, output_dtype, tensors
 from .embedding_rules import _zero_points_all_zero
-from .linear_rank_rules import _shapes as _nd_shapes
+from .linear_rank_rules import linear_nd_shapes as _nd_shapes
 from .rule import Match, Rule
 
 aten = torch.ops.aten

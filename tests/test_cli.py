@@ -22,7 +22,7 @@ def test_demo_fuses_runs_and_matches_eager(capsys):
     assert main(["demo"]) == 0
     out = capsys.readouterr().out
     assert re.search(r"linear_relu\s+in forward", out)
-    assert re.search(r"add_relu\s+in forward", out)
+    assert re.search(r"linear_residual_relu\s+in forward", out)  # relu(fc2(h) + x): one linear_act
     assert re.search(r"add_relu\s+in submodule_0", out)  # inside the torch.cond branch
     error = float(re.search(r"max abs error, ExecuTorch runtime vs eager: (\S+)", out).group(1))
     assert error < 1e-4

@@ -171,8 +171,8 @@ class SemanticsTest(TestCase):
     def test_no_norm_rows_become_etfuse_mul_and_add(self):
         """MobileBERT's NoNorm after a linear and a residual add: (linear(x) + r) * w + b. The
         per-feature scale and shift (either operand order) become etfuse::mul / etfuse::add; the
-        same-shape residual add stays the portable add, as does a shift that is not one value per
-        feature of the last dim."""
+        same-shape residual add is the linear's residual epilogue; a shift that is not one value per
+        feature of the last dim stays the portable add."""
         class NoNorm(torch.nn.Module):
             def __init__(self):
                 super().__init__()
@@ -186,8 +186,10 @@ class SemanticsTest(TestCase):
         args = (torch.randn(1, 8, 16), torch.randn(1, 8, 32), torch.randn(8, 1))
         model = NoNorm()
         ops, fused = self.fuse_ops(model, args)
-        self.assertEqual(ops, ["etfuse.linear_packed_act.default", "aten.add.Tensor", "etfuse.mul.default",
-                               "etfuse.add.default", "aten.add.Tensor"])
+        self.assertEqual(ops, ["etfuse.linear_packed_act.default", "etfuse.mul.default", "etfuse.add.default",
+                               "aten.add.Tensor"])
+        (linear,) = [n for n in fused.exported_program().graph.nodes if "linear_packed_act" in str(n.target)]
+        self.assertEqual(linear.args[7].name, "r")  # the residual
         want = model(*args)
         retraced = fused.exported_program().run_decompositions()
         self.assertFalse([n for n in op_names(retraced.graph_module) if n.startswith("etfuse.")])

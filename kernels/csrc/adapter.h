@@ -185,6 +185,30 @@ inline bool is_contiguous(const Layout& l) {
   return true;
 }
 
+// `name` (of layout `l`) has exactly `want`'s shape.
+inline bool same_shape(const char* op, const char* name, const Layout& l, const Layout& want, Status& st) {
+  bool same = l.ndim == want.ndim;
+  for (int d = 0; same && d < l.ndim; ++d) same = l.sizes[d] == want.sizes[d];
+  if (same) return true;
+  return st.fail("%s: %s must have the output's shape %s, got %s", op, name, core::ShapeStr(want).c_str(),
+                 core::ShapeStr(l).c_str());
+}
+
+// Copies float tensor `src` (of layout `ls`) into `dst` of layout `ld`, the same shape; they do
+// not overlap (Out::open gives out a temporary where an input overlaps it).
+inline void copy_into(const Tensor& src, const Layout& ls, void* dst, const Layout& ld) {
+  const float* from = src.const_data_ptr<float>();
+  if (is_contiguous(ls) && is_contiguous(ld)) {
+    std::memcpy(dst, from, static_cast<size_t>(ls.numel()) * sizeof(float));
+  } else if (is_contiguous(ld)) {
+    copy_strided(reinterpret_cast<const char*>(from), ls, static_cast<char*>(dst), sizeof(float), false);
+  } else {
+    std::vector<char> flat(static_cast<size_t>(ls.numel()) * sizeof(float));
+    copy_strided(reinterpret_cast<const char*>(from), ls, flat.data(), sizeof(float), false);
+    copy_strided(static_cast<const char*>(dst), ld, flat.data(), sizeof(float), true);
+  }
+}
+
 // An input read through a contiguous copy when its layout does not suit the core (the same
 // in both builds: a temporary buffer, filled once per call).
 class Input {

@@ -34,7 +34,7 @@ class CliError(Exception):
 
 
 class DemoModel(torch.nn.Module):
-    """linear+relu, a residual add+relu, and a torch.cond whose branch fuses too."""
+    """linear+relu, a linear whose residual add+relu is its epilogue, and a torch.cond whose branch fuses too."""
 
     def __init__(self, width: int = 256):
         super().__init__()
@@ -383,7 +383,7 @@ def demo(args) -> int:
         lower_and_compare = _import_compare()
     result = lower_and_compare(exported, inputs, runs=args.bench, compare=True,
                                bench_seconds=args.bench_seconds, progress=progress)
-    _print_summary(result, "etfuse demo: linear+relu, residual add+relu, torch.cond", detailed=True)
+    _print_summary(result, "etfuse demo: linear+relu, linear+residual add+relu, torch.cond", detailed=True)
     if result.max_abs_error > 1e-4:
         print(f"etfuse: error: the fused program differs from eager by {result.max_abs_error}", file=sys.stderr)
         return 1

@@ -60,6 +60,9 @@ struct Args {
   // B's rows are contiguous (b_cs == 1; a 1x1 conv's input planes): a full NR-wide panel is read
   // in place with row stride b_rs, only a last partial panel is packed (by `pack` or the strides).
   bool b_direct = false;
+  // C holds values the result is added to (linear_act's residual, copied into out first): every
+  // K slice adds C, the first one too, before the clamp.
+  bool add_to_c = false;
 };
 
 // Column width of a prepacked B panel: the AVX2 micro-kernel's NR, the ISA this project tunes for;
@@ -226,14 +229,12 @@ ETFUSE_ALWAYS_INLINE void micro_to_c(const Args& g, int64_t kc, const float* con
   const int64_t s_rs = g.scale_rs, s_cs = g.scale_cs, b_rs = g.bias_rs, b_cs = g.bias_cs, c_rs = g.c_rs;
   const bool clamp = g.clamp && last;
   const vf lo = vf{} + g.act_min, hi = vf{} + g.act_max;
-  // `partial`: C's sums of the slices before (a K-sliced GEMM's later slices)
+  // `partial`: what C holds (the slices before, on a K-sliced GEMM's later slices; a residual)
+  const bool add_c = !first || g.add_to_c, add_bias = first && bias;
   const auto epilogue = [&](vf x, const float* partial, int64_t row, int64_t col) {
     if (scale) x *= epilogue_vector<W>(scale, s_rs, s_cs, row, col);
-    if (!first) {
-      x += load<W>(partial);
-    } else if (bias) {
-      x += epilogue_vector<W>(bias, b_rs, b_cs, row, col);
-    }
+    if (add_bias) x += epilogue_vector<W>(bias, b_rs, b_cs, row, col);
+    if (add_c) x += load<W>(partial);
     if (clamp) x = x < lo ? lo : (x > hi ? hi : x);  // clamp_act lane by lane (NaN kept)
     return x;
   };
@@ -250,7 +251,7 @@ ETFUSE_ALWAYS_INLINE void micro_to_c(const Args& g, int64_t kc, const float* con
   alignas(64) float row[NR];
   for (int i = 0; i < MR; ++i) {
     float* c = g.C + (i0 + i) * c_rs + j0;
-    if (!first) std::memcpy(row, c, sizeof(float) * nr);
+    if (add_c) std::memcpy(row, c, sizeof(float) * nr);
     for (int v = 0; v < NR / W; ++v) store<W>(row + v * W, epilogue(acc[i][v], row + v * W, i0 + i, j0 + v * W));
     std::memcpy(c, row, sizeof(float) * nr);
   }
@@ -260,7 +261,7 @@ ETFUSE_ALWAYS_INLINE void micro_to_c(const Args& g, int64_t kc, const float* con
 // rows one float apart (conv2d's transposed problems, C(p, co) = out[co, p]), scale and bias one
 // per column, contiguous, or none.
 inline bool epilogue_transposed(const Args& g, int64_t nr, int64_t NR, bool first, bool last) {
-  return first && last && nr == NR && g.c_rs == 1 && g.c_cs != 1 &&
+  return first && last && !g.add_to_c && nr == NR && g.c_rs == 1 && g.c_cs != 1 &&
       (!g.scale || (g.scale_rs == 0 && g.scale_cs == 1)) && (!g.bias || (g.bias_rs == 0 && g.bias_cs == 1));
 }
 
@@ -302,44 +303,19 @@ ETFUSE_ALWAYS_INLINE void store_tile(
     const Args& g, int64_t i0, int64_t j0, int64_t mr, int64_t nr, const float (&tile)[MR][NR], bool first,
     bool last) {
   const bool act = last && g.clamp;
+  const bool add_c = !first || g.add_to_c;  // C's partial sums, or a residual
   const float lo = g.act_min, hi = g.act_max;
   for (int64_t i = 0; i < mr; ++i) {
     float* c = g.C + (i0 + i) * g.c_rs + j0 * g.c_cs;
     const float* t = tile[i];
-    if (g.scale) {  // every K slice is scaled: sum(t_s) * s == sum(t_s * s)
-      const float* sc = g.scale + (i0 + i) * g.scale_rs + j0 * g.scale_cs;
-      const float* bias = g.bias ? g.bias + (i0 + i) * g.bias_rs + j0 * g.bias_cs : nullptr;
-      for (int64_t j = 0; j < nr; ++j) {
-        float v = t[j] * sc[j * g.scale_cs];
-        v += first ? (bias ? bias[j * g.bias_cs] : 0.0f) : c[j * g.c_cs];
-        c[j * g.c_cs] = act ? clamp_act(v, lo, hi) : v;
-      }
-      continue;
-    }
-    if (first) {
-      if (g.bias) {
-        const float* bias = g.bias + (i0 + i) * g.bias_rs + j0 * g.bias_cs;
-        const int64_t bcs = g.bias_cs;
-        if (g.c_cs == 1 && bcs == 1) {
-          if (act) {
-            for (int64_t j = 0; j < nr; ++j) c[j] = clamp_act(t[j] + bias[j], lo, hi);
-          } else {
-            for (int64_t j = 0; j < nr; ++j) c[j] = t[j] + bias[j];
-          }
-        } else {
-          for (int64_t j = 0; j < nr; ++j) {
-            const float v = t[j] + bias[j * bcs];
-            c[j * g.c_cs] = act ? clamp_act(v, lo, hi) : v;
-          }
-        }
-      } else {
-        for (int64_t j = 0; j < nr; ++j) c[j * g.c_cs] = act ? clamp_act(t[j], lo, hi) : t[j];
-      }
-    } else {
-      for (int64_t j = 0; j < nr; ++j) {
-        const float v = c[j * g.c_cs] + t[j];
-        c[j * g.c_cs] = act ? clamp_act(v, lo, hi) : v;
-      }
+    // every K slice is scaled: sum(t_s) * s == sum(t_s * s)
+    const float* sc = g.scale ? g.scale + (i0 + i) * g.scale_rs + j0 * g.scale_cs : nullptr;
+    const float* bias = first && g.bias ? g.bias + (i0 + i) * g.bias_rs + j0 * g.bias_cs : nullptr;
+    for (int64_t j = 0; j < nr; ++j) {
+      float v = sc ? t[j] * sc[j * g.scale_cs] : t[j];
+      if (bias) v += bias[j * g.bias_cs];
+      if (add_c) v += c[j * g.c_cs];
+      c[j * g.c_cs] = act ? clamp_act(v, lo, hi) : v;
     }
   }
 }
@@ -525,7 +501,9 @@ ETFUSE_ALWAYS_INLINE void dot_block(const Args& g, int64_t i, int64_t j, int64_t
       const int64_t ii = i + r, jj = j + c;
       if (g.scale) sum *= g.scale[ii * g.scale_rs + jj * g.scale_cs];
       if (g.bias) sum += g.bias[ii * g.bias_rs + jj * g.bias_cs];
-      g.C[ii * g.c_rs + jj * g.c_cs] = act ? clamp_act(sum, g.act_min, g.act_max) : sum;
+      float* dst = g.C + ii * g.c_rs + jj * g.c_cs;
+      if (g.add_to_c) sum += *dst;
+      *dst = act ? clamp_act(sum, g.act_min, g.act_max) : sum;
     }
   }
 }

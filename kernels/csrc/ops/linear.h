@@ -13,10 +13,12 @@ namespace adapter {
 // they live in when they are an input (null when the op computed them); `scale`: null or one
 // float per output feature, applied before the bias (linear_bn_act). `packed_n` >= 0: `weight` is
 // packed at fuse time for that many output features (linear_packed_act, gemm_entry::packed_weight).
+// `residual` (null: none), of out's shape, is added before the clamp: it is copied into out and
+// the GEMM adds its sums to C (gemm::Args::add_to_c), so the add costs no pass of its own.
 inline Tensor& linear_into(Context& ctx, const char* op, const Tensor& input, const Tensor& weight, const float* bias,
                            const Layout* lb, const Tensor* bias_tensor, const float* scale,
                            const core::gemm_entry::Clamp& clamp, core::activation::Kind act, bool ok, Status& st,
-                           Tensor& out, int64_t packed_n = -1) {
+                           Tensor& out, int64_t packed_n = -1, const Tensor* residual = nullptr) {
   namespace ge = core::gemm_entry;
   Layout li, lw, lpacked;
   int ndim = 0;
@@ -29,10 +31,13 @@ inline Tensor& linear_into(Context& ctx, const char* op, const Tensor& input, co
       (packed ? layout_of(weight, "packed_weight", lpacked, st) && ge::packed_weight(lpacked, packed_n, lw, st)
               : layout_of(weight, "weight", lw, st)) &&
       ge::linear_out_shape(li, lw, lb, ndim, sizes, st) && o.resize(op, ndim, sizes, st);
+  Layout lr;
+  ok = ok && (!residual || (check_float(op, "residual", *residual, st) && layout_of(*residual, "residual", lr, st) &&
+                            same_shape(op, "residual", lr, o.layout(), st)));
   Input in(input, li);
   if (ok && !ge::as_matrix(li, m, rs, cs)) in.make_contiguous();  // leading dims that do not merge
   core::gemm::Args g;
-  ok = ok && o.open({&input, &weight, bias_tensor}, false, ge::as_matrix(o.layout(), m, rs, cs), st) &&
+  ok = ok && o.open({&input, &weight, bias_tensor, residual}, false, ge::as_matrix(o.layout(), m, rs, cs), st) &&
       ge::linear_args(in.data<float>(), in.layout(), weight.const_data_ptr<float>(), lw, bias, lb, o.data<float>(),
                       o.write_layout(), g, st);
   ETFUSE_CHECK(ctx, ok, st, out);
@@ -43,6 +48,10 @@ inline Tensor& linear_into(Context& ctx, const char* op, const Tensor& input, co
   g.scale = scale;  // one per output column
   g.scale_rs = 0;
   g.scale_cs = scale ? 1 : 0;
+  if (residual) {
+    copy_into(*residual, lr, o.raw(), o.write_layout());
+    g.add_to_c = true;
+  }
   ge::run(g, clamp, Parallel{});
   core::activation::apply(act, o.data<float>(), o.write_layout(), Parallel{});
   return o.finish();
@@ -51,14 +60,14 @@ inline Tensor& linear_into(Context& ctx, const char* op, const Tensor& input, co
 // The linear ops whose bias is an optional input tensor.
 inline Tensor& linear_into(Context& ctx, const char* op, const Tensor& input, const Tensor& weight,
                            const OptTensor& bias, const core::gemm_entry::Clamp& clamp, core::activation::Kind act,
-                           bool clamp_ok, Tensor& out, int64_t packed_n = -1) {
+                           bool clamp_ok, Tensor& out, int64_t packed_n = -1, const Tensor* residual = nullptr) {
   Status st;
   Layout lb;
   const bool has_bias = has(bias);
   const bool ok = clamp_ok && (!has_bias || (check_float(op, "bias", *bias, st) && layout_of(*bias, "bias", lb, st)));
   return linear_into(ctx, op, input, weight, ok && has_bias ? bias->const_data_ptr<float>() : nullptr,
                      has_bias ? &lb : nullptr, has_bias ? &*bias : nullptr, nullptr, clamp, act, ok, st, out,
-                     packed_n);
+                     packed_n, residual);
 }
 
 }  // namespace adapter

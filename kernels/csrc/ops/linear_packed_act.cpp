@@ -9,14 +9,15 @@ using namespace etfuse::adapter;
 
 Tensor& linear_packed_act_out(Context& ctx, const Tensor& input, const Tensor& packed_weight, int64_t out_features,
                               const OptTensor& bias, std::optional<double> min, std::optional<double> max,
-                              Str activation, Tensor& out) {
+                              Str activation, const OptTensor& residual, Tensor& out) {
   constexpr const char* op = "etfuse::linear_packed_act.out";
   Status st;
   etfuse::core::gemm_entry::Clamp c;
   etfuse::core::activation::Kind act;
   const bool ok = clamp_of(op, min, max, c, st) && activation_of(op, activation, act, st);
   ETFUSE_CHECK(ctx, ok, st, out);
-  return linear_into(ctx, op, input, packed_weight, bias, c, act, true, out, out_features);
+  return linear_into(ctx, op, input, packed_weight, bias, c, act, true, out, out_features,
+                     has(residual) ? &*residual : nullptr);
 }
 
 }  // namespace
