@@ -123,27 +123,36 @@ ETFUSE_ALWAYS_INLINE void pack_b(const Args& g, int64_t k0, int64_t kc, int64_t 
 // kPanel (0 past the last panel's columns, which are 0 already past N).
 template <int NR>
 ETFUSE_ALWAYS_INLINE void copy_packed(const Args& g, int64_t k0, int64_t kc, int64_t j0, float* pack) {
-  const int64_t width = packed_panels(g.N) * kPanel;
-  for (int64_t j = 0; j < NR; ++j) {
-    const int64_t col = j0 + j;
-    const float* src = g.packed_b + (col / kPanel) * g.K * kPanel + k0 * kPanel + col % kPanel;
-    for (int64_t k = 0; k < kc; ++k) pack[k * NR + j] = col < width ? src[k * kPanel] : 0.0f;
+  static_assert(NR % kPanel == 0 || kPanel % NR == 0, "panels of NR columns out of kPanel-wide ones");
+  // Row by row: each k row of a panel is kPanel contiguous floats (element by element, with
+  // the stride of a panel row, the AVX-512 tiles' copy took longer than their multiply-adds).
+  constexpr int64_t per_row = NR < kPanel ? NR : kPanel;
+  for (int64_t q = 0; q < NR / per_row; ++q) {
+    const int64_t col = j0 + q * per_row, p = col / kPanel;
+    float* dst = pack + q * per_row;
+    if (p >= packed_panels(g.N)) {  // past the last panel: zero columns
+      for (int64_t k = 0; k < kc; ++k) std::memset(dst + k * NR, 0, sizeof(float) * per_row);
+      continue;
+    }
+    const float* src = g.packed_b + p * g.K * kPanel + k0 * kPanel + col % kPanel;
+    for (int64_t k = 0; k < kc; ++k) std::memcpy(dst + k * NR, src + k * kPanel, sizeof(float) * per_row);
   }
 }
 
 // copy_packed from int8 panels: pack[k][0:NR] = float(B(k0 + k, j0 : j0 + NR)).
 template <int NR>
 ETFUSE_ALWAYS_INLINE void copy_packed_i8(const Args& g, int64_t k0, int64_t kc, int64_t j0, float* pack) {
-  if (NR == kPanel) {  // one panel's K slice is contiguous
-    const int8_t* src = g.packed_b_i8 + (j0 / kPanel) * g.K * kPanel + k0 * kPanel;
-    for (int64_t i = 0; i < kc * kPanel; ++i) pack[i] = static_cast<float>(src[i]);
-    return;
-  }
-  const int64_t width = packed_panels(g.N) * kPanel;
-  for (int64_t j = 0; j < NR; ++j) {
-    const int64_t col = j0 + j;
-    const int8_t* src = g.packed_b_i8 + (col / kPanel) * g.K * kPanel + k0 * kPanel + col % kPanel;
-    for (int64_t k = 0; k < kc; ++k) pack[k * NR + j] = col < width ? static_cast<float>(src[k * kPanel]) : 0.0f;
+  constexpr int64_t per_row = NR < kPanel ? NR : kPanel;
+  for (int64_t q = 0; q < NR / per_row; ++q) {
+    const int64_t col = j0 + q * per_row, p = col / kPanel;
+    float* dst = pack + q * per_row;
+    if (p >= packed_panels(g.N)) {
+      for (int64_t k = 0; k < kc; ++k) std::memset(dst + k * NR, 0, sizeof(float) * per_row);
+      continue;
+    }
+    const int8_t* src = g.packed_b_i8 + p * g.K * kPanel + k0 * kPanel + col % kPanel;
+    for (int64_t k = 0; k < kc; ++k)
+      for (int64_t c = 0; c < per_row; ++c) dst[k * NR + c] = static_cast<float>(src[k * kPanel + c]);
   }
 }
 
