@@ -70,6 +70,9 @@ def test_residual_and_out_through_strides():
     out = torch.empty(20, 6).t()  # out strided along its rows: the epilogue through the tile buffer
     LINEAR_PACKED_ACT.aten_out(x, PACK_GEMM_WEIGHT.aten(w), 20, b, None, None, "none", r, out=out)
     torch.testing.assert_close(out, want, **TOL)
+    x3, r3 = torch.randn(2, 3, 40, generator=g), torch.randn(3, 2, 20, generator=g).transpose(0, 1)
+    want3 = F.linear(x3, w, b) + r3  # r3's leading dims do not merge into one: read through a copy
+    torch.testing.assert_close(LINEAR_ACT.aten_out(x3, w, b, None, None, "none", r3, out=torch.empty(0)), want3, **TOL)
     both = torch.randn(6, 20, generator=g)  # out is the residual itself: read before it is written
     want = F.linear(x, w, b) + both
     LINEAR_ACT.aten_out(x, w, b, None, None, "none", both, out=both)

@@ -194,21 +194,6 @@ inline bool same_shape(const char* op, const char* name, const Layout& l, const 
                  core::ShapeStr(l).c_str());
 }
 
-// Copies float tensor `src` (of layout `ls`) into `dst` of layout `ld`, the same shape; they do
-// not overlap (Out::open gives out a temporary where an input overlaps it).
-inline void copy_into(const Tensor& src, const Layout& ls, void* dst, const Layout& ld) {
-  const float* from = src.const_data_ptr<float>();
-  if (is_contiguous(ls) && is_contiguous(ld)) {
-    std::memcpy(dst, from, static_cast<size_t>(ls.numel()) * sizeof(float));
-  } else if (is_contiguous(ld)) {
-    copy_strided(reinterpret_cast<const char*>(from), ls, static_cast<char*>(dst), sizeof(float), false);
-  } else {
-    std::vector<char> flat(static_cast<size_t>(ls.numel()) * sizeof(float));
-    copy_strided(reinterpret_cast<const char*>(from), ls, flat.data(), sizeof(float), false);
-    copy_strided(static_cast<const char*>(dst), ld, flat.data(), sizeof(float), true);
-  }
-}
-
 // An input read through a contiguous copy when its layout does not suit the core (the same
 // in both builds: a temporary buffer, filled once per call).
 class Input {

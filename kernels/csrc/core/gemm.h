@@ -60,9 +60,10 @@ struct Args {
   // B's rows are contiguous (b_cs == 1; a 1x1 conv's input planes): a full NR-wide panel is read
   // in place with row stride b_rs, only a last partial panel is packed (by `pack` or the strides).
   bool b_direct = false;
-  // C holds values the result is added to (linear_act's residual, copied into out first): every
-  // K slice adds C, the first one too, before the clamp.
-  bool add_to_c = false;
+  // Optional values added to the result before the clamp (linear_act's residual, a skip
+  // connection): read by the first K slice where the later ones read C's partial sums.
+  const float* residual = nullptr;
+  int64_t residual_rs = 0, residual_cs = 0;
 };
 
 // Column width of a prepacked B panel: the AVX2 micro-kernel's NR, the ISA this project tunes for;
@@ -156,10 +157,13 @@ ETFUSE_ALWAYS_INLINE void copy_packed_i8(const Args& g, int64_t k0, int64_t kc, 
   }
 }
 
-// acc[MR][NR / W] = sum_k A(rows, k) * pack[k * ldp : k * ldp + NR], in vectors of W floats
+// acc[MR][NR / W] = sum_k A(rows, k) * B's k row, in vectors of W floats: vector v of row k at
+// pack + k * ldp + v * vstride (vstride W: one NR-wide panel; the AVX-512 tiles read two 16-wide
+// prepacked panels in place, vstride = one panel's size)
 template <int MR, int NR, int W, bool Prefetch>
 ETFUSE_ALWAYS_INLINE void accumulate_loop(int64_t kc, const float* const* arow, int64_t a_cs, const float* pack,
-                                          int64_t ldp, const char* prefetch, typename Vec<W>::type (&acc)[MR][NR / W]) {
+                                          int64_t ldp, int64_t vstride, const char* prefetch,
+                                          typename Vec<W>::type (&acc)[MR][NR / W]) {
   typedef typename Vec<W>::type vf;
   constexpr int NV = NR / W;
   for (int i = 0; i < MR; ++i)
@@ -169,7 +173,7 @@ ETFUSE_ALWAYS_INLINE void accumulate_loop(int64_t kc, const float* const* arow, 
   for (int64_t k = 0; k < kc; ++k) {
     if (Prefetch) __builtin_prefetch(prefetch + k * kPanel * sizeof(float), 0, 2);  // one k row of a packed panel
     vf bv[NV];
-    for (int v = 0; v < NV; ++v) std::memcpy(&bv[v], pack + k * ldp + v * W, sizeof(vf));
+    for (int v = 0; v < NV; ++v) std::memcpy(&bv[v], pack + k * ldp + v * vstride, sizeof(vf));
     for (int i = 0; i < MR; ++i) {
       const float s = ap[i][k * a_cs];
       for (int v = 0; v < NV; ++v) acc[i][v] += s * bv[v];
@@ -181,31 +185,33 @@ ETFUSE_ALWAYS_INLINE void accumulate_loop(int64_t kc, const float* const* arow, 
 // one per k step (tiles_impl: the next slice of a prepacked B).
 template <int MR, int NR, int W>
 ETFUSE_ALWAYS_INLINE void accumulate(int64_t kc, const float* const* arow, int64_t a_cs, const float* pack,
-                                     int64_t ldp, typename Vec<W>::type (&acc)[MR][NR / W], const char* prefetch = nullptr) {
+                                     int64_t ldp, int64_t vstride, typename Vec<W>::type (&acc)[MR][NR / W],
+                                     const char* prefetch = nullptr) {
   if (prefetch)
-    accumulate_loop<MR, NR, W, true>(kc, arow, a_cs, pack, ldp, prefetch, acc);
+    accumulate_loop<MR, NR, W, true>(kc, arow, a_cs, pack, ldp, vstride, prefetch, acc);
   else
-    accumulate_loop<MR, NR, W, false>(kc, arow, a_cs, pack, ldp, prefetch, acc);
+    accumulate_loop<MR, NR, W, false>(kc, arow, a_cs, pack, ldp, vstride, prefetch, acc);
 }
 
 // tile[MR][NR] = the sums of accumulate, for store_tile
 template <int MR, int NR, int W>
 ETFUSE_ALWAYS_INLINE void micro(
-    int64_t kc, const float* const* arow, int64_t a_cs, const float* pack, int64_t ldp, float (&tile)[MR][NR],
+    int64_t kc, const float* const* arow, int64_t a_cs, const float* pack, int64_t ldp, int64_t vstride,
+    float (&tile)[MR][NR],
     const char* prefetch) {
   typename Vec<W>::type acc[MR][NR / W];
-  accumulate<MR, NR, W>(kc, arow, a_cs, pack, ldp, acc, prefetch);
+  accumulate<MR, NR, W>(kc, arow, a_cs, pack, ldp, vstride, acc, prefetch);
   for (int i = 0; i < MR; ++i)
     for (int v = 0; v < NR / W; ++v) store<W>(&tile[i][v * W], acc[i][v]);
 }
 
-// Whether micro_to_c can take a tile's K slice: rows of C contiguous, scale and bias one per row
-// or one per column (contiguous) or none; a full panel, or a last partial one where scale and
-// bias are one per row or none (per column, their vectors would read past the end).
+// Whether micro_to_c can take a tile's K slice: rows of C (and of the residual) contiguous, scale
+// and bias one per row or one per column (contiguous) or none; a full panel, or a last partial one
+// where scale and bias are one per row or none (per column, their vectors would read past the end).
 inline bool epilogue_in_registers(const Args& g, int64_t nr, int64_t NR) {
   const bool per_row = (!g.scale || g.scale_cs == 0) && (!g.bias || g.bias_cs == 0);
-  return (nr == NR || per_row) && g.c_cs == 1 && (!g.scale || g.scale_cs == 0 || g.scale_cs == 1) &&
-      (!g.bias || g.bias_cs == 0 || g.bias_cs == 1);
+  return (nr == NR || per_row) && g.c_cs == 1 && (!g.residual || g.residual_cs == 1) &&
+      (!g.scale || g.scale_cs == 0 || g.scale_cs == 1) && (!g.bias || g.bias_cs == 0 || g.bias_cs == 1);
 }
 
 // W values of a per-row (cs == 0: one value, broadcast) or per-column (cs == 1) epilogue operand.
@@ -225,11 +231,12 @@ ETFUSE_ALWAYS_INLINE typename Vec<W>::type epilogue_vector(const float* p, int64
 // in three slices: store_tile's strided loops over C twice).
 template <int MR, int NR, int W>
 ETFUSE_ALWAYS_INLINE void micro_to_c(const Args& g, int64_t kc, const float* const* arow, const float* pack,
-                                     int64_t ldp, int64_t i0, int64_t j0, int64_t nr, const char* prefetch,
+                                     int64_t ldp, int64_t vstride, int64_t i0, int64_t j0, int64_t nr,
+                                     const char* prefetch,
                                      bool first, bool last) {
   typedef typename Vec<W>::type vf;
   vf acc[MR][NR / W];
-  accumulate<MR, NR, W>(kc, arow, g.a_cs, pack, ldp, acc, prefetch);
+  accumulate<MR, NR, W>(kc, arow, g.a_cs, pack, ldp, vstride, acc, prefetch);
   // Args copied to locals first (a store to C may alias them: each was reloaded per vector),
   // and a full panel's sums go from the registers straight to C (with the row's stores and the
   // partial panel's copy in one loop, the sums went through the stack): the epilogue was a third
@@ -238,12 +245,15 @@ ETFUSE_ALWAYS_INLINE void micro_to_c(const Args& g, int64_t kc, const float* con
   const int64_t s_rs = g.scale_rs, s_cs = g.scale_cs, b_rs = g.bias_rs, b_cs = g.bias_cs, c_rs = g.c_rs;
   const bool clamp = g.clamp && last;
   const vf lo = vf{} + g.act_min, hi = vf{} + g.act_max;
-  // `partial`: what C holds (the slices before, on a K-sliced GEMM's later slices; a residual)
-  const bool add_c = !first || g.add_to_c, add_bias = first && bias;
+  // `partial`: C's sums of the slices before (a K-sliced GEMM's later slices), or on the first
+  // slice the residual's row
+  const float* residual = first ? g.residual : nullptr;
+  const int64_t r_rs = g.residual_rs;
+  const bool add_partial = !first || residual, add_bias = first && bias;
   const auto epilogue = [&](vf x, const float* partial, int64_t row, int64_t col) {
     if (scale) x *= epilogue_vector<W>(scale, s_rs, s_cs, row, col);
     if (add_bias) x += epilogue_vector<W>(bias, b_rs, b_cs, row, col);
-    if (add_c) x += load<W>(partial);
+    if (add_partial) x += load<W>(partial);
     if (clamp) x = x < lo ? lo : (x > hi ? hi : x);  // clamp_act lane by lane (NaN kept)
     return x;
   };
@@ -251,8 +261,9 @@ ETFUSE_ALWAYS_INLINE void micro_to_c(const Args& g, int64_t kc, const float* con
 #pragma GCC unroll 16
     for (int i = 0; i < MR; ++i) {
       float* c = g.C + (i0 + i) * c_rs + j0;
+      const float* from = residual ? residual + (i0 + i) * r_rs + j0 : c;
 #pragma GCC unroll 4
-      for (int v = 0; v < NR / W; ++v) store<W>(c + v * W, epilogue(acc[i][v], c + v * W, i0 + i, j0 + v * W));
+      for (int v = 0; v < NR / W; ++v) store<W>(c + v * W, epilogue(acc[i][v], from + v * W, i0 + i, j0 + v * W));
     }
     return;
   }
@@ -260,7 +271,7 @@ ETFUSE_ALWAYS_INLINE void micro_to_c(const Args& g, int64_t kc, const float* con
   alignas(64) float row[NR];
   for (int i = 0; i < MR; ++i) {
     float* c = g.C + (i0 + i) * c_rs + j0;
-    if (add_c) std::memcpy(row, c, sizeof(float) * nr);
+    if (add_partial) std::memcpy(row, residual ? residual + (i0 + i) * r_rs + j0 : c, sizeof(float) * nr);
     for (int v = 0; v < NR / W; ++v) store<W>(row + v * W, epilogue(acc[i][v], row + v * W, i0 + i, j0 + v * W));
     std::memcpy(c, row, sizeof(float) * nr);
   }
@@ -270,7 +281,7 @@ ETFUSE_ALWAYS_INLINE void micro_to_c(const Args& g, int64_t kc, const float* con
 // rows one float apart (conv2d's transposed problems, C(p, co) = out[co, p]), scale and bias one
 // per column, contiguous, or none.
 inline bool epilogue_transposed(const Args& g, int64_t nr, int64_t NR, bool first, bool last) {
-  return first && last && !g.add_to_c && nr == NR && g.c_rs == 1 && g.c_cs != 1 &&
+  return first && last && !g.residual && nr == NR && g.c_rs == 1 && g.c_cs != 1 &&
       (!g.scale || (g.scale_rs == 0 && g.scale_cs == 1)) && (!g.bias || (g.bias_rs == 0 && g.bias_cs == 1));
 }
 
@@ -280,11 +291,12 @@ inline bool epilogue_transposed(const Args& g, int64_t nr, int64_t NR, bool firs
 // there (a 128 -> 128 1x1 conv with batch norm on 6x6: 40% of the GEMM's time).
 template <int MR, int NR, int W>
 ETFUSE_ALWAYS_INLINE void micro_to_c_transposed(const Args& g, int64_t kc, const float* const* arow,
-                                                const float* pack, int64_t ldp, int64_t i0, int64_t j0,
+                                                const float* pack, int64_t ldp, int64_t vstride, int64_t i0,
+                                                int64_t j0,
                                                 float (&tile)[MR][NR], const char* prefetch) {
   typedef typename Vec<W>::type vf;
   vf acc[MR][NR / W];
-  accumulate<MR, NR, W>(kc, arow, g.a_cs, pack, ldp, acc, prefetch);
+  accumulate<MR, NR, W>(kc, arow, g.a_cs, pack, ldp, vstride, acc, prefetch);
   const vf lo = vf{} + g.act_min, hi = vf{} + g.act_max;
   for (int v = 0; v < NR / W; ++v) {
     vf sc, b;
@@ -312,7 +324,6 @@ ETFUSE_ALWAYS_INLINE void store_tile(
     const Args& g, int64_t i0, int64_t j0, int64_t mr, int64_t nr, const float (&tile)[MR][NR], bool first,
     bool last) {
   const bool act = last && g.clamp;
-  const bool add_c = !first || g.add_to_c;  // C's partial sums, or a residual
   const float lo = g.act_min, hi = g.act_max;
   for (int64_t i = 0; i < mr; ++i) {
     float* c = g.C + (i0 + i) * g.c_rs + j0 * g.c_cs;
@@ -320,10 +331,13 @@ ETFUSE_ALWAYS_INLINE void store_tile(
     // every K slice is scaled: sum(t_s) * s == sum(t_s * s)
     const float* sc = g.scale ? g.scale + (i0 + i) * g.scale_rs + j0 * g.scale_cs : nullptr;
     const float* bias = first && g.bias ? g.bias + (i0 + i) * g.bias_rs + j0 * g.bias_cs : nullptr;
+    // what is added: C's partial sums, or on the first slice the residual (or nothing)
+    const float* partial = !first ? c : g.residual ? g.residual + (i0 + i) * g.residual_rs + j0 * g.residual_cs : nullptr;
+    const int64_t p_cs = !first ? g.c_cs : g.residual_cs;
     for (int64_t j = 0; j < nr; ++j) {
       float v = sc ? t[j] * sc[j * g.scale_cs] : t[j];
       if (bias) v += bias[j * g.bias_cs];
-      if (add_c) v += c[j * g.c_cs];
+      if (partial) v += partial[j * p_cs];
       c[j * g.c_cs] = act ? clamp_act(v, lo, hi) : v;
     }
   }
@@ -334,23 +348,24 @@ ETFUSE_ALWAYS_INLINE void store_tile(
 template <int MR, int NR, int W>
 ETFUSE_ALWAYS_INLINE void rows_tile(
     const Args& g, int64_t mr, int64_t i0, int64_t j0, int64_t nr, int64_t kc, const float* const* arow,
-    const float* panel, int64_t ldp, float (&tile)[MR][NR], bool first, bool last, const char* prefetch) {
+    const float* panel, int64_t ldp, int64_t vstride, float (&tile)[MR][NR], bool first, bool last,
+    const char* prefetch) {
   if constexpr (MR > 1) {
     if (mr < MR) {
       float(&fewer)[MR - 1][NR] = *reinterpret_cast<float(*)[MR - 1][NR]>(&tile[0][0]);
-      rows_tile<MR - 1, NR, W>(g, mr, i0, j0, nr, kc, arow, panel, ldp, fewer, first, last, prefetch);
+      rows_tile<MR - 1, NR, W>(g, mr, i0, j0, nr, kc, arow, panel, ldp, vstride, fewer, first, last, prefetch);
       return;
     }
   }
   if (epilogue_in_registers(g, nr, NR)) {
-    micro_to_c<MR, NR, W>(g, kc, arow, panel, ldp, i0, j0, nr, prefetch, first, last);
+    micro_to_c<MR, NR, W>(g, kc, arow, panel, ldp, vstride, i0, j0, nr, prefetch, first, last);
     return;
   }
   if (epilogue_transposed(g, nr, NR, first, last)) {
-    micro_to_c_transposed<MR, NR, W>(g, kc, arow, panel, ldp, i0, j0, tile, prefetch);
+    micro_to_c_transposed<MR, NR, W>(g, kc, arow, panel, ldp, vstride, i0, j0, tile, prefetch);
     return;
   }
-  micro<MR, NR, W>(kc, arow, g.a_cs, panel, ldp, tile, prefetch);
+  micro<MR, NR, W>(kc, arow, g.a_cs, panel, ldp, vstride, tile, prefetch);
   store_tile<MR, NR>(g, i0, j0, mr, nr, tile, first, last);
 }
 
@@ -397,11 +412,17 @@ ETFUSE_ALWAYS_INLINE void tiles_impl(const Args& g, int64_t t0, int64_t t1, int6
       const int64_t kc = (g.K - k0) < kstep ? (g.K - k0) : kstep;
       const bool first = k0 == 0, last = k0 + kc >= g.K;
       const float* panel = pack;
-      int64_t ldp = NR;
+      int64_t ldp = NR, vstride = W;
       if (g.packed_b_i8) {
         copy_packed_i8<NR>(g, k0, kc, j0, pack);
       } else if (g.packed_b && NR == kPanel) {
         panel = g.packed_b + (j0 / kPanel) * g.K * kPanel + k0 * kPanel;  // in place
+      } else if (g.packed_b && W == kPanel && NR == 2 * kPanel && j0 / kPanel + 1 < packed_panels(g.N)) {
+        // the AVX-512 tile's two vectors, each from its own panel, in place (a copy of the two
+        // cost a tenth of the multiply-adds at 16 rows)
+        panel = g.packed_b + (j0 / kPanel) * g.K * kPanel + k0 * kPanel;
+        ldp = kPanel;
+        vstride = g.K * kPanel;
       } else if (g.b_direct && nr == NR) {
         panel = g.B + k0 * g.b_rs + j0;  // in place: rows of B are contiguous
         ldp = g.b_rs;
@@ -430,7 +451,7 @@ ETFUSE_ALWAYS_INLINE void tiles_impl(const Args& g, int64_t t0, int64_t t1, int6
         const char* prefetch = nullptr;
         if (prefetch_b && (tile_index > 0 || ntiles == 1))
           prefetch = reinterpret_cast<const char*>(panel + kc * kPanel);
-        rows_tile<MR, NR, W>(g, mr, i0, j0, nr, kc, arow, panel, ldp, tile, first, last, prefetch);
+        rows_tile<MR, NR, W>(g, mr, i0, j0, nr, kc, arow, panel, ldp, vstride, tile, first, last, prefetch);
         i0 += mr;
       }
       if (last) break;
@@ -510,9 +531,8 @@ ETFUSE_ALWAYS_INLINE void dot_block(const Args& g, int64_t i, int64_t j, int64_t
       const int64_t ii = i + r, jj = j + c;
       if (g.scale) sum *= g.scale[ii * g.scale_rs + jj * g.scale_cs];
       if (g.bias) sum += g.bias[ii * g.bias_rs + jj * g.bias_cs];
-      float* dst = g.C + ii * g.c_rs + jj * g.c_cs;
-      if (g.add_to_c) sum += *dst;
-      *dst = act ? clamp_act(sum, g.act_min, g.act_max) : sum;
+      if (g.residual) sum += g.residual[ii * g.residual_rs + jj * g.residual_cs];
+      g.C[ii * g.c_rs + jj * g.c_cs] = act ? clamp_act(sum, g.act_min, g.act_max) : sum;
     }
   }
 }

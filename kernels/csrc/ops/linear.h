@@ -13,8 +13,8 @@ namespace adapter {
 // they live in when they are an input (null when the op computed them); `scale`: null or one
 // float per output feature, applied before the bias (linear_bn_act). `packed_n` >= 0: `weight` is
 // packed at fuse time for that many output features (linear_packed_act, gemm_entry::packed_weight).
-// `residual` (null: none), of out's shape, is added before the clamp: it is copied into out and
-// the GEMM adds its sums to C (gemm::Args::add_to_c), so the add costs no pass of its own.
+// `residual` (null: none), of out's shape, is added before the clamp by the GEMM's epilogue
+// (gemm::Args::residual), which reads it where it writes out: the add costs no pass of its own.
 inline Tensor& linear_into(Context& ctx, const char* op, const Tensor& input, const Tensor& weight, const float* bias,
                            const Layout* lb, const Tensor* bias_tensor, const float* scale,
                            const core::gemm_entry::Clamp& clamp, core::activation::Kind act, bool ok, Status& st,
@@ -34,8 +34,13 @@ inline Tensor& linear_into(Context& ctx, const char* op, const Tensor& input, co
   Layout lr;
   ok = ok && (!residual || (check_float(op, "residual", *residual, st) && layout_of(*residual, "residual", lr, st) &&
                             same_shape(op, "residual", lr, o.layout(), st)));
-  Input in(input, li);
+  Input in(input, li), res(residual ? *residual : input, lr);
   if (ok && !ge::as_matrix(li, m, rs, cs)) in.make_contiguous();  // leading dims that do not merge
+  int64_t r_rows, r_rs = 0, r_cs = 0;  // the residual as out's [M, N] matrix
+  if (ok && residual && !ge::as_matrix(lr, r_rows, r_rs, r_cs)) {
+    res.make_contiguous();
+    ge::as_matrix(res.layout(), r_rows, r_rs, r_cs);
+  }
   core::gemm::Args g;
   ok = ok && o.open({&input, &weight, bias_tensor, residual}, false, ge::as_matrix(o.layout(), m, rs, cs), st) &&
       ge::linear_args(in.data<float>(), in.layout(), weight.const_data_ptr<float>(), lw, bias, lb, o.data<float>(),
@@ -49,8 +54,9 @@ inline Tensor& linear_into(Context& ctx, const char* op, const Tensor& input, co
   g.scale_rs = 0;
   g.scale_cs = scale ? 1 : 0;
   if (residual) {
-    copy_into(*residual, lr, o.raw(), o.write_layout());
-    g.add_to_c = true;
+    g.residual = res.data<float>();
+    g.residual_rs = r_rs;
+    g.residual_cs = r_cs;
   }
   ge::run(g, clamp, Parallel{});
   core::activation::apply(act, o.data<float>(), o.write_layout(), Parallel{});
