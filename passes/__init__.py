@@ -13,6 +13,7 @@ from .compat.cond_views import CondViewCopyPass
 from .fold_packed_weights import FoldPackedWeightsPass
 from .prepack_weights import PrepackWeightsPass
 from .drop_identity_copies import DropIdentityCopiesPass
+from .unit_dim_views import UnitDimViewsPass
 from .fused_program import FusedEdgeProgramManager
 from .verify import verify_written_nodes
 from .replace_pattern import replace_pattern, replace_patterns
@@ -24,5 +25,5 @@ __all__ = [
     "SymIntLoweringError", "SymIntToPrimsPass", "LoopLoweringError", "LoopLoweringPass", "MapToScanPass",
     "SpecialisedShapeError", "refuse_specialised", "CondOutputCopyPass", "CondViewCopyPass", "default_passes",
     "correctness_passes", "fuse", "to_edge", "copy_graph_module",
-    "FoldPackedWeightsPass", "PrepackWeightsPass", "DropIdentityCopiesPass", "FusedEdgeProgramManager", "verify_written_nodes", "replace_pattern", "replace_patterns",
+    "FoldPackedWeightsPass", "PrepackWeightsPass", "DropIdentityCopiesPass", "UnitDimViewsPass", "FusedEdgeProgramManager", "verify_written_nodes", "replace_pattern", "replace_patterns",
 ]

@@ -33,6 +33,7 @@ from .compat.symint_to_prims import SymIntToPrimsPass
 from .compat.typed_pass_errors import install_typed_pass_errors
 from .compat.while_loop_to_scan import LoopLoweringPass
 from .drop_identity_copies import DropIdentityCopiesPass
+from .unit_dim_views import UnitDimViewsPass
 from .fold_packed_weights import FoldPackedWeightsPass
 from .prepack_weights import PrepackWeightsPass
 from .fused_program import FusedEdgeProgramManager
@@ -53,13 +54,15 @@ def default_passes() -> list:
        (`linear_packed_act`; given a graph module alone it changes nothing).
        `DropIdentityCopiesPass`, right after `FusionPass`, drops the copies nothing can tell from their
        source (eval-mode dropout's); after fusion, so the rules see the graph as export made it.
+       `UnitDimViewsPass` makes static unsqueeze / squeeze copies `view_copy`s, which `to_executorch`
+       turns into views (conv1d's, around the conv2d kernel it runs on).
     3. `CondOutputCopyPass`, `CondViewCopyPass`: they copy results read by the final ops, so they
        run once those ops exist.
     4. `SymIntToPrimsPass`: the builtins of every pass before it (loop bounds included) become prims.
     """
     install_typed_pass_errors()  # so `edge.transform(default_passes())` raises etfuse's errors as themselves
-    return [LoopLoweringPass(), FusionPass(), DropIdentityCopiesPass(), FoldPackedWeightsPass(), PrepackWeightsPass(),
-            CondOutputCopyPass(), CondViewCopyPass(), SymIntToPrimsPass()]
+    return [LoopLoweringPass(), FusionPass(), DropIdentityCopiesPass(), UnitDimViewsPass(), FoldPackedWeightsPass(),
+            PrepackWeightsPass(), CondOutputCopyPass(), CondViewCopyPass(), SymIntToPrimsPass()]
 
 
 def passes_beside_xnnpack() -> list:
@@ -68,8 +71,8 @@ def passes_beside_xnnpack() -> list:
     then `.to_backend(XnnpackPartitioner())`. Fusing after lowering instead finds attention already
     split between the delegate (bmm, softmax) and the portable runtime."""
     install_typed_pass_errors()
-    return [LoopLoweringPass(), BesideXnnpackFusionPass(), DropIdentityCopiesPass(), FoldPackedWeightsPass(),
-            PrepackWeightsPass(), CondOutputCopyPass(), CondViewCopyPass(), SymIntToPrimsPass()]
+    return [LoopLoweringPass(), BesideXnnpackFusionPass(), DropIdentityCopiesPass(), UnitDimViewsPass(),
+            FoldPackedWeightsPass(), PrepackWeightsPass(), CondOutputCopyPass(), CondViewCopyPass(), SymIntToPrimsPass()]
 
 
 def correctness_passes() -> list:

@@ -179,11 +179,12 @@ class FusionTest(TestCase):
         assert_fused_matches_eager(model, args, out, **TOL)
 
     def test_vit_attention_q_k_v_unbound_from_one_qkv_linear(self):
-        # q, k, v are slices of one permuted tensor (slice_copy + squeeze_copy each), read by
-        # sdpa through their strides; the decomposition's closing permutes go into the op (sdpa_closed)
+        # q, k, v are slices of one permuted tensor (slice_copy + squeeze_copy each, the squeezes
+        # view_copys for to_executorch to make views: UnitDimViewsPass), read by sdpa through their
+        # strides; the decomposition's closing permutes go into the op (sdpa_closed)
         # (7 and 14 rows: the linears read their weights packed at fuse time, PrepackWeightsPass)
         head = ["etfuse.linear_packed_act.default", "aten.view_copy.default", "etfuse.permute_copy.default",
-                *["aten.slice_copy.Tensor"] * 3, *["aten.squeeze_copy.dims"] * 3, "etfuse.sdpa.default"]
+                *["aten.slice_copy.Tensor"] * 3, *["aten.view_copy.default"] * 3, "etfuse.sdpa.default"]
         tail = ["etfuse.permute_copy.default", "aten.view_copy.default", "etfuse.linear_packed_act.default"]
         for batch in (1, 2):
             with self.subTest(batch=batch):

@@ -1,0 +1,64 @@
+"""UnitDimViewsPass: `unsqueeze_copy` / `squeeze_copy` of static shape become `view_copy`, so
+`to_executorch` makes them views (executorch's ReplaceViewCopyWithViewPass turns every
+`view_copy` that is not a program output into `memory.view`, which shares its input's memory).
+
+The portable runtime runs `unsqueeze_copy` and `squeeze_copy` as full copies, though adding or
+removing a dimension of size 1 never moves an element. A conv1d runs as a conv2d on a height-1
+image (patterns/gemm_conv_rules.py), between an unsqueeze of its input and weight and a squeeze
+of its output: on the wav2letter-style stack those three copies were 11% of the program's time.
+`view_copy(x, out.shape)` computes the same tensor for any x (a unit dimension can be added or
+dropped whatever the strides), so the rewrite changes no value; symbolic shapes keep their op.
+
+Only the top-level graph is visited, after the fusion pass (the rules see the graph as export
+made it, and the conv1d rules' own unsqueezes exist by then).
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.fx as fx
+from executorch.exir.dialects._ops import ops as exir_ops
+from executorch.exir.pass_base import ExportPass
+from torch.fx.passes.infra.pass_base import PassResult
+
+from .graph_copy import copy_graph_module
+
+_EDGE, _ATEN = exir_ops.edge.aten, torch.ops.aten
+_UNIT_DIM_COPIES = {
+    _EDGE.unsqueeze_copy.default: _EDGE.view_copy.default,
+    _EDGE.squeeze_copy.dims: _EDGE.view_copy.default,
+    _EDGE.squeeze_copy.dim: _EDGE.view_copy.default,
+    _EDGE.squeeze_copy.default: _EDGE.view_copy.default,
+    _ATEN.unsqueeze_copy.default: _ATEN.view_copy.default,
+    _ATEN.squeeze_copy.dims: _ATEN.view_copy.default,
+    _ATEN.squeeze_copy.dim: _ATEN.view_copy.default,
+    _ATEN.squeeze_copy.default: _ATEN.view_copy.default,
+}
+
+
+def _static_shape(node: fx.Node):
+    val = node.meta.get("val")
+    if not isinstance(val, torch.Tensor) or not all(isinstance(d, int) for d in val.shape):
+        return None
+    return list(val.shape)
+
+
+class UnitDimViewsPass(ExportPass):
+    """Static-shape `unsqueeze_copy` / `squeeze_copy` -> `view_copy` (module docstring)."""
+
+    def call(self, graph_module: fx.GraphModule) -> PassResult:
+        result = copy_graph_module(graph_module)
+        changed = False
+        for node in result.graph.nodes:
+            view = _UNIT_DIM_COPIES.get(node.target) if node.op == "call_function" else None
+            shape = _static_shape(node) if view is not None else None
+            if shape is None:
+                continue
+            node.target = view
+            node.args = (node.args[0], shape)
+            node.kwargs = {}
+            node.meta["etfuse"] = {"pass": "UnitDimViewsPass"}  # etfuse.fuse verifies the nodes it wrote
+            changed = True
+        if changed:
+            result.recompile()
+        return PassResult(result, changed)

@@ -1,0 +1,61 @@
+"""UnitDimViewsPass: static unsqueeze / squeeze copies (conv1d's, around its conv2d kernel) become
+`view_copy`, and `to_executorch` makes them views: exact ops, the runtime's operator list, eager /
+runtime / retrace; symbolic shapes keep their copies."""
+
+from __future__ import annotations
+
+import torch
+from executorch.exir import to_edge
+
+import etfuse
+from etfuse.passes import UnitDimViewsPass
+from fusion_helpers import assert_fused_matches_eager, edge_program, op_names
+
+TOL = dict(rtol=1e-4, atol=1e-5)
+
+
+class Conv1dStack(torch.nn.Module):  # wav2letter's shape: conv1d + relu, twice
+    def __init__(self):
+        super().__init__()
+        self.c1 = torch.nn.Conv1d(4, 8, 5, padding=2)
+        self.c2 = torch.nn.Conv1d(8, 6, 3)
+
+    def forward(self, x):
+        return torch.tanh(torch.relu(self.c2(torch.relu(self.c1(x)))))  # the last squeeze is not the output
+
+
+def _runtime_ops(fused) -> list[str]:
+    program = fused.to_executorch().executorch_program
+    plan = program.execution_plan[0]
+    return [plan.operators[i.instr_args.op_index].name for c in plan.chains for i in c.instructions
+            if hasattr(i.instr_args, "op_index")]
+
+
+def test_conv1d_unsqueezes_and_squeezes_are_views_on_the_runtime():
+    torch.manual_seed(0)
+    model, args = Conv1dStack().eval(), (torch.randn(1, 4, 40),)
+    fused = etfuse.fuse(edge_program(model, args))
+    conv = ["aten.view_copy.default", "aten.view_copy.default", "etfuse.conv2d_act.default", "aten.view_copy.default"]
+    assert op_names(fused.exported_program().graph_module) == [*conv, *conv, "aten.tanh.default"]
+    # view_copy that is not a program output runs as memory.view: no copy kernel is called
+    assert _runtime_ops(fused) == ["etfuse::conv2d_act", "etfuse::conv2d_act", "aten::tanh"]
+    assert_fused_matches_eager(model, args, fused, **TOL)
+
+
+def test_unsqueeze_that_is_the_output_and_symbolic_shapes():
+    class Both(torch.nn.Module):
+        def forward(self, x):
+            return x.unsqueeze(1) + 1, (x * 2).unsqueeze(0)
+
+    args = (torch.randn(3, 5),)
+    edge = to_edge(torch.export.export(Both(), args))
+    out = edge.transform([UnitDimViewsPass()]).exported_program()
+    views = [n for n in out.graph.nodes if "view_copy" in str(n.target)]
+    assert [list(n.args[1]) for n in views] == [[3, 1, 5], [1, 3, 5]]
+    assert not [n for n in op_names(out.graph_module) if "squeeze" in n]
+    for got, want in zip(out.module()(*args), Both()(*args)):
+        torch.testing.assert_close(got, want, rtol=0, atol=0)
+    # a symbolic size: the unsqueezes stay
+    dyn = {"x": {0: torch.export.Dim("n", min=2, max=8)}}
+    gm = to_edge(torch.export.export(Both(), args, dynamic_shapes=dyn)).exported_program().graph_module
+    assert op_names(UnitDimViewsPass()(gm).graph_module).count("aten.unsqueeze_copy.default") == 2
