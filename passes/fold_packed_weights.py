@@ -32,11 +32,8 @@ from torch.fx.passes.infra.pass_base import PassResult
 
 from etfuse.backend_ops import EMBEDDING_OPS, LINEAR_QW, PACK_EMBEDDING_WEIGHT, PACK_INT4
 
+from .engine import _aten
 from .graph_copy import copy_graph_module, program_with
-
-
-def _aten(target):
-    return getattr(target, "_op", target)
 
 
 _PACKS = {PACK_EMBEDDING_WEIGHT.aten, PACK_INT4.aten}

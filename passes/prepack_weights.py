@@ -57,7 +57,8 @@ from etfuse.backend_ops import (CONV2D_ACT, CONV2D_BN_ACT, CONV2D_BN_PACKED_ACT,
                                 LINEAR_PACKED_ACT, LINEAR_RELU, PACK_GEMM_WEIGHT, QUANTIZED_CONV2D,
                                 QUANTIZED_CONV2D_PACKED, QUANTIZED_LINEAR, QUANTIZED_LINEAR_PACKED)
 
-from .fold_packed_weights import _aten, fold_only
+from .engine import _aten
+from .fold_packed_weights import fold_only
 from .graph_copy import copy_graph_module, program_with
 
 MIN_ROWS = 3
