@@ -48,7 +48,7 @@ from fusion_helpers import eval_with_bn_stats, pt2e_int8  # noqa: E402
 _spec = importlib.util.spec_from_file_location("_etfuse_bench_kernels", Path(__file__).with_name("kernels.py"))
 _kb = importlib.util.module_from_spec(_spec)
 _spec.loader.exec_module(_kb)
-interleaved, runtime_exec = _kb.interleaved, _kb.runtime_exec
+interleaved, isolated, runtime_exec = _kb.interleaved, _kb.isolated, _kb.runtime_exec
 
 
 # --- the standard blocks ----------------------------------------------------------------------
@@ -296,6 +296,20 @@ def lowered(model, args, workdir: Path, name: str, with_stock: bool, without: tu
     return programs, methods
 
 
+def pte_paths(programs: dict, workdir: Path, name: str) -> dict:
+    """Where `lowered` wrote each program."""
+    return {k: workdir / f"{name}_{k.replace('+', '_')}.pte" for k in programs}
+
+
+def runtime_ms(methods: dict, programs: dict, inputs, rounds: int, workdir: Path, name: str, alone: bool) -> dict:
+    """ms per forward of each program: interleaved in this process, or each in its own (`alone`)."""
+    if alone:
+        seconds = isolated(pte_paths(programs, workdir, name), inputs, rounds, 0.2, workdir)
+    else:
+        seconds = interleaved({k: runtime_exec(m, inputs) for k, m in methods.items()}, rounds, 0.2)
+    return {k: 1e3 * v for k, v in seconds.items()}
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--models", default=",".join(ZOO), help=f"comma-separated, from: {', '.join(ZOO)}")
@@ -307,11 +321,15 @@ def main(argv=None) -> int:
                                                    "rules whose names contain one (e.g. pool,mean_hw,silu,sigmoid,gelu; "
                                                    "prepack: without PrepackWeightsPass)")
     ap.add_argument("--int8", action="store_true", help="quantize each model with PT2E (XNNPACK quantizer) first")
+    ap.add_argument("--isolated", action="store_true",
+                    help="time each .pte in its own process, the programs taking turns (slower to run; in one "
+                         "process the loaded programs share the caches)")
     args = ap.parse_args(argv)
     info = kernels.load()
     print(f"# etfuse model benchmark\n\n{os.cpu_count()} cores, load average {os.getloadavg()[0]:.1f} at the start, "
           f"kernels ISA {info.isa}, runtime threads {info.runtime_threads}; ms per forward, medians of {args.rounds} "
-          "interleaved rounds; error: max |runtime - eager| / max |eager|\n")
+          f"{'rounds, each program in its own process' if args.isolated else 'interleaved rounds'}; error: max "
+          "|runtime - eager| / max |eager|\n")
     print("| model | input | stock | etfuse | XNNPACK | XNNPACK + etfuse | eager | etfuse / XNNPACK | "
           "XNNPACK+etfuse / XNNPACK | stock / etfuse | etfuse error | etfuse top ops (ETDump share) |")
     print("|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|")
@@ -336,8 +354,7 @@ def main(argv=None) -> int:
                 for k, m in methods.items():
                     got = m.execute((x,))[0]
                     errors[k] = float((got - want).abs().max() / want.abs().max())
-                ms = {k: 1e3 * v for k, v in interleaved({k: runtime_exec(m, (x,)) for k, m in methods.items()},
-                                                          args.rounds, 0.2).items()}
+                ms = runtime_ms(methods, programs, (x,), args.rounds, Path(tmp), f"{name}_{batch}", args.isolated)
                 with torch.no_grad():
                     ms["eager"] = 1e3 * interleaved({"e": lambda: eager(x)}, args.rounds, 0.2)["e"]
                 prof = etfuse.profile(programs["etfuse"], (x,), runs=2)

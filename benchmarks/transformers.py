@@ -37,7 +37,7 @@ import etfuse.kernels as kernels  # noqa: E402
 _spec = importlib.util.spec_from_file_location("_etfuse_bench_models", Path(__file__).with_name("models.py"))
 _models = importlib.util.module_from_spec(_spec)
 _spec.loader.exec_module(_models)
-lowered, interleaved = _models.lowered, _models.interleaved
+lowered, interleaved, runtime_ms = _models.lowered, _models.interleaved, _models.runtime_ms
 
 TINY = dict(dim=288, n_layers=6, n_heads=6, vocab_size=512)
 LARGE = dict(dim=1024, n_layers=8, n_heads=16, n_kv_heads=4, vocab_size=4096)
@@ -258,12 +258,16 @@ def main(argv=None) -> int:
     ap.add_argument("--without", default="", help="comma-separated rule-name parts: also time etfuse without the "
                                                   "rules whose names contain them (what those rules buy; "
                                                   "prepack: without PrepackWeightsPass)")
+    ap.add_argument("--isolated", action="store_true",
+                    help="time each .pte in its own process, the programs taking turns (slower to run; in one "
+                         "process the loaded programs share the caches)")
     args = ap.parse_args(argv)
     without = tuple(w for w in args.without.split(",") if w)
     info = kernels.load()
     print(f"# etfuse transformer benchmark\n\n{os.cpu_count()} cores, load average {os.getloadavg()[0]:.1f} at the "
           f"start, kernels ISA {info.isa}, runtime threads {info.runtime_threads}; ms per forward, medians of "
-          f"{args.rounds} interleaved rounds; error: max |runtime - eager| / max |eager| of the logits\n")
+          f"{args.rounds} {'rounds, each program in its own process' if args.isolated else 'interleaved rounds'}; "
+          "error: max |runtime - eager| / max |eager| of the logits\n")
     print("| model | stock | etfuse | XNNPACK | XNNPACK + etfuse | eager | etfuse / XNNPACK | XNNPACK+etfuse / XNNPACK "
           "| etfuse error | etfuse top ops (ETDump share) |")
     print("|---|---:|---:|---:|---:|---:|---:|---:|---:|---|")
@@ -282,8 +286,7 @@ def main(argv=None) -> int:
             for k, m in methods.items():
                 got = m.execute(inputs)[0]
                 errors[k] = float((got - want).abs().max() / want.abs().max())
-            ms = {k: 1e3 * v for k, v in interleaved({k: runtime_exec(m, inputs) for k, m in methods.items()},
-                                                      args.rounds, 0.2).items()}
+            ms = runtime_ms(methods, programs, inputs, args.rounds, Path(tmp), name, args.isolated)
             eager_model = copy.deepcopy(model)
             with torch.no_grad():
                 ms["eager"] = 1e3 * interleaved({"e": lambda: eager_model(*example)}, args.rounds, 0.2)["e"]
