@@ -30,20 +30,16 @@ from torch.fx.passes.infra.pass_base import PassResult
 
 from .graph_copy import copy_graph_module
 
-_EDGE, _ATEN = exir_ops.edge.aten, torch.ops.aten
+# unsqueeze_copy / squeeze_copy -> the view_copy of the same dialect
 _UNIT_DIM_COPIES = {
-    _EDGE.unsqueeze_copy.default: _EDGE.view_copy.default,
-    _EDGE.squeeze_copy.dims: _EDGE.view_copy.default,
-    _EDGE.squeeze_copy.dim: _EDGE.view_copy.default,
-    _EDGE.squeeze_copy.default: _EDGE.view_copy.default,
-    _ATEN.unsqueeze_copy.default: _ATEN.view_copy.default,
-    _ATEN.squeeze_copy.dims: _ATEN.view_copy.default,
-    _ATEN.squeeze_copy.dim: _ATEN.view_copy.default,
-    _ATEN.squeeze_copy.default: _ATEN.view_copy.default,
+    op: aten.view_copy.default
+    for aten in (exir_ops.edge.aten, torch.ops.aten)
+    for op in (aten.unsqueeze_copy.default, aten.squeeze_copy.dims, aten.squeeze_copy.dim, aten.squeeze_copy.default)
 }
 
 
-def _static_shape(node: fx.Node):
+def _view_sizes(node: fx.Node):
+    """The view_copy's sizes (the copy's static output shape), or None where the copy stays."""
     if not isinstance(node.args[0], fx.Node) or node.args[0].op == "placeholder":
         return None  # a weight's copy stays (module docstring)
     val = node.meta.get("val")
@@ -60,7 +56,7 @@ class UnitDimViewsPass(ExportPass):
         changed = False
         for node in result.graph.nodes:
             view = _UNIT_DIM_COPIES.get(node.target) if node.op == "call_function" else None
-            shape = _static_shape(node) if view is not None else None
+            shape = _view_sizes(node) if view is not None else None
             if shape is None:
                 continue
             node.target = view

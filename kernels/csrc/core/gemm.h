@@ -120,13 +120,15 @@ ETFUSE_ALWAYS_INLINE void pack_b(const Args& g, int64_t k0, int64_t kc, int64_t 
   }
 }
 
-// pack[k][0:NR] = B(k0 + k, j0 : j0 + NR) out of the prepacked panels, for an NR other than
-// kPanel (0 past the last panel's columns, which are 0 already past N).
-template <int NR>
-ETFUSE_ALWAYS_INLINE void copy_packed(const Args& g, int64_t k0, int64_t kc, int64_t j0, float* pack) {
+// pack[k][0:NR] = float(B(k0 + k, j0 : j0 + NR)) out of the prepacked panels (float, or int8:
+// quantized_*_packed), for an NR other than kPanel or int8 (0 past the last panel's columns,
+// which are 0 already past N). Row by row: each k row of a panel is kPanel contiguous values
+// (element by element, with the stride of a panel row, the AVX-512 tiles' copy took longer than
+// their multiply-adds).
+template <int NR, class T>
+ETFUSE_ALWAYS_INLINE void copy_packed(const Args& g, const T* packed, int64_t k0, int64_t kc, int64_t j0,
+                                      float* pack) {
   static_assert(NR % kPanel == 0 || kPanel % NR == 0, "panels of NR columns out of kPanel-wide ones");
-  // Row by row: each k row of a panel is kPanel contiguous floats (element by element, with
-  // the stride of a panel row, the AVX-512 tiles' copy took longer than their multiply-adds).
   constexpr int64_t per_row = NR < kPanel ? NR : kPanel;
   for (int64_t q = 0; q < NR / per_row; ++q) {
     const int64_t col = j0 + q * per_row, p = col / kPanel;
@@ -135,23 +137,7 @@ ETFUSE_ALWAYS_INLINE void copy_packed(const Args& g, int64_t k0, int64_t kc, int
       for (int64_t k = 0; k < kc; ++k) std::memset(dst + k * NR, 0, sizeof(float) * per_row);
       continue;
     }
-    const float* src = g.packed_b + p * g.K * kPanel + k0 * kPanel + col % kPanel;
-    for (int64_t k = 0; k < kc; ++k) std::memcpy(dst + k * NR, src + k * kPanel, sizeof(float) * per_row);
-  }
-}
-
-// copy_packed from int8 panels: pack[k][0:NR] = float(B(k0 + k, j0 : j0 + NR)).
-template <int NR>
-ETFUSE_ALWAYS_INLINE void copy_packed_i8(const Args& g, int64_t k0, int64_t kc, int64_t j0, float* pack) {
-  constexpr int64_t per_row = NR < kPanel ? NR : kPanel;
-  for (int64_t q = 0; q < NR / per_row; ++q) {
-    const int64_t col = j0 + q * per_row, p = col / kPanel;
-    float* dst = pack + q * per_row;
-    if (p >= packed_panels(g.N)) {
-      for (int64_t k = 0; k < kc; ++k) std::memset(dst + k * NR, 0, sizeof(float) * per_row);
-      continue;
-    }
-    const int8_t* src = g.packed_b_i8 + p * g.K * kPanel + k0 * kPanel + col % kPanel;
+    const T* src = packed + p * g.K * kPanel + k0 * kPanel + col % kPanel;
     for (int64_t k = 0; k < kc; ++k)
       for (int64_t c = 0; c < per_row; ++c) dst[k * NR + c] = static_cast<float>(src[k * kPanel + c]);
   }
@@ -317,7 +303,8 @@ ETFUSE_ALWAYS_INLINE void micro_to_c_transposed(const Args& g, int64_t kc, const
 }
 
 // The epilogue through the tile buffer, for what micro_to_c and micro_to_c_transposed do not
-// take: C strided along its rows, or a per-column scale or bias on a last partial panel. (One
+// take: C or the residual strided along its rows, or a per-column scale or bias on a last partial
+// panel. (One
 // scale or bias per row with contiguous C always goes through micro_to_c now.)
 template <int MR, int NR>
 ETFUSE_ALWAYS_INLINE void store_tile(
@@ -414,7 +401,7 @@ ETFUSE_ALWAYS_INLINE void tiles_impl(const Args& g, int64_t t0, int64_t t1, int6
       const float* panel = pack;
       int64_t ldp = NR, vstride = W;
       if (g.packed_b_i8) {
-        copy_packed_i8<NR>(g, k0, kc, j0, pack);
+        copy_packed<NR>(g, g.packed_b_i8, k0, kc, j0, pack);
       } else if (g.packed_b && NR == kPanel) {
         panel = g.packed_b + (j0 / kPanel) * g.K * kPanel + k0 * kPanel;  // in place
       } else if (g.packed_b && W == kPanel && NR == 2 * kPanel && j0 / kPanel + 1 < packed_panels(g.N)) {
@@ -427,7 +414,7 @@ ETFUSE_ALWAYS_INLINE void tiles_impl(const Args& g, int64_t t0, int64_t t1, int6
         panel = g.B + k0 * g.b_rs + j0;  // in place: rows of B are contiguous
         ldp = g.b_rs;
       } else if (g.packed_b) {
-        copy_packed<NR>(g, k0, kc, j0, pack);
+        copy_packed<NR>(g, g.packed_b, k0, kc, j0, pack);
       } else if (g.pack) {
         g.pack(g.pack_ctx, k0, kc, j0, nr, NR, pack);
       } else {
