@@ -73,6 +73,13 @@ CONV_CASES = [
     (1, 5, 7, 7, 10, 5, 5, (1, 1), (2, 2), (2, 2), 5),    # depthwise x2 multiplier, dilated
     (2, 6, 17, 3, 6, 3, 1, (1, 2), (1, 0), (2, 1), 6),
     (1, 32, 16, 16, 32, 3, 3, (1, 1), (1, 1), (1, 1), 32),
+    # the GEMM over phase planes (conv2d.h run_phase_gemm): stride 3 x 2, dilated, non-square;
+    # several panels over output rows of 14; K = 360 in two slices; a 5x5 map; grouped, 2 images
+    (1, 12, 19, 23, 40, 3, 5, (3, 2), (2, 1), (2, 1), 1),
+    (2, 20, 14, 14, 70, 3, 3, (1, 1), (1, 1), (1, 1), 1),
+    (1, 40, 10, 10, 24, 3, 3, (1, 1), (1, 1), (1, 1), 1),
+    (1, 33, 9, 9, 64, 3, 3, (2, 2), (1, 1), (1, 1), 1),
+    (2, 16, 12, 12, 32, 3, 3, (1, 1), (2, 2), (2, 2), 4),
     # depthwise on the small maps of a network's tail, odd strides, padding wider than the taps
     (1, 24, 3, 3, 24, 3, 3, (1, 1), (1, 1), (1, 1), 24),
     (2, 16, 6, 6, 16, 3, 3, (2, 2), (1, 1), (1, 1), 16),

@@ -1,13 +1,16 @@
 // etfuse::conv2d_act.out core: out = clamp(conv2d(input, weight, bias), min, max), float32, NCHW.
 //
 // input [N, C, H, W], weight [Cout, C / groups, KH, KW], bias [Cout] or none; any stride,
-// padding, dilation and groups; every operand read through its strides. Three algorithms:
+// padding, dilation and groups; every operand read through its strides. The algorithms:
 //
 // * depthwise (groups == C, one input channel per group), few output channels per group or a
 //   short K (is_direct: ResNet8's 16-channel 3x3s, a 3-channel stem): a direct kernel, one
 //   output plane per task, by polyphase decomposition (direct_planes): every tap is one
 //   contiguous multiply-add over the flattened plane, so any stride, dilation or map size
-//   vectorises;
+//   vectorises (on AVX2, only depthwise convs and maps under 4x4: the phase planes below win);
+// * any other spatial kernel (3x3, 7x7, 1xk) from 4x4 outputs on (uses_phase_gemm): the GEMM over
+//   the image's zero-padded phase planes, each row of B one plane shifted to its tap
+//   (run_phase_gemm, pack_taps);
 // * a small output map whose pixels fill the GEMM's panels badly (small_map): the transposed
 //   problem on the GEMM's dot-product path, over the image's im2col;
 // * a weight packed at fuse time (conv2d_packed_act, run_packed): the transposed problem on the
@@ -746,6 +749,125 @@ ETFUSE_TARGET_AVX2 void depthwise_flat_avx2(const Problem& pb, int64_t t0, int64
 }
 #endif
 
+// B(k, j) of a spatial conv on its phase planes (run_phase_gemm): row k is tap[k], the phase
+// plane of k's input channel and kernel position, shifted to the tap (direct_planes' table);
+// output pixel j = oh * OW + ow reads it at oh * SW + ow. The padding is in the planes, so a
+// panel is a few contiguous runs per k (one per output row it spans), worked out once per panel,
+// not per k: pack_windows' per-k divisions and bounds cost as much as the multiply-adds at 64
+// output channels.
+struct TapCtx {
+  const float* const* tap;
+  int64_t OW, SW;
+};
+
+template <int W>
+ETFUSE_ALWAYS_INLINE void pack_taps(const void* vctx, int64_t k0, int64_t kc, int64_t j0, int64_t nr, int64_t NR,
+                                    float* pack) {
+  const TapCtx& c = *static_cast<const TapCtx*>(vctx);
+  int64_t to[kMaxPanel], from[kMaxPanel], len[kMaxPanel];
+  bool whole[kMaxPanel];  // the run copied as whole vectors (over-reading into the planes' slack)
+  int runs = 0;
+  for (int64_t j = 0, oh = j0 / c.OW, ow = j0 % c.OW; j < nr; ++runs) {
+    const int64_t n = (nr - j) < (c.OW - ow) ? (nr - j) : (c.OW - ow);
+    to[runs] = j;
+    from[runs] = oh * c.SW + ow;
+    len[runs] = n;
+    // the vectors past the run are overwritten by the next run or the zeros past nr; never past NR
+    whole[runs] = j + (n + W - 1) / W * W <= NR;
+    j += n;
+    ow = 0;
+    ++oh;
+  }
+  for (int64_t kk = 0; kk < kc; ++kk) {
+    const float* src = c.tap[k0 + kk];
+    float* dst = pack + kk * NR;
+    for (int r = 0; r < runs; ++r) {
+      if (whole[r]) {
+        for (int64_t t = 0; t < len[r]; t += W)
+          gemm::detail::store<W>(dst + to[r] + t, gemm::detail::load<W>(src + from[r] + t));
+      } else {
+        copy_row<W>(dst + to[r], src + from[r], len[r]);
+      }
+    }
+    for (int64_t j = nr; j < NR; ++j) dst[j] = 0.0f;
+  }
+}
+
+// Compiled once per library in core/kernels.cpp.
+void pack_taps_baseline(const void* vctx, int64_t k0, int64_t kc, int64_t j0, int64_t nr, int64_t NR, float* pack);
+ETFUSE_TARGET_AVX2 void pack_taps_avx2(const void* vctx, int64_t k0, int64_t kc, int64_t j0, int64_t nr, int64_t NR,
+                                       float* pack);
+#if defined(ETFUSE_CORE_KERNELS)
+void pack_taps_baseline(const void* vctx, int64_t k0, int64_t kc, int64_t j0, int64_t nr, int64_t NR, float* pack) {
+  pack_taps<4>(vctx, k0, kc, j0, nr, NR, pack);
+}
+ETFUSE_TARGET_AVX2 void pack_taps_avx2(const void* vctx, int64_t k0, int64_t kc, int64_t j0, int64_t nr, int64_t NR,
+                                       float* pack) {
+  pack_taps<8>(vctx, k0, kc, j0, nr, NR, pack);
+}
+#endif
+
+// Fills the GEMM's epilogue operands for the [Mg, OH * OW] output of image n, group g (bias,
+// scale and clamp along the rows: one output channel per row).
+inline void channel_rows_out(const Problem& pb, int64_t n, int64_t g, gemm::Args& a) {
+  const Params& p = pb.p;
+  const int64_t Mg = pb.lo.sizes[1] / p.groups;
+  a.C = pb.out + n * pb.lo.strides[0] + g * Mg * pb.lo.strides[1];
+  a.c_rs = pb.lo.strides[1];
+  a.c_cs = pb.lo.strides[3];
+  a.bias = pb.bias ? pb.bias + g * Mg * pb.bias_s : nullptr;
+  a.bias_rs = pb.bias_s;
+  a.bias_cs = 0;
+  a.scale = pb.scale ? pb.scale + g * Mg * pb.scale_s : nullptr;
+  a.scale_rs = pb.scale_s;
+  a.scale_cs = 0;
+  a.clamp = p.has_min || p.has_max;
+  a.act_min = p.has_min ? p.min : -__builtin_inff();
+  a.act_max = p.has_max ? p.max : __builtin_inff();
+}
+
+// A spatial conv (KH * KW > 1) as the GEMM out[co, j] = sum_k weight[co, k] * B(k, j) over the
+// image's phase planes (split_phases, as direct_planes; stride 1 is one phase: the zero-padded
+// image): B's rows are shifted planes, packed by pack_taps. The split costs one pass over the
+// input per image and group.
+template <class Par>
+inline void run_phase_gemm(const Problem& pb, Par&& par) {
+  const Params& p = pb.p;
+  const int64_t N = pb.lo.sizes[0], OH = pb.lo.sizes[2], OW = pb.lo.sizes[3];
+  const int64_t G = p.groups, Cg = pb.li.sizes[1] / G, Mg = pb.lo.sizes[1] / G;
+  const int64_t KH = pb.lw.sizes[2], KW = pb.lw.sizes[3], K = Cg * KH * KW;
+  const PhaseGeom geom(pb);
+  // zeros once: split_phases writes only the input positions, the same for every image and group
+  std::vector<float> phases(static_cast<size_t>(Cg * geom.channel + 8), 0.0f);  // + the whole vectors' over-read
+  std::vector<const float*> tap(static_cast<size_t>(K));
+  for (int64_t c = 0; c < Cg; ++c)
+    for (int64_t kh = 0; kh < KH; ++kh)
+      for (int64_t kw = 0; kw < KW; ++kw) {
+        const int64_t a = kh * p.dilation[0] % p.stride[0], b = kw * p.dilation[1] % p.stride[1];
+        tap[(c * KH + kh) * KW + kw] = phases.data() + c * geom.channel + (a * p.stride[1] + b) * geom.plane +
+            (kh * p.dilation[0] / p.stride[0]) * geom.SW + kw * p.dilation[1] / p.stride[1];
+      }
+  const TapCtx ctx{tap.data(), OW, geom.SW};
+  for (int64_t n = 0; n < N; ++n) {
+    for (int64_t g = 0; g < G; ++g) {
+      serial_or_parallel(Cg, Cg * geom.channel <= kSerialElements * 4 ? Cg : 1, par, [&](int64_t c0, int64_t c1) {
+        split_phases(pb, geom, n, g, c0, c1, phases.data());
+      });
+      gemm::Args a;
+      a.M = Mg;
+      a.N = OH * OW;
+      a.K = K;
+      a.A = pb.w + g * Mg * pb.lw.strides[0];
+      a.a_rs = pb.lw.strides[0];
+      a.a_cs = 1;
+      a.pack = selected_isa() == Isa::kAvx2 ? &pack_taps_avx2 : &pack_taps_baseline;
+      a.pack_ctx = &ctx;
+      channel_rows_out(pb, n, g, a);
+      gemm::run(a, par);
+    }
+  }
+}
+
 // A small output map (a network's last stages: 7x7, 6x6, 3x3, 1x1) whose pixels fill the
 // implicit GEMM's NR-wide panels badly (9 of 16 columns on a 3x3 map with AVX2) runs as the
 // GEMM's dot-product path on the transposed problem instead:
@@ -909,6 +1031,21 @@ constexpr int64_t kDirectMaxOutputs = 32, kDirectMaxK = 576, kDirectShortK = 64;
 // implicit GEMM wins (DS-CNN's 1 -> 64 10x4 stem, 25x5 output: 34 -> 28 us per call, XNNPACK 25).
 constexpr int64_t kDirectMinWidth = 8;
 
+// A spatial conv that is not depthwise runs as the GEMM on its phase planes
+// (detail::run_phase_gemm) from this many output pixels on (AVX2 and up; the SSE2 baseline
+// keeps the paths below). Measured on one AVX-512 thread (us, old path -> phase planes):
+// ResNet-18's 64 -> 64 on 24x24 463 -> 308 (implicit GEMM), 128 -> 128 on 12x12 536 -> 317,
+// ResNet8's 16 -> 16 on 32x32 67 -> 43 (direct), a 7x7 stride-2 stem 573 -> 305, 256 -> 256 on
+// 6x6 941 -> 531 (small map), 96 -> 96 on 4x4 55 -> 52; on 3x3 maps the small-map path wins
+// (512 -> 512: 1067 vs 1144; 64 -> 64: 17 vs 25). AVX2 alone: 64 -> 64 on 24x24 647 -> 415,
+// 16 -> 16 on 32x32 68 -> 65.
+constexpr int64_t kPhaseMinPixels = 16;
+
+inline bool uses_phase_gemm(const Problem& pb) {
+  return !pb.packed && !pb.packed_i8 && !is_depthwise(pb) && pb.lw.sizes[2] * pb.lw.sizes[3] > 1 &&
+      pb.lo.sizes[2] * pb.lo.sizes[3] >= kPhaseMinPixels && selected_isa() == Isa::kAvx2;
+}
+
 inline bool is_direct(const Problem& pb) {
   if (!is_depthwise(pb) && pb.lo.sizes[3] < kDirectMinWidth) return false;
   const int64_t Mg = pb.lo.sizes[1] / pb.p.groups;
@@ -977,6 +1114,10 @@ inline void run(const Problem& pb, Par&& par) {
                                par, [&](int64_t b, int64_t e) { fn(pb, b, e); });
     return;
   }
+  if (uses_phase_gemm(pb)) {
+    detail::run_phase_gemm(pb, par);
+    return;
+  }
   if (is_direct(pb)) {
     int64_t grain = detail::grain_for(int64_t(1) << 16, OH * OW * pb.lw.sizes[1] * pb.lw.sizes[2] * pb.lw.sizes[3]);
     auto fn = selected_isa() == Isa::kAvx2 ? &detail::direct_avx2 : &detail::direct_baseline;
@@ -1039,18 +1180,7 @@ inline void run(const Problem& pb, Par&& par) {
       }
       // out[n, g * Mg + i, oh, ow] with j = oh * OW + ow: one stride along j when the rows of
       // the output plane are contiguous (checked by the caller).
-      a.C = pb.out + n * pb.lo.strides[0] + g * Mg * pb.lo.strides[1];
-      a.c_rs = pb.lo.strides[1];
-      a.c_cs = pb.lo.strides[3];
-      a.bias = pb.bias ? pb.bias + g * Mg * pb.bias_s : nullptr;
-      a.bias_rs = pb.bias_s;
-      a.bias_cs = 0;
-      a.scale = pb.scale ? pb.scale + g * Mg * pb.scale_s : nullptr;
-      a.scale_rs = pb.scale_s;
-      a.scale_cs = 0;
-      a.clamp = p.has_min || p.has_max;
-      a.act_min = p.has_min ? p.min : -__builtin_inff();
-      a.act_max = p.has_max ? p.max : __builtin_inff();
+      detail::channel_rows_out(pb, n, g, a);
       gemm::run(a, par);
     }
   }
@@ -1059,7 +1189,7 @@ inline void run(const Problem& pb, Par&& par) {
 // The GEMM path writes output pixel j = oh * OW + ow at j * stride(3): the output plane must
 // be "flat" (stride(2) == OW * stride(3)). The direct kernel handles any output strides.
 inline bool out_is_flat(const Problem& pb) {
-  return (!pb.packed && !pb.packed_i8 && is_direct(pb)) || pb.lo.sizes[2] <= 1 || pb.lo.strides[2] == pb.lo.sizes[3] * pb.lo.strides[3];
+  return (!pb.packed && !pb.packed_i8 && !uses_phase_gemm(pb) && is_direct(pb)) || pb.lo.sizes[2] <= 1 || pb.lo.strides[2] == pb.lo.sizes[3] * pb.lo.strides[3];
 }
 
 }  // namespace conv2d
