@@ -29,10 +29,14 @@ kernels, 2 threads, unpacked -> packed):
   11x11 105 -> 95, 128 -> 128 on 10x10 235 -> 207; DS-CNN (four 64 -> 64 on 25x5) 102 -> 98.5.
   From 16x16 on the implicit GEMM, reading the input planes in place, is as fast or faster
   (64 -> 64 on 16x16 166 vs 168; 32 -> 32 on 24x24 120 vs 134) and it stays, as do depthwise
-  and grouped convs. Spatial (3x3) float convs stay too: measured on the runtime
-  (8-layer chains with batch norm, 2 threads, us, packed -> unpacked), 32 -> 32 on 7x7 345 -> 239,
-  128 -> 128 on 6x6 1457 -> 1313, 256 -> 256 on 3x3 1650 -> 1586, 64 -> 256 on 5x5 1233 -> 1141:
-  the packed op runs the tiles over a per-call im2col, the unpacked one dot products over it.
+  and grouped convs.
+* spatial (3x3) float convs (groups 1) on maps under 4x4, and under 8x8 with 128 output channels
+  or more: the packed op runs the GEMM's tiles over the image's im2col, pixels as rows, and fills
+  them where the unpacked op's GEMM over phase planes (pixels as columns, 32 to a panel with
+  AVX-512) leaves most of a panel empty. Measured on one AVX-512 thread (us, unpacked -> packed):
+  512 -> 512 on 3x3 1149 -> 538, 256 -> 512 stride 2 to 3x3 565 -> 246, 256 -> 256 on 6x6 541 ->
+  401, 128 -> 128 on 6x6 130 -> 112; with fewer channels the unpacked op wins (64 -> 64 on 8x8 44
+  vs 66, 32 -> 32 on 7x7 17 vs 20).
   int8 convs keep packing their 3x3s (the unpacked int8 op converts the weight every call), on
   maps under MAX_INT8_CONV_PIXELS (8x8).
 
@@ -64,6 +68,8 @@ from .graph_copy import copy_graph_module, program_with
 MIN_ROWS = 3
 MAX_CONV_PIXELS = 256  # exclusive: from 16x16 on, the implicit GEMM reads its panels in place
 MAX_INT8_CONV_PIXELS = 64  # int8 convs, any kernel size: measured up to 8x8 maps only
+# spatial float kernels: under conv2d.h's kPhaseMinPixels always, under 8x8 from 128 output channels
+MIN_PHASE_PIXELS, MAX_SPATIAL_PACK_PIXELS, MIN_SPATIAL_PACK_COUT = 16, 64, 128
 
 
 def _val(arg):
@@ -87,11 +93,15 @@ def _conv_worth_it(node: fx.Node, args: dict, constants: dict, max_pixels: int) 
 
 
 def _float_conv_worth_it(node: fx.Node, args: dict, constants: dict) -> bool:
-    # a spatial kernel packed goes through a per-call im2col on the tiles, slower than the
-    # unpacked op's dot products over the same im2col (module docstring)
-    weight = _val(args["weight"])
-    return (_conv_worth_it(node, args, constants, MAX_CONV_PIXELS) and weight is not None
-            and tuple(weight.shape[2:]) == (1, 1))
+    weight, out = _val(args["weight"]), _val(node)
+    if not (_conv_worth_it(node, args, constants, MAX_CONV_PIXELS) and weight is not None):
+        return False
+    if tuple(weight.shape[2:]) == (1, 1):
+        return True
+    # a spatial kernel: where the unpacked op's GEMM over phase planes fills its pixel panels
+    # badly (module docstring)
+    pixels = out.shape[2] * out.shape[3]
+    return pixels < MIN_PHASE_PIXELS or (pixels < MAX_SPATIAL_PACK_PIXELS and weight.shape[0] >= MIN_SPATIAL_PACK_COUT)
 
 
 def _packed_linear_args(args: dict, packed: fx.Node, weight) -> tuple:

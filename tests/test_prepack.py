@@ -250,9 +250,10 @@ def test_relu_linear_becomes_packed_with_its_clamp():
 
 
 class SmallMapCNN(torch.nn.Module):
-    """On a 6x6 map: a 3x3 conv+bn+relu6 (stays: spatial kernels run faster unpacked), a
-    depthwise conv (stays), a 1x1 conv+bn (packed), a 1x1 conv (packed); on 15x15 a 3x3 (stays)
-    and a 1x1 (packed); a 1x1 on 16x16 (stays: the implicit GEMM reads the planes in place)."""
+    """On a 6x6 map: a 3x3 conv+bn+relu6 with 16 outputs (stays: the phase-plane GEMM is faster
+    there), a depthwise conv (stays), a 1x1 conv+bn (packed), a 1x1 conv (packed), a 3x3 with 128
+    outputs (packed) and a stride-2 3x3 to a 3x3 map (packed); on 15x15 a 3x3 (stays) and a 1x1
+    (packed); a 1x1 on 16x16 (stays: the implicit GEMM reads the planes in place)."""
 
     def __init__(self):
         super().__init__()
@@ -265,11 +266,13 @@ class SmallMapCNN(torch.nn.Module):
         self.big = torch.nn.Conv2d(8, 8, 3, padding=1)
         self.big_pw = torch.nn.Conv2d(8, 8, 1)
         self.wide = torch.nn.Conv2d(8, 4, 1)
+        self.many = torch.nn.Conv2d(24, 128, 3, padding=1)
+        self.tail = torch.nn.Conv2d(24, 32, 3, stride=2, padding=1)
 
     def forward(self, x, y, z):
         h = F.relu6(self.bn(self.stem(x)))
         h = F.relu(self.pw_bn(self.pw(F.relu(self.dw(h)))))
-        return self.pw2(h), self.big_pw(F.relu(self.big(y))), self.wide(z)
+        return self.pw2(h), self.big_pw(F.relu(self.big(y))), self.wide(z), self.many(h), self.tail(h)
 
 
 def test_fuse_packs_small_map_convs():
@@ -285,8 +288,9 @@ def test_fuse_packs_small_map_convs():
     assert sorted(op_names(ep.graph_module)) == sorted([
         "etfuse.conv2d_bn_act.default", "etfuse.conv2d_act.default", "etfuse.conv2d_bn_packed_act.default",
         "etfuse.conv2d_packed_act.default", "etfuse.conv2d_act.default", "etfuse.conv2d_packed_act.default",
-        "etfuse.conv2d_act.default"])
-    assert sorted(tuple(t.shape) for t in ep.constants.values()) == [(1, 8, 16), (2, 16, 16), (2, 24, 16)]
+        "etfuse.conv2d_act.default", "etfuse.conv2d_packed_act.default", "etfuse.conv2d_packed_act.default"])
+    assert sorted(tuple(t.shape) for t in ep.constants.values()) == [
+        (1, 8, 16), (2, 16, 16), (2, 24, 16), (2, 216, 16), (8, 216, 16)]
     want = model(*args)
     retraced = ep.run_decompositions()
     assert not [n for n in op_names(retraced.graph_module) if n.startswith("etfuse.")]

@@ -282,6 +282,19 @@ struct PhaseGeom {
     plane = SH * SW;
     channel = p.stride[0] * p.stride[1] * plane;
   }
+  // tap[(c * KH + kh) * KW + kw]: where tap (kh, kw) of channel c reads in the phase planes at
+  // `phases` (Cg channels): output q = oh * SW + ow reads tap[k][q].
+  void taps(const Problem& pb, const float* phases, const float** tap) const {
+    const Params& p = pb.p;
+    const int64_t Cg = pb.li.sizes[1] / p.groups, KH = pb.lw.sizes[2], KW = pb.lw.sizes[3];
+    for (int64_t c = 0; c < Cg; ++c)
+      for (int64_t kh = 0; kh < KH; ++kh)
+        for (int64_t kw = 0; kw < KW; ++kw) {
+          const int64_t a = kh * p.dilation[0] % p.stride[0], b = kw * p.dilation[1] % p.stride[1];
+          tap[(c * KH + kh) * KW + kw] = phases + c * channel + (a * p.stride[1] + b) * plane +
+              (kh * p.dilation[0] / p.stride[0]) * SW + kw * p.dilation[1] / p.stride[1];
+        }
+  }
 };
 
 // Input channels [c0, c1) of image n, group `group` into their phase planes at `phases` (Cg
@@ -355,15 +368,7 @@ ETFUSE_ALWAYS_INLINE void direct_planes(const Problem& pb, int64_t t0, int64_t t
   float* __restrict acc = buf.data() + own;
   std::vector<const float*> tap(static_cast<size_t>(taps));
   std::vector<float> wl(static_cast<size_t>(2 * taps));
-  for (int64_t c = 0; c < Cg; ++c) {
-    for (int64_t kh = 0; kh < KH; ++kh) {
-      for (int64_t kw = 0; kw < KW; ++kw) {
-        const int64_t a = kh * dh % sh, b = kw * dw % sw;
-        tap[(c * KH + kh) * KW + kw] =
-            phases + c * channel + (a * sw + b) * plane + (kh * dh / sh) * SW + kw * dw / sw;
-      }
-    }
-  }
+  geom.taps(pb, phases, tap.data());
   const bool flat_w = pb.lw.strides[3] == 1 && pb.lw.strides[2] == KW && pb.lw.strides[1] == KH * KW;
   for (int64_t t = t0; t < t1;) {
     const int64_t n = t / Cout, co = t % Cout, group = co / mult;
@@ -749,6 +754,27 @@ ETFUSE_TARGET_AVX2 void depthwise_flat_avx2(const Problem& pb, int64_t t0, int64
 }
 #endif
 
+// The GEMM's output side for output channels co0... of image n, with the per-channel scale, bias
+// and clamp: C(co, p) = out[n, co0 + co, p] (a row per channel: the implicit GEMM, the phase
+// planes) or, `transposed`, C(p, co) (run_small_map, run_packed). Pixel p at p * stride(3): a
+// flat plane, checked by the caller (out_is_flat).
+inline void channels_out(const Problem& pb, int64_t n, int64_t co0, bool transposed, gemm::Args& a) {
+  const Params& p = pb.p;
+  const int64_t along_channels = pb.lo.strides[1], along_pixels = pb.lo.strides[3];
+  a.C = pb.out + n * pb.lo.strides[0] + co0 * along_channels;
+  a.c_rs = transposed ? along_pixels : along_channels;
+  a.c_cs = transposed ? along_channels : along_pixels;
+  a.bias = pb.bias ? pb.bias + co0 * pb.bias_s : nullptr;
+  a.bias_rs = transposed ? 0 : pb.bias_s;
+  a.bias_cs = transposed ? pb.bias_s : 0;
+  a.scale = pb.scale ? pb.scale + co0 * pb.scale_s : nullptr;
+  a.scale_rs = transposed ? 0 : pb.scale_s;
+  a.scale_cs = transposed ? pb.scale_s : 0;
+  a.clamp = p.has_min || p.has_max;
+  a.act_min = p.has_min ? p.min : -__builtin_inff();
+  a.act_max = p.has_max ? p.max : __builtin_inff();
+}
+
 // B(k, j) of a spatial conv on its phase planes (run_phase_gemm): row k is tap[k], the phase
 // plane of k's input channel and kernel position, shifted to the tap (direct_planes' table);
 // output pixel j = oh * OW + ow reads it at oh * SW + ow. The padding is in the planes, so a
@@ -807,25 +833,6 @@ ETFUSE_TARGET_AVX2 void pack_taps_avx2(const void* vctx, int64_t k0, int64_t kc,
 }
 #endif
 
-// Fills the GEMM's epilogue operands for the [Mg, OH * OW] output of image n, group g (bias,
-// scale and clamp along the rows: one output channel per row).
-inline void channel_rows_out(const Problem& pb, int64_t n, int64_t g, gemm::Args& a) {
-  const Params& p = pb.p;
-  const int64_t Mg = pb.lo.sizes[1] / p.groups;
-  a.C = pb.out + n * pb.lo.strides[0] + g * Mg * pb.lo.strides[1];
-  a.c_rs = pb.lo.strides[1];
-  a.c_cs = pb.lo.strides[3];
-  a.bias = pb.bias ? pb.bias + g * Mg * pb.bias_s : nullptr;
-  a.bias_rs = pb.bias_s;
-  a.bias_cs = 0;
-  a.scale = pb.scale ? pb.scale + g * Mg * pb.scale_s : nullptr;
-  a.scale_rs = pb.scale_s;
-  a.scale_cs = 0;
-  a.clamp = p.has_min || p.has_max;
-  a.act_min = p.has_min ? p.min : -__builtin_inff();
-  a.act_max = p.has_max ? p.max : __builtin_inff();
-}
-
 // A spatial conv (KH * KW > 1) as the GEMM out[co, j] = sum_k weight[co, k] * B(k, j) over the
 // image's phase planes (split_phases, as direct_planes; stride 1 is one phase: the zero-padded
 // image): B's rows are shifted planes, packed by pack_taps. The split costs one pass over the
@@ -840,13 +847,7 @@ inline void run_phase_gemm(const Problem& pb, Par&& par) {
   // zeros once: split_phases writes only the input positions, the same for every image and group
   std::vector<float> phases(static_cast<size_t>(Cg * geom.channel + 8), 0.0f);  // + the whole vectors' over-read
   std::vector<const float*> tap(static_cast<size_t>(K));
-  for (int64_t c = 0; c < Cg; ++c)
-    for (int64_t kh = 0; kh < KH; ++kh)
-      for (int64_t kw = 0; kw < KW; ++kw) {
-        const int64_t a = kh * p.dilation[0] % p.stride[0], b = kw * p.dilation[1] % p.stride[1];
-        tap[(c * KH + kh) * KW + kw] = phases.data() + c * geom.channel + (a * p.stride[1] + b) * geom.plane +
-            (kh * p.dilation[0] / p.stride[0]) * geom.SW + kw * p.dilation[1] / p.stride[1];
-      }
+  geom.taps(pb, phases.data(), tap.data());
   const TapCtx ctx{tap.data(), OW, geom.SW};
   for (int64_t n = 0; n < N; ++n) {
     for (int64_t g = 0; g < G; ++g) {
@@ -862,7 +863,7 @@ inline void run_phase_gemm(const Problem& pb, Par&& par) {
       a.a_cs = 1;
       a.pack = selected_isa() == Isa::kAvx2 ? &pack_taps_avx2 : &pack_taps_baseline;
       a.pack_ctx = &ctx;
-      channel_rows_out(pb, n, g, a);
+      channels_out(pb, n, g * Mg, false, a);
       gemm::run(a, par);
     }
   }
@@ -920,25 +921,6 @@ inline void im2col_rows(const Problem& pb, const float* in, int64_t Cg, float* c
   }
 }
 
-// The transposed problem's output side (run_small_map, run_packed): C(p, co) = out[n, co0 + co, p],
-// pixel p at p * stride(3) (a flat plane, checked by the caller), with the per-channel scale,
-// bias and clamp along the columns.
-inline void transposed_out(const Problem& pb, int64_t n, int64_t co0, gemm::Args& a) {
-  const Params& p = pb.p;
-  a.C = pb.out + n * pb.lo.strides[0] + co0 * pb.lo.strides[1];
-  a.c_rs = pb.lo.strides[3];
-  a.c_cs = pb.lo.strides[1];
-  a.bias = pb.bias ? pb.bias + co0 * pb.bias_s : nullptr;
-  a.bias_rs = 0;
-  a.bias_cs = pb.bias_s;
-  a.scale = pb.scale ? pb.scale + co0 * pb.scale_s : nullptr;
-  a.scale_rs = 0;
-  a.scale_cs = pb.scale_s;
-  a.clamp = p.has_min || p.has_max;
-  a.act_min = p.has_min ? p.min : -__builtin_inff();
-  a.act_max = p.has_max ? p.max : __builtin_inff();
-}
-
 template <class Par>
 inline void run_small_map(const Problem& pb, Par&& par) {
   const Params& p = pb.p;
@@ -959,7 +941,7 @@ inline void run_small_map(const Problem& pb, Par&& par) {
       a.B = pb.w + g * Mg * pb.lw.strides[0];  // B(k, co) = weight[co, k]
       a.b_rs = 1;
       a.b_cs = pb.lw.strides[0];
-      transposed_out(pb, n, g * Mg, a);
+      channels_out(pb, n, g * Mg, true, a);
       a.dot = true;
       gemm::run(a, par);
     }
@@ -999,7 +981,7 @@ inline void run_packed(const Problem& pb, Par&& par) {
     }
     a.packed_b = pb.packed;
     a.packed_b_i8 = pb.packed_i8;
-    transposed_out(pb, n, 0, a);
+    channels_out(pb, n, 0, true, a);
     gemm::run(a, par);
   }
 }
@@ -1180,7 +1162,7 @@ inline void run(const Problem& pb, Par&& par) {
       }
       // out[n, g * Mg + i, oh, ow] with j = oh * OW + ow: one stride along j when the rows of
       // the output plane are contiguous (checked by the caller).
-      detail::channel_rows_out(pb, n, g, a);
+      detail::channels_out(pb, n, g * Mg, false, a);
       gemm::run(a, par);
     }
   }
