@@ -132,6 +132,9 @@ _ISOLATED_RUN = """
 import sys, time, torch
 import etfuse.kernels
 from executorch.runtime import Runtime
+# torch only copies the inputs and outputs here: its OpenMP workers, spinning after each copy,
+# would take the second core from the program's own threads (a deployed program has no torch)
+torch.set_num_threads(1)
 etfuse.kernels.load()
 pte, inputs, target_s = sys.argv[1], torch.load(sys.argv[2]), float(sys.argv[3])
 method = Runtime.get().load_program(pte).load_method("forward")

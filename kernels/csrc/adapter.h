@@ -5,7 +5,8 @@
 //                     at::parallel_for, TORCH_LIBRARY_IMPL(ns, CPU) registration;
 //   -DETFUSE_RUNTIME  ExecuTorch runtime: executorch Tensor, ET_KERNEL_CHECK_MSG (the kernel
 //                     fails, Method::execute returns an error, the process lives on), the
-//                     ExecuTorch threadpool, EXECUTORCH_LIBRARY registration.
+//                     etfuse's spinning pool (spin_pool.h) sized like the ExecuTorch
+//                     threadpool, EXECUTORCH_LIBRARY registration.
 //
 // An op body is written once against the names below: `Tensor`, `OptTensor`, `IntList`,
 // `ScalarType`, `Str`, `Context`, `Parallel`, `ETFUSE_CHECK`, `Out` and `ETFUSE_REGISTER`.
@@ -41,6 +42,8 @@
 #include <executorch/extension/kernel_util/make_boxed_from_unboxed_functor.h>
 #include <executorch/runtime/kernel/kernel_includes.h>
 #include <executorch/runtime/kernel/thread_parallel_interface.h>
+
+#include "spin_pool.h"
 #endif
 
 namespace etfuse {
@@ -88,12 +91,23 @@ using Half = executorch::aten::Half;
 using Str = executorch::aten::string_view;  // a `str` argument
 using Context = executorch::runtime::KernelRuntimeContext;
 
-// The cores' parallel_for: the ExecuTorch threadpool.
+// The cores' parallel_for: etfuse's spinning pool (spin_pool.h says why not the ExecuTorch
+// threadpool), as many threads as the ExecuTorch threadpool has. Chunks of at least `grain`,
+// about two per thread: a worker that arrives late still finds one to take.
 struct Parallel {
   template <class F>
   void operator()(int64_t begin, int64_t end, int64_t grain, const F& fn) const {
-    // Only fails for invalid ranges, which the cores never pass.
-    (void)executorch::extension::parallel_for(begin, end, core::balanced_grain(end - begin, grain), fn);
+    const int threads = static_cast<int>(executorch::extension::get_thread_count());
+    const int64_t n = end - begin, per = (n + 2 * threads - 1) / (2 * threads > 0 ? 2 * threads : 1);
+    int64_t chunk = core::balanced_grain(n, grain);
+    if (chunk < per) chunk = core::balanced_grain(n, per);
+    pool::instance().run(begin, end, chunk, threads, &call<F>, const_cast<void*>(static_cast<const void*>(&fn)));
+  }
+
+ private:
+  template <class F>
+  static void call(void* fn, int64_t b, int64_t e) {
+    (*static_cast<const F*>(fn))(b, e);
   }
 };
 

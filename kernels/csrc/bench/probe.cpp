@@ -134,3 +134,27 @@ ETFUSE_EXPORT int etfuse_probe_conv2d(const int64_t* in_sizes, const float* in, 
   core::conv2d::run(pb, EtParallel{});
   return 0;
 }
+
+// The ExecuTorch threadpool's wake-up, for spin_pool.h's numbers: `reps` regions of 2 chunks of
+// `iters` dependent multiply-adds each, after `gap_us` of busy waiting on the calling thread;
+// lag_us[r]: when the later of region r's two chunks started, from the region's start (about
+// 0.8 us when a worker is spinning; its wake-up when the gap let it fall asleep).
+ETFUSE_EXPORT void etfuse_probe_threadpool_lag(int64_t reps, int64_t iters, double gap_us, double* lag_us) {
+  for (int64_t r = 0; r < reps; ++r) {
+    const auto g0 = std::chrono::steady_clock::now();
+    while (std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - g0).count() < gap_us) {
+    }
+    const auto t0 = std::chrono::steady_clock::now();
+    double start[2] = {0, 0};
+    (void)executorch::extension::parallel_for(0, 2, 1, [&](int64_t b, int64_t e) {
+      for (int64_t c = b; c < e; ++c) {
+        start[c] = std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t0).count();
+        volatile float x = 1.0f;
+        float v = x;
+        for (int64_t i = 0; i < iters; ++i) v = v * 0.999999f + 1e-7f;
+        x = v;
+      }
+    });
+    lag_us[r] = start[0] > start[1] ? start[0] : start[1];
+  }
+}

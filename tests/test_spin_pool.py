@@ -1,0 +1,99 @@
+"""The runtime kernels' thread pool (kernels/csrc/spin_pool.h), through programs that use it:
+results equal at 1 and 2 threads (the ExecuTorch threadpool's count sets the pool's), from two
+Python threads running programs at once (one runs its job inline while the other's runs), and in
+a forked child (the parent's workers do not exist there)."""
+
+from __future__ import annotations
+
+import multiprocessing
+import threading
+
+import torch
+from executorch.exir import to_edge
+
+import etfuse
+from etfuse.runtime import load_method
+
+TOL = dict(rtol=1e-4, atol=1e-4)
+
+
+def _conv_program():
+    """conv+bn+relu6 twice, 64 channels on 24x24 (every conv splits its GEMM over the pool), then
+    a 1x1 conv to 8 channels: an output small enough that torch copies it on one thread (torch's
+    OpenMP hangs in a forked child that uses it after the parent did)."""
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(
+        torch.nn.Conv2d(32, 64, 3, padding=1), torch.nn.BatchNorm2d(64), torch.nn.ReLU6(),
+        torch.nn.Conv2d(64, 64, 3, padding=1), torch.nn.ReLU(), torch.nn.Conv2d(64, 8, 1)).eval()
+    x = torch.randn(1, 32, 24, 24)
+    program = etfuse.fuse(to_edge(torch.export.export(model, (x,)))).to_executorch()
+    return model, x, program
+
+
+def _threadpool():
+    from executorch.extension.pybindings import portable_lib
+
+    return portable_lib
+
+
+def test_same_results_on_one_and_two_threads():
+    model, x, program = _conv_program()
+    method = load_method(program)
+    want = model(x)
+    pool = _threadpool()
+    default = pool._threadpool_get_thread_count()
+    outs = {}
+    try:
+        for threads in (1, 2, 1, 2):
+            pool._unsafe_reset_threadpool(threads)
+            for _ in range(3):
+                (out,) = method.execute((x,))
+                torch.testing.assert_close(out, want, **TOL)
+            outs[threads] = out
+    finally:
+        pool._unsafe_reset_threadpool(default)
+    # the chunks of a conv's GEMM are disjoint: the split does not change a single value
+    assert torch.equal(outs[1], outs[2])
+
+
+def test_programs_run_from_two_threads_at_once():
+    model, x, program = _conv_program()
+    want = model(x)
+    methods = [load_method(program), load_method(program)]
+    failures = []
+
+    def loop(method):
+        try:
+            for _ in range(30):
+                (out,) = method.execute((x,))
+                torch.testing.assert_close(out, want, **TOL)
+        except Exception as e:  # noqa: BLE001 (reported below)
+            failures.append(repr(e))
+
+    threads = [threading.Thread(target=loop, args=(m,)) for m in methods]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not failures
+
+
+def _child(program: bytes, x: torch.Tensor, want: torch.Tensor, queue) -> None:
+    try:
+        (out,) = load_method(program).execute((x,))
+        queue.put(bool(torch.allclose(out, want, **TOL)))
+    except Exception as e:  # noqa: BLE001
+        queue.put(repr(e))
+
+
+def test_forked_child_runs_programs():
+    model, x, program = _conv_program()
+    want = model(x)
+    load_method(program).execute((x,))  # the parent's pool has started its workers
+    ctx = multiprocessing.get_context("fork")
+    queue = ctx.Queue()
+    child = ctx.Process(target=_child, args=(program.buffer, x, want, queue))
+    child.start()
+    child.join(timeout=120)
+    assert child.exitcode == 0
+    assert queue.get(timeout=5) is True
