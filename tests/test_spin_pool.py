@@ -30,17 +30,12 @@ def _conv_program():
     return model, x, program
 
 
-def _threadpool():
-    from executorch.extension.pybindings import portable_lib
-
-    return portable_lib
-
-
 def test_same_results_on_one_and_two_threads():
+    from executorch.extension.pybindings import portable_lib as pool
+
     model, x, program = _conv_program()
     method = load_method(program)
     want = model(x)
-    pool = _threadpool()
     default = pool._threadpool_get_thread_count()
     outs = {}
     try:

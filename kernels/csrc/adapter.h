@@ -97,8 +97,8 @@ using Context = executorch::runtime::KernelRuntimeContext;
 struct Parallel {
   template <class F>
   void operator()(int64_t begin, int64_t end, int64_t grain, const F& fn) const {
-    const int threads = static_cast<int>(executorch::extension::get_thread_count());
-    const int64_t n = end - begin, per = (n + 2 * threads - 1) / (2 * threads > 0 ? 2 * threads : 1);
+    const int threads = static_cast<int>(executorch::extension::get_thread_count());  // >= 1
+    const int64_t n = end - begin, per = (n + 2 * threads - 1) / (2 * threads);
     int64_t chunk = core::balanced_grain(n, grain);
     if (chunk < per) chunk = core::balanced_grain(n, per);
     pool::instance().run(begin, end, chunk, threads, &call<F>, const_cast<void*>(static_cast<const void*>(&fn)));

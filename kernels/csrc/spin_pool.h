@@ -103,10 +103,7 @@ class SpinPool {
         const auto waited = std::chrono::steady_clock::now() - since;
         if (waited < std::chrono::microseconds(kYieldAfterMicros)) continue;
         sched_yield();  // another runnable thread (an XNNPACK worker) gets the core
-        // Spinning on the caller's core starves both, and the scheduler may leave it so for
-        // milliseconds (a new thread starts on its creator's core; seen on 2-vCPU VMs): move off.
-        const int caller = caller_cpu_.load(std::memory_order_relaxed);
-        if (caller >= 0 && sched_getcpu() == caller) avoid(caller);
+        move_off_caller();
         if (waited > std::chrono::microseconds(kSpinMicros)) {
           std::unique_lock<std::mutex> lock(sleep_);
           sleepers_.fetch_add(1, std::memory_order_seq_cst);
@@ -114,8 +111,7 @@ class SpinPool {
             return (ticket_.load(std::memory_order_seq_cst) >> 32) != seen || stop_.load(std::memory_order_relaxed);
           });
           sleepers_.fetch_sub(1, std::memory_order_relaxed);
-          const int caller_now = caller_cpu_.load(std::memory_order_relaxed);
-          if (caller_now >= 0 && sched_getcpu() == caller_now) avoid(caller_now);
+          move_off_caller();
         }
       }
       seen = job;
@@ -123,10 +119,14 @@ class SpinPool {
     }
   }
 
-  // This worker's affinity: the process's CPUs but `cpu` (none left: unchanged).
-  void avoid(int cpu) {
+  // Spinning on the caller's core starves both, and the scheduler may leave it so for
+  // milliseconds (a new thread starts on its creator's core; seen on 2-vCPU VMs): this worker's
+  // affinity becomes the process's CPUs but the caller's (none left: unchanged).
+  void move_off_caller() {
+    const int cpu = caller_cpu_.load(std::memory_order_relaxed);
+    if (cpu < 0 || cpu >= CPU_SETSIZE || sched_getcpu() != cpu) return;
     cpu_set_t set = allowed_;
-    if (cpu < CPU_SETSIZE) CPU_CLR(cpu, &set);
+    CPU_CLR(cpu, &set);
     if (CPU_COUNT(&set) > 0) sched_setaffinity(0, sizeof(set), &set);
   }
 
