@@ -79,6 +79,24 @@ def test_all_masked_rows_are_zero_like_the_decomposition(L):
     torch.testing.assert_close(got, edge.exported_program().module()(q, k, v, mask), **TOL)
 
 
+@pytest.mark.parametrize("isa", ["auto", "baseline"])
+def test_decoding_skips_the_keys_its_mask_hides(isa):
+    """A decoding step's causal mask hides the cache slots past its position: the dot path skips
+    them, so what they hold (here NaN: never written) does not reach the output, as with
+    executorch's own sdpa_with_kv_cache, which reads only up to the position."""
+    q, k, v = torch.randn(1, 6, 2, 48), torch.randn(1, 6, 130, 48), torch.randn(1, 6, 130, 48)
+    mask = torch.full((2, 130), -INF)
+    mask[0, :7], mask[1, :8] = 0.0, 0.0
+    k[:, :, 8:], v[:, :, 8:] = float("nan"), float("nan")
+    kernels.set_isa(isa)
+    try:
+        got = sdpa_out(q, k, v, mask, 0.2)
+    finally:
+        kernels.set_isa("auto")
+    want = F.scaled_dot_product_attention(q, k[:, :, :8], v[:, :, :8], attn_mask=mask[:, :8], scale=0.2)
+    torch.testing.assert_close(got, want, **TOL)
+
+
 def test_bad_shapes_are_named():
     q, k = torch.randn(1, 2, 3, 8), torch.randn(1, 2, 5, 8)
     with pytest.raises(RuntimeError, match=r"etfuse::sdpa.out: query \[1, 2, 3, 8\], key \[1, 2, 5, 4\]"):

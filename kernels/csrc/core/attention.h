@@ -152,10 +152,16 @@ ETFUSE_ALWAYS_INLINE void block(const Args& a, int64_t index, float* scratch) {
   for (int64_t r = 0; r < rows; ++r) {
     const float* qi = qb + (i0 + r) * a.q_s[2];
     float* s = scores + r * a.S;
-    for (int64_t j = 0; j < a.S; ++j) s[j] = a.scale * dot<W>(qi, a.q_s[3], kb + j * a.k_s[2], a.k_s[3], a.D);
     if (mb) {
+      // a key the mask hides (-inf) gets no dot product: a decoding step's causal mask hides
+      // every cache slot past the current position, most of the cache early in a sequence
       const float* mi = mb + (i0 + r) * a.m_s[2];
-      for (int64_t j = 0; j < a.S; ++j) s[j] += mi[j * a.m_s[3]];
+      for (int64_t j = 0; j < a.S; ++j) {
+        const float mj = mi[j * a.m_s[3]];
+        s[j] = mj == -__builtin_inff() ? mj : a.scale * dot<W>(qi, a.q_s[3], kb + j * a.k_s[2], a.k_s[3], a.D) + mj;
+      }
+    } else {
+      for (int64_t j = 0; j < a.S; ++j) s[j] = a.scale * dot<W>(qi, a.q_s[3], kb + j * a.k_s[2], a.k_s[3], a.D);
     }
   }
   float inv[kRows];
@@ -171,7 +177,10 @@ ETFUSE_ALWAYS_INLINE void block(const Args& a, int64_t index, float* scratch) {
   }
   for (int64_t j = 0; j < a.S; ++j) {
     const float* vj = vb + j * a.v_s[2];
-    for (int64_t r = 0; r < rows; ++r) axpy<W>(acc + r * a.Dv, scores[r * a.S + j], vj, a.v_s[3], a.Dv);
+    for (int64_t r = 0; r < rows; ++r) {
+      const float p = scores[r * a.S + j];
+      if (p != 0.0f) axpy<W>(acc + r * a.Dv, p, vj, a.v_s[3], a.Dv);  // 0: a masked key
+    }
   }
   for (int64_t r = 0; r < rows; ++r) {
     float* o = a.out + (bh * a.L + i0 + r) * a.Dv;
