@@ -2,8 +2,8 @@
 (`IntxWeightOnlyConfig`, int8 per channel or int4 in groups), with the weight kept quantized
 and dequantized in registers by the kernel (kernels/csrc/core/linear_qw.h).
 
-    linear_qw(input, weight, scales, zero_points, bits, bias, activation)
-        = activation(linear(input, (q - zp) * scale, bias))
+    linear_qw(input, weight, scales, zero_points, bits, bias, activation, residual)
+        = activation(linear(input, (q - zp) * scale, bias) + residual)
 
 q is the weight's integer values: `weight` itself (int8 [N, K]) at 8 bits; at 4 bits `weight` is
 uint8 [N, K / 2] as `pack_int4` lays it out (in each 32-column chunk, byte i holds q[i] + 8 in
@@ -20,7 +20,7 @@ runs per call.
 
 import torch
 
-from .gemm_conv_ops import activation_pattern
+from .gemm_conv_ops import activation_pattern, with_residual
 from .registry import BackendOp, register
 
 aten = torch.ops.aten
@@ -44,7 +44,7 @@ def _unpack_int4(weight):
     return aten.sub.Tensor(aten._to_copy.default(q, dtype=torch.float32), 8.0)
 
 
-def _linear_qw(input, weight, scales, zero_points, bits, bias=None, activation="none"):
+def _linear_qw(input, weight, scales, zero_points, bits, bias=None, activation="none", residual=None):
     q = aten._to_copy.default(weight, dtype=torch.float32) if bits == 8 else _unpack_int4(weight)
     n, k = q.shape
     s = aten.reshape.default(scales, [n, -1])
@@ -53,16 +53,17 @@ def _linear_qw(input, weight, scales, zero_points, bits, bias=None, activation="
     if zero_points is not None:
         q = aten.sub.Tensor(q, aten._to_copy.default(aten.reshape.default(zero_points, [n, g, 1]), dtype=torch.float32))
     w = aten.reshape.default(aten.mul.Tensor(q, aten.reshape.default(s, [n, g, 1])), [n, k])
-    return activation_pattern(aten.linear.default(input, w, bias), activation)
+    return activation_pattern(with_residual(aten.linear.default(input, w, bias), residual), activation)
 
 
 LINEAR_QW = register(BackendOp(
     "etfuse",
     "linear_qw(Tensor input, Tensor weight, Tensor scales, Tensor? zero_points, int bits, Tensor? bias=None, "
-    "str activation=\"none\") -> Tensor",
+    "str activation=\"none\", Tensor? residual=None) -> Tensor",
     _linear_qw,
-    doc="activation(linear(input, (q - zero_points) * scales, bias)); q int8 [N, K] (bits 8) or pack_int4's "
-        "uint8 [N, K / 2] (bits 4); scales float32 [N, groups]; zero_points None or int8 like scales",
+    doc="activation(linear(input, (q - zero_points) * scales, bias) + residual); q int8 [N, K] (bits 8) or "
+        "pack_int4's uint8 [N, K / 2] (bits 4); scales float32 [N, groups]; zero_points None or int8 like scales; "
+        "the residual (a transformer's skip connection, the output's shape) is optional",
     kernel="linear_qw"))
 PACK_INT4 = register(BackendOp(
     "etfuse", "pack_int4(Tensor weight) -> Tensor", _pack_int4,

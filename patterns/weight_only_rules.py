@@ -8,12 +8,16 @@ one `etfuse::linear_qw` that keeps the weight quantized (backend_ops/weight_only
 | linear_q{8,4}[_no_bias][_silu]         | mm(x, permute(dequantize_affine(q, ...))) or addmm(b, ...)     | linear_qw(x, q', ...)         |
 | linear_q{8,4}_nd[_no_bias][_silu]      | view(mm(view(x), permute(dequantize_affine(q, ...)))) or addmm | linear_qw(x, q', ..., "silu") |
 |                                        | [-> mul(., sigmoid(.))]                                       |                               |
+| linear_q{8,4}[_nd][_no_bias]_residual  | add(either linear above without the SiLU, r)  (commutative)    | linear_qw(x, q', ..., r)      |
 
 {8,4} is the width the quant range declares ((-128, 127) or (-8, 7)). At 8 bits q' is q; at 4 bits
 the replacement is a function, `pack_int4(q)` then the op; `etfuse.fuse` / `transform
 (default_passes())` fold the packing into a constant and drop zero points that are all 0
 (passes/fold_packed_weights.py; the 8-bit rules drop them themselves). Without a rule the program
 does not run on the portable runtime at all: it has no `dequantize_affine` kernel.
+
+The residual rules take a transformer's skip connection `r + linear(h)` into the op's residual
+epilogue, as linear_residual_rules does for float linears: r the linear's output shape exactly.
 
 The fused op dequantizes as `dequantize_affine` does ((q - zp) * scale, float32), so the retraced
 program is the original one; the kernel sums in another order (float32 accumulation tolerance).
@@ -43,49 +47,69 @@ def _weight(weight, group_size, scale, zero_point, quant_min, quant_max):
     return aten.permute.default(w, [1, 0])
 
 
-def _pattern(nd: bool, bias: bool, silu: bool):
-    def linear(input, w, b):
+def _pattern(nd: bool, bias: bool, silu: bool, residual: bool = False):
+    def linear(input, w, b, r):
         flat = aten.view.default(input, [15, 32]) if nd else input
         y = aten.addmm.default(b, flat, w) if bias else aten.mm.default(flat, w)
         y = aten.view.default(y, [3, 5, 6]) if nd else y
+        if residual:
+            return aten.add.Tensor(y, r)
         return aten.mul.Tensor(y, aten.sigmoid.default(y)) if silu else y
 
-    if bias:
+    # one signature per combination: the engine binds a pattern's inputs by their names
+    if bias and residual:
+        def pattern(input, weight, group_size, scale, zero_point, quant_min, quant_max, bias, residual):
+            return linear(input, _weight(weight, group_size, scale, zero_point, quant_min, quant_max), bias, residual)
+    elif bias:
         def pattern(input, weight, group_size, scale, zero_point, quant_min, quant_max, bias):
-            return linear(input, _weight(weight, group_size, scale, zero_point, quant_min, quant_max), bias)
+            return linear(input, _weight(weight, group_size, scale, zero_point, quant_min, quant_max), bias, None)
+    elif residual:
+        def pattern(input, weight, group_size, scale, zero_point, quant_min, quant_max, residual):
+            return linear(input, _weight(weight, group_size, scale, zero_point, quant_min, quant_max), None, residual)
     else:
         def pattern(input, weight, group_size, scale, zero_point, quant_min, quant_max):
-            return linear(input, _weight(weight, group_size, scale, zero_point, quant_min, quant_max), None)
+            return linear(input, _weight(weight, group_size, scale, zero_point, quant_min, quant_max), None, None)
     return pattern
 
 
-def _examples(nd: bool, bias: bool):
+def _examples(nd: bool, bias: bool, residual: bool = False):
     # distinct scalars (export's literals are found by value): group 16 of 32 columns, range (-8, 7)
     def examples():
         x = torch.randn(3, 5, 32) if nd else torch.randn(15, 32)
         args = (x, torch.zeros(6, 32, dtype=torch.int8), 16, torch.ones(6, 2), torch.zeros(6, 2, dtype=torch.int8),
                 -8, 7)
-        return (*args, torch.randn(6)) if bias else args
+        return (*args, *((torch.randn(6),) if bias else ()),
+                *((torch.randn(3, 5, 6) if nd else torch.randn(15, 6),) if residual else ()))
     return examples
 
 
-def _int4_replacement(bias: bool, silu: bool):
+def _int4_replacement(bias: bool, silu: bool, residual: bool = False):
     act = "silu" if silu else "none"
-    if bias:
+
+    def qw(input, weight, scale, zero_point, b, r):
+        return LINEAR_QW.aten(input, PACK_INT4.aten(weight), scale, zero_point, 4, b, act, r)
+
+    if bias and residual:
+        def replacement(input, weight, group_size, scale, zero_point, quant_min, quant_max, bias, residual):
+            return qw(input, weight, scale, zero_point, bias, residual)
+    elif bias:
         def replacement(input, weight, group_size, scale, zero_point, quant_min, quant_max, bias):
-            return LINEAR_QW.aten(input, PACK_INT4.aten(weight), scale, zero_point, 4, bias, act)
+            return qw(input, weight, scale, zero_point, bias, None)
+    elif residual:
+        def replacement(input, weight, group_size, scale, zero_point, quant_min, quant_max, residual):
+            return qw(input, weight, scale, zero_point, None, residual)
     else:
         def replacement(input, weight, group_size, scale, zero_point, quant_min, quant_max):
-            return LINEAR_QW.aten(input, PACK_INT4.aten(weight), scale, zero_point, 4, None, act)
+            return qw(input, weight, scale, zero_point, None, None)
     return replacement
 
 
-def _int8_arguments(bias: bool, silu: bool):
+def _int8_arguments(bias: bool, silu: bool, residual: bool = False):
     def arguments(m: Match):
         b = m.bindings
         zp = None if b["zero_point"] is None or _zero_points_all_zero(m, "zero_point") else b["zero_point"]
         return (b["input"], b["weight"], b["scale"], zp, 8, b["bias"] if bias else None,
-                "silu" if silu else "none"), {}
+                "silu" if silu else "none", b["residual"] if residual else None), {}
     return arguments
 
 
@@ -126,15 +150,28 @@ def _rules():
     rules = []
     for nd in (False, True):
         for bias in (True, False):
-            for silu in (False, True):
+            for epilogue in ("", "_silu", "_residual"):
+                silu, residual = epilogue == "_silu", epilogue == "_residual"
                 for bits in (8, 4):
-                    name = f"linear_q{bits}{'_nd' if nd else ''}{'' if bias else '_no_bias'}{'_silu' if silu else ''}"
-                    check = all_of(tensors(["input"] + (["bias"] if bias else [])),
-                                   output_dtype(torch.float32), _quantized_weight(bits), _nd_shapes if nd else _rank2)
-                    replacement = LINEAR_QW if bits == 8 else _int4_replacement(bias, silu)
-                    rules.append(Rule(name, _pattern(nd, bias, silu), replacement, _examples(nd, bias), check,
-                                      _int8_arguments(bias, silu) if bits == 8 else None, free_sizes=nd))
+                    name = f"linear_q{bits}{'_nd' if nd else ''}{'' if bias else '_no_bias'}{epilogue}"
+                    check = all_of(tensors(["input"] + (["bias"] if bias else []) + (["residual"] if residual else [])),
+                                   output_dtype(torch.float32), _quantized_weight(bits), _nd_shapes if nd else _rank2,
+                                   *((_residual_shape,) if residual else ()))
+                    replacement = LINEAR_QW if bits == 8 else _int4_replacement(bias, silu, residual)
+                    rules.append(Rule(name, _pattern(nd, bias, silu, residual), replacement,
+                                      _examples(nd, bias, residual), check,
+                                      _int8_arguments(bias, silu, residual) if bits == 8 else None, free_sizes=nd))
     return rules
+
+
+def _residual_shape(m: Match) -> Optional[str]:
+    """r is the linear's output shape and the sum's: the add broadcasts nothing."""
+    x, w, r = m.value("input"), m.value("weight"), m.value("residual")
+    out = [str(d) for d in (*x.shape[:-1], w.shape[0])]  # SymInts compare by their expression
+    if [str(d) for d in r.shape] != out or [str(d) for d in m.anchor_value.shape] != out:
+        return (f"residual {tuple(r.shape)} is not the linear's output shape ({', '.join(out)}): the epilogue adds "
+                "one residual value per output element")
+    return None
 
 
 WEIGHT_ONLY_RULES = _rules()

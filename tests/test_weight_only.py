@@ -64,14 +64,22 @@ def test_kernel_matches_its_pattern(rows, n, k, group, bits, zero_points, bias, 
     tol = dict(rtol=1e-4, atol=k * 2.0 ** -24 * float((x.abs() @ dequantized.abs().T).max()))
     if isa == "avx2" and kernels.load().isa != "avx512":
         pytest.skip("the AVX2 copy is what 'auto' runs on a CPU without AVX-512")
+    r = torch.randn(*x.shape[:-1], n, generator=gen)
     kernels.set_isa(isa)
     try:
         got = {act: linear_qw(x, w, scales, zp, bits, b, act) for act in ("none", "silu")}
         got["strided"] = linear_qw(x.transpose(0, -1).contiguous().transpose(0, -1), w, scales, zp, bits, b, "none")
+        # the residual added before the activation, also read through strides
+        got["residual"] = linear_qw(x, w, scales, zp, bits, b, "silu", r)
+        got["strided residual"] = linear_qw(x, w, scales, zp, bits, b, "silu", r.transpose(0, -1).contiguous().transpose(0, -1))
     finally:
         kernels.set_isa("auto")
     for act in ("none", "silu"):
         torch.testing.assert_close(got[act], LINEAR_QW.pattern(x, w, scales, zp, bits, b, act), **tol)
+    with_residual = LINEAR_QW.pattern(x, w, scales, zp, bits, b, "silu", r)
+    torch.testing.assert_close(with_residual, torch.nn.functional.silu(LINEAR_QW.pattern(x, w, scales, zp, bits, b) + r))
+    for key in ("residual", "strided residual"):
+        torch.testing.assert_close(got[key], with_residual, **tol)
     torch.testing.assert_close(got["strided"], got["none"], **tol)
     # the pattern is dequantize-then-linear, exactly
     torch.testing.assert_close(LINEAR_QW.pattern(x, w, scales, zp, bits, b), torch.nn.functional.linear(x, dequantized, b),
@@ -100,8 +108,11 @@ def test_bad_arguments_are_named_and_opcheck():
     with pytest.raises(RuntimeError, match=r"etfuse::pack_int4.out: weight must be \[N, K\] with K a multiple of 32"):
         pack(torch.zeros(3, 40, dtype=torch.int8))
     torch.library.opcheck(PACK_INT4.aten, (q,))
+    with pytest.raises(RuntimeError, match=r"etfuse::linear_qw.out: residual must have the output.s shape \[2, 8\], got \[2, 9\]"):
+        linear_qw(torch.randn(2, 64), w, scales, None, 4, None, "none", torch.randn(2, 9))
     for args in ((torch.randn(3, 64), w, scales, None, 4, torch.randn(8), "silu"),
-                 (torch.randn(2, 2, 64), q, scales, torch.ones(8, 2, dtype=torch.int8), 8, None, "none")):
+                 (torch.randn(2, 2, 64), q, scales, torch.ones(8, 2, dtype=torch.int8), 8, None, "none"),
+                 (torch.randn(2, 2, 64), w, scales, None, 4, None, "none", torch.randn(2, 2, 8))):
         torch.library.opcheck(LINEAR_QW.aten, args)
 
 
@@ -141,6 +152,30 @@ def test_torchao_models_fuse_and_match_eager(bits, group, mapping, shape):
     assert_fused_matches_eager(model, (x,), fused, **TOL)
 
 
+class ResidualMlp(torch.nn.Module):
+    """A transformer block's MLP with its skip connection: x + down(silu(up(x)))."""
+
+    def __init__(self, bias):
+        super().__init__()
+        self.up, self.down = torch.nn.Linear(64, 96, bias=bias), torch.nn.Linear(96, 64, bias=bias)
+
+    def forward(self, x):
+        return x + self.down(torch.nn.functional.silu(self.up(x)))
+
+
+@pytest.mark.parametrize("bits,bias,shape", [(4, False, (1, 1, 64)), (8, True, (4, 64)), (4, True, (2, 3, 64))], ids=str)
+def test_the_residual_add_fuses_into_linear_qw(bits, bias, shape):
+    torch.manual_seed(0)
+    model = quantized(ResidualMlp(bias).eval(), bits, 32 if bits == 4 else None)
+    x = torch.randn(shape)
+    fused = etfuse.fuse(edge_program(model, (x,)))
+    gm = fused.exported_program().graph_module
+    assert op_names(gm) == ["etfuse.linear_qw.default"] * 2
+    down = [n for n in gm.graph.nodes if n.op == "call_function"][1]
+    assert down.args[7].op == "placeholder"  # the residual is x itself
+    assert_fused_matches_eager(model, (x,), fused, **TOL)
+
+
 def test_backend_config_route_packs_on_the_runtime():
     """transform(default_passes()) gives fuse's program; ExecutorchBackendConfig(passes=...) has no
     weight values, so pack_int4 stays in the program and runs per call: same numbers."""
@@ -163,6 +198,7 @@ def test_int4_llama_greedy_decoding_matches_eager():
     out = etfuse.fuse(edge_program(model, (torch.tensor([[1]]), {"input_pos": torch.tensor([0])})))
     ops = op_names(out.exported_program().graph_module)
     assert ops.count("etfuse.linear_qw.default") == 2 * 7 + 1 and "torchao.dequantize_affine.default" not in ops
+    assert "aten.add.Tensor" not in ops  # both skip connections of each layer in linear_qw's epilogue
     method = load_method(out.to_executorch())
     assert_greedy_decoding_matches_eager(method, eager, 32, **TOL)  # the issue asks for 32 tokens
 

@@ -149,33 +149,45 @@ ETFUSE_ALWAYS_INLINE void block(const Args& a, int64_t index, float* scratch) {
   const float* mb = a.mask ? a.mask + b * a.m_s[0] + h * a.m_s[1] : nullptr;
   float* scores = scratch;              // [rows][S]
   float* acc = scratch + kRows * a.S;   // [rows][Dv]
+  // The keys some row of the block sees, [lo, hi): the scores, the softmax and p @ v skip the
+  // keys the mask hides (-inf) at either end. A decoding step's causal mask hides every cache
+  // slot past the current position: most of the cache early in a sequence.
+  int64_t lo = 0, hi = a.S;
+  if (mb) {
+    lo = a.S, hi = 0;
+    for (int64_t r = 0; r < rows; ++r) {
+      const float* mi = mb + (i0 + r) * a.m_s[2];
+      int64_t j = 0;
+      while (j < lo && mi[j * a.m_s[3]] == -__builtin_inff()) ++j;
+      lo = j;
+      j = a.S;
+      while (j > hi && mi[(j - 1) * a.m_s[3]] == -__builtin_inff()) --j;
+      hi = j;
+    }
+    if (hi < lo) hi = lo;
+  }
   for (int64_t r = 0; r < rows; ++r) {
     const float* qi = qb + (i0 + r) * a.q_s[2];
     float* s = scores + r * a.S;
-    if (mb) {
-      // a key the mask hides (-inf) gets no dot product: a decoding step's causal mask hides
-      // every cache slot past the current position, most of the cache early in a sequence
-      const float* mi = mb + (i0 + r) * a.m_s[2];
-      for (int64_t j = 0; j < a.S; ++j) {
-        const float mj = mi[j * a.m_s[3]];
-        s[j] = mj == -__builtin_inff() ? mj : a.scale * dot<W>(qi, a.q_s[3], kb + j * a.k_s[2], a.k_s[3], a.D) + mj;
-      }
-    } else {
-      for (int64_t j = 0; j < a.S; ++j) s[j] = a.scale * dot<W>(qi, a.q_s[3], kb + j * a.k_s[2], a.k_s[3], a.D);
+    const float* mi = mb ? mb + (i0 + r) * a.m_s[2] : nullptr;
+    for (int64_t j = lo; j < hi; ++j) {
+      const float mj = mi ? mi[j * a.m_s[3]] : 0.0f;
+      // a hidden key inside the range gets no dot product either (what k holds there is not read)
+      s[j] = mj == -__builtin_inff() ? mj : a.scale * dot<W>(qi, a.q_s[3], kb + j * a.k_s[2], a.k_s[3], a.D) + mj;
     }
   }
   float inv[kRows];
   bool masked[kRows];
   for (int64_t r = 0; r < rows; ++r) {
-    float* s = scores + r * a.S;
+    float* s = scores + r * a.S + lo;
     bool all_inf;
-    const float m = row_max(s, a.S, all_inf);
+    const float m = row_max(s, hi - lo, all_inf);
     masked[r] = all_inf;  // also S == 0: an empty softmax row is all-masked too
-    inv[r] = 1.0f / exp_row<W>(s, a.S, m);
+    inv[r] = 1.0f / exp_row<W>(s, hi - lo, m);
     float* ar = acc + r * a.Dv;
     for (int64_t d = 0; d < a.Dv; ++d) ar[d] = 0.0f;
   }
-  for (int64_t j = 0; j < a.S; ++j) {
+  for (int64_t j = lo; j < hi; ++j) {
     const float* vj = vb + j * a.v_s[2];
     for (int64_t r = 0; r < rows; ++r) {
       const float p = scores[r * a.S + j];

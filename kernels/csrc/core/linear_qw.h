@@ -1,6 +1,6 @@
 // Linear with weight-only quantized weights (etfuse::linear_qw), float32 activations:
 //
-//   C[m, n] = sum_k A[m, k] * ((q[n, k] - zp[n, g]) * scale[n, g]) + bias[n],  g = k / G
+//   C[m, n] = sum_k A[m, k] * ((q[n, k] - zp[n, g]) * scale[n, g]) + bias[n] + residual[m, n],  g = k / G
 //
 // q is int8 [N, K] (bits 8, stored as torchao stores it) or 4-bit values packed two per byte
 // (bits 4, by etfuse::pack_int4): in every 32-column chunk, byte i (0..15) holds column i in its
@@ -42,6 +42,8 @@ struct Args {
   const float* bias = nullptr;    // [N] or null
   float* C = nullptr;             // [M, N], rows c_rs apart, columns contiguous
   int64_t c_rs = 0;
+  const float* residual = nullptr;  // [M, N] added to the sums (rows r_rs apart, columns contiguous) or null
+  int64_t r_rs = 0;
   const float* xsum = nullptr;    // [M, groups]: sum of A over each group (set by run when zp)
 };
 
@@ -86,6 +88,9 @@ inline gemm::Args float_gemm(const Args& a) {
   g.c_cs = 1;
   g.bias = a.bias;
   g.bias_cs = a.bias ? 1 : 0;
+  g.residual = a.residual;
+  g.residual_rs = a.r_rs;
+  g.residual_cs = 1;
   g.clamp = false;
   return g;
 }

@@ -162,6 +162,7 @@ ETFUSE_ALWAYS_INLINE void dot_row(const Args& a, int64_t m, int64_t j, int64_t n
   for (int c = 0; c < nj; ++c) {
     float sum = gemm::detail::hsum<W>(tot[c]) + tail[c];
     if (a.bias) sum += a.bias[j + c];
+    if (a.residual) sum += a.residual[m * a.r_rs + j + c];
     a.C[m * a.c_rs + j + c] = sum;
   }
 }

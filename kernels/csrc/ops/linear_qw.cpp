@@ -1,5 +1,6 @@
-// etfuse::linear_qw.out: act(input @ dequantize(weight).T + bias) with an int8 or packed 4-bit
-// weight dequantized in registers (core/linear_qw.h), then the activation (core/activation.h).
+// etfuse::linear_qw.out: act(input @ dequantize(weight).T + bias + residual) with an int8 or packed
+// 4-bit weight dequantized in registers (core/linear_qw.h), then the activation (core/activation.h).
+// The residual (a transformer's skip connection, out's shape) is added where the sums are stored.
 #include "ops/clamp_args.h"
 #include "core/linear_qw.h"
 
@@ -18,11 +19,12 @@ bool contiguous_of(const char* op, const char* name, const Tensor& t, ScalarType
 }
 
 Tensor& linear_qw_out(Context& ctx, const Tensor& input, const Tensor& weight, const Tensor& scales,
-                      const OptTensor& zero_points, int64_t bits, const OptTensor& bias, Str activation, Tensor& out) {
+                      const OptTensor& zero_points, int64_t bits, const OptTensor& bias, Str activation,
+                      const OptTensor& residual, Tensor& out) {
   constexpr const char* op = "etfuse::linear_qw.out";
   Status st;
   etfuse::core::activation::Kind act;
-  Layout li, lw, ls, lz, lb;
+  Layout li, lw, ls, lz, lb, lr;
   bool ok = activation_of(op, activation, act, st) && check_float(op, "input", input, st) &&
       check_float(op, "out", out, st) && layout_of(input, "input", li, st);
   if (ok && bits != 8 && bits != 4) ok = st.fail("%s: bits must be 8 or 4, got %lld", op, (long long)bits);
@@ -63,11 +65,17 @@ Tensor& linear_qw_out(Context& ctx, const Tensor& input, const Tensor& weight, c
   for (int d = 0; ok && d < li.ndim; ++d) sizes[d] = li.sizes[d];
   if (ok) sizes[li.ndim - 1] = N;
   ok = ok && o.resize(op, li.ndim, sizes, st);
+  ok = ok && (!has(residual) || (check_float(op, "residual", *residual, st) &&
+                                 layout_of(*residual, "residual", lr, st) &&
+                                 same_shape(op, "residual", lr, o.layout(), st)));
   Input in(input, li);
   if (ok && !is_contiguous(li)) in.make_contiguous();
   Input b(has(bias) ? *bias : input, lb);
   if (ok && has(bias) && lb.strides[0] != 1 && N > 1) b.make_contiguous();
-  ok = ok && o.open({&input, has(bias) ? &*bias : nullptr}, false, is_contiguous(o.layout()), st);
+  Input res(has(residual) ? *residual : input, lr);
+  if (ok && has(residual) && !is_contiguous(lr)) res.make_contiguous();
+  ok = ok && o.open({&input, has(bias) ? &*bias : nullptr, has(residual) ? &*residual : nullptr}, false,
+                    is_contiguous(o.layout()), st);
   ETFUSE_CHECK(ctx, ok, st, out);
   qw::Args a;
   a.M = K && N ? li.numel() / K : 0;
@@ -85,10 +93,12 @@ Tensor& linear_qw_out(Context& ctx, const Tensor& input, const Tensor& weight, c
   a.bias = has(bias) ? b.data<float>() : nullptr;
   a.C = o.data<float>();
   a.c_rs = N;
-  if (K == 0) {  // an empty sum: the bias alone
+  a.residual = has(residual) ? res.data<float>() : nullptr;
+  a.r_rs = N;
+  if (K == 0) {  // an empty sum: the bias and the residual alone
     float* c = o.data<float>();
     const int64_t rows = N ? o.layout().numel() / N : 0;
-    for (int64_t i = 0; i < rows * N; ++i) c[i] = a.bias ? a.bias[i % N] : 0.0f;
+    for (int64_t i = 0; i < rows * N; ++i) c[i] = (a.bias ? a.bias[i % N] : 0.0f) + (a.residual ? a.residual[i] : 0.0f);
   } else {
     std::vector<float> xsum;
     qw::run(a, xsum, Parallel{});
