@@ -54,8 +54,9 @@ def default_passes() -> list:
        (`linear_packed_act`; given a graph module alone it changes nothing).
        `DropIdentityCopiesPass`, right after `FusionPass`, drops the copies nothing can tell from their
        source (eval-mode dropout's); after fusion, so the rules see the graph as export made it.
-       `UnitDimViewsPass` makes static unsqueeze / squeeze copies `view_copy`s, which `to_executorch`
-       turns into views (conv1d's, around the conv2d kernel it runs on).
+       `UnitDimViewsPass` makes static unsqueeze / squeeze copies, and permutes that move only unit
+       dims, `view_copy`s, which `to_executorch` turns into views (conv1d's, around the conv2d
+       kernel it runs on; a decoding step's head transposes).
     3. `CondOutputCopyPass`, `CondViewCopyPass`: they copy results read by the final ops, so they
        run once those ops exist.
     4. `SymIntToPrimsPass`: the builtins of every pass before it (loop bounds included) become prims.

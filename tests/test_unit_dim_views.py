@@ -1,6 +1,6 @@
-"""UnitDimViewsPass: static unsqueeze / squeeze copies (conv1d's, around its conv2d kernel) become
-`view_copy`, and `to_executorch` makes them views: exact ops, the runtime's operator list, eager /
-runtime / retrace; symbolic shapes keep their copies."""
+"""UnitDimViewsPass: static unsqueeze / squeeze copies (conv1d's, around its conv2d kernel) and
+permutes that move only unit dims become `view_copy`, and `to_executorch` makes them views: exact
+ops, the runtime's operator list, eager / runtime / retrace; symbolic shapes keep their copies."""
 
 from __future__ import annotations
 
@@ -9,6 +9,7 @@ from executorch.exir import to_edge
 
 import etfuse
 from etfuse.passes import UnitDimViewsPass
+from etfuse.runtime import run
 from fusion_helpers import assert_fused_matches_eager, edge_program, op_names
 
 TOL = dict(rtol=1e-4, atol=1e-5)
@@ -62,3 +63,37 @@ def test_unsqueeze_that_is_the_output_and_symbolic_shapes():
     dyn = {"x": {0: torch.export.Dim("n", min=2, max=8)}}
     gm = to_edge(torch.export.export(Both(), args, dynamic_shapes=dyn)).exported_program().graph_module
     assert op_names(UnitDimViewsPass()(gm).graph_module).count("aten.unsqueeze_copy.default") == 2
+
+
+class HeadTranspose(torch.nn.Module):
+    """A decoding step's attention layout changes: [1, 1, H, D] -> [1, H, 1, D] and back (only the
+    unit dims move: views), next to one that moves data ([1, 2, H, D] -> [1, H, 2, D])."""
+
+    def forward(self, x, y):
+        a = x.sin().transpose(1, 2)  # [1, 3, 1, 4]: a view
+        b = a.cos().permute(0, 2, 1, 3)  # back to [1, 1, 3, 4]: a view
+        c = y.exp().transpose(1, 2)  # [1, 3, 2, 4]: a real permute
+        return torch.tanh(b), torch.tanh(c)
+
+
+def test_permutes_that_move_only_unit_dims_are_views_on_the_runtime():
+    model, args = HeadTranspose(), (torch.randn(1, 1, 3, 4), torch.randn(1, 2, 3, 4))
+    fused = etfuse.fuse(edge_program(model, args))
+    sin, cos, exp, tanh, view = (f"aten.{op}.default" for op in ("sin", "cos", "exp", "tanh", "view_copy"))
+    assert op_names(fused.exported_program().graph_module) == [
+        sin, view, cos, view, exp, "etfuse.permute_copy.default", tanh, tanh]
+    views = [n for n in fused.exported_program().graph.nodes if "view_copy" in str(n.target)]
+    assert [list(n.args[1]) for n in views] == [[1, 3, 1, 4], [1, 1, 3, 4]]
+    assert _runtime_ops(fused) == ["aten::sin", "aten::cos", "aten::exp", "etfuse::permute_copy", "aten::tanh",
+                                   "aten::tanh"]
+    want = model(*args)
+    retraced = fused.exported_program().run_decompositions()
+    assert "etfuse.permute_copy.default" not in op_names(retraced.graph_module)
+    for got in (fused.exported_program().module()(*args), retraced.module()(*args), run(fused.to_executorch(), args)):
+        for g, w in zip(got, want, strict=True):
+            torch.testing.assert_close(g, w, **TOL)
+    # aten's permute_copy, outside etfuse.fuse: the same rewrite
+    out = to_edge(torch.export.export(model, args)).transform([UnitDimViewsPass()]).exported_program()
+    assert op_names(out.graph_module).count("aten.permute_copy.default") == 1
+    for got, want in zip(out.module()(*args), model(*args)):
+        torch.testing.assert_close(got, want, rtol=0, atol=0)
