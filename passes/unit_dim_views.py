@@ -14,12 +14,15 @@ of its output: on the wav2letter-style stack those three copies were 11% of the 
 `view_copy(x, out.shape)` computes the same tensor for any x (a unit dimension can be added or
 dropped whatever the strides), so the rewrite changes no value; symbolic shapes keep their op.
 
-Copies of a placeholder (a weight, a program input) stay copies. Made a view, conv1d's weight is
-read in place from the program's constants, and wav2letter's convs (a 2000 x 8000 weight read
-as 12 strided rows at a time) got slower by as much as the copy had cost (ETDump, AVX-512 Xeon:
-conv2d_act 81 -> 101 ms with the weight copies 10.5 ms gone): the copy streams the weight into
-cache right before the conv reads it. The activations' unsqueezes and squeezes are views (the
-copies: 88.0 + 11.7 + 0.7 ms -> 86.0 + 11.6 ms, the weight copies left).
+Copies of a placeholder (a weight, a program input) are views too. They once stayed copies:
+before spatial convs ran as the GEMM over phase planes (core/conv2d.h run_phase_gemm), the conv
+read a weight in place from the program's constants as much slower as the copy had cost. Since,
+on the same AVX-512 Xeon, the wav2letter-style stack (its conv1d weights 100 MB, each copied per
+call: 12% of the program) went from 110 to 97 ms with the weights read in place
+(benchmarks/models.py --models wav2letter --isolated; XNNPACK 68 ms: 1.55x -> 1.42x). A
+placeholder is viewed only where every op that reads it is such a copy: a mutable buffer (a KV
+cache) is also read by the op that updates it, which `to_executorch` may turn into an in-place
+update, and a view taken before it would then see the new values.
 
 Only the top-level graph is visited, after the fusion pass (the rules see the graph as export
 made it, and the conv1d rules' own unsqueezes exist by then).
@@ -74,8 +77,11 @@ def _moves_only_unit_dims(node: fx.Node) -> bool:
 
 def _view_sizes(node: fx.Node):
     """The view_copy's sizes (the copy's static output shape), or None where the copy stays."""
-    if not isinstance(node.args[0], fx.Node) or node.args[0].op == "placeholder":
-        return None  # a weight's copy stays (module docstring)
+    source = node.args[0]
+    if not isinstance(source, fx.Node):
+        return None
+    if source.op == "placeholder" and not all(_view_target(user) for user in source.users):
+        return None  # a buffer an op also reads: it may be updated in place (module docstring)
     val = node.meta.get("val")
     if not isinstance(val, torch.Tensor) or not all(isinstance(d, int) for d in val.shape):
         return None
