@@ -17,7 +17,8 @@ the replacement is a function, `pack_int4(q)` then the op; `etfuse.fuse` / `tran
 does not run on the portable runtime at all: it has no `dequantize_affine` kernel.
 
 The residual rules take a transformer's skip connection `r + linear(h)` into the op's residual
-epilogue, as linear_residual_rules does for float linears: r the linear's output shape exactly.
+epilogue, as linear_residual_rules does for float linears, with its check: r the linear's output
+shape exactly.
 
 The fused op dequantizes as `dequantize_affine` does ((q - zp) * scale, float32), so the retraced
 program is the original one; the kernel sums in another order (float32 accumulation tolerance).
@@ -34,6 +35,7 @@ from etfuse.backend_ops import LINEAR_QW, PACK_INT4
 from .constraints import all_of, output_dtype, tensors
 from .embedding_rules import _zero_points_all_zero
 from .linear_rank_rules import linear_nd_shapes as _nd_shapes
+from .linear_residual_rules import _residual_shape
 from .rule import Match, Rule
 
 aten = torch.ops.aten
@@ -162,16 +164,6 @@ def _rules():
                                       _examples(nd, bias, residual), check,
                                       _int8_arguments(bias, silu, residual) if bits == 8 else None, free_sizes=nd))
     return rules
-
-
-def _residual_shape(m: Match) -> Optional[str]:
-    """r is the linear's output shape and the sum's: the add broadcasts nothing."""
-    x, w, r = m.value("input"), m.value("weight"), m.value("residual")
-    out = [str(d) for d in (*x.shape[:-1], w.shape[0])]  # SymInts compare by their expression
-    if [str(d) for d in r.shape] != out or [str(d) for d in m.anchor_value.shape] != out:
-        return (f"residual {tuple(r.shape)} is not the linear's output shape ({', '.join(out)}): the epilogue adds "
-                "one residual value per output element")
-    return None
 
 
 WEIGHT_ONLY_RULES = _rules()

@@ -1,7 +1,7 @@
 // linear_qw's dot-product kernel (core/linear_qw.h) for one vector width: included once per ISA
-// with ETFUSE_QW_NS (its namespace), ETFUSE_QW_W (floats per vector) and, for the AVX2 copy,
-// ETFUSE_QW_AVX2 or ETFUSE_QW_AVX512 (int8 -> float through intrinsics: GCC's generic int8 vector
-// conversions go through scalar lanes). No include guard, on purpose.
+// with ETFUSE_QW_NS (its namespace), ETFUSE_QW_W (floats per vector) and, for the AVX2 and
+// AVX-512 copies, ETFUSE_QW_AVX2 or ETFUSE_QW_AVX512 (int8 -> float through intrinsics: GCC's
+// generic int8 vector conversions go through scalar lanes). No include guard, on purpose.
 #if defined(ETFUSE_QW_AVX2) || defined(ETFUSE_QW_AVX512)
 #include <immintrin.h>
 #endif
@@ -30,7 +30,8 @@ ETFUSE_ALWAYS_INLINE void q4(const uint8_t* p, vf (&out)[kChunk / W]) {
 #if defined(ETFUSE_QW_AVX512)
   // A 16-float table lookup per nibble: vpermps reads only the low 4 bits of each index, so the
   // bytes widened to 32 bits index the table as they are (low nibbles) and shifted right by 4
-  // (high nibbles), no masks: 4 shuffle-port uops per 32 weights against 13 on the AVX2 path.
+  // (high nibbles), no masks: a widening and two lookups per 32 weights, where the AVX2 path
+  // needs two byte shuffles, four unpacks and four half-to-float conversions.
   const __m512 values = _mm512_setr_ps(-8, -7, -6, -5, -4, -3, -2, -1, 0, 1, 2, 3, 4, 5, 6, 7);
   const __m512i bytes = _mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
   out[0] = (vf)_mm512_permutexvar_ps(bytes, values);
