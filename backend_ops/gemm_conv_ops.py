@@ -11,6 +11,10 @@ computes exactly that with ATen ops, so a fused program retraces to plain ATen.
 | etfuse::conv2d_act  | act(clamp(conv2d(input, weight, bias, stride, padding, dilation, groups), min, max)) |
 | etfuse::linear_act  | act(clamp(linear(input, weight, bias) [+ residual], min, max)) |
 
+A linear's `activation` may also be gated (GATED_ACTIVATIONS: "swiglu", "geglu", "geglu_tanh"):
+`inner(y[..., :h]) * y[..., h:]` of its 2h output features, the SwiGLU of a llama MLP as one linear
+over w1 and w3 concatenated (passes/gated_linears.py).
+
 (`etfuse::linear_relu`, from float_ops, stays the op for linear + relu.)
 """
 
@@ -22,6 +26,9 @@ aten = torch.ops.aten
 
 
 ACTIVATIONS = ("none", "silu", "sigmoid", "gelu", "gelu_tanh", "hardswish", "hardsigmoid")
+# The linears' gated activations: the inner activation of the first half of the output features
+# times the second half (SwiGLU / GeGLU: one linear over the two weights concatenated).
+GATED_ACTIVATIONS = {"swiglu": "silu", "geglu": "gelu", "geglu_tanh": "gelu_tanh"}
 
 
 def _clamp(x, min, max):
@@ -53,6 +60,20 @@ def _epilogue(x, min, max, activation):
     return activation_pattern(_clamp(x, min, max), activation)
 
 
+def linear_epilogue(x, min, max, activation):
+    """A linear's epilogue: `_epilogue`, or a gated activation (GATED_ACTIVATIONS) of the clamped
+    features, `inner(x[..., :h]) * x[..., h:]`, which halves the last dimension."""
+    if activation not in GATED_ACTIVATIONS:
+        return _epilogue(x, min, max, activation)
+    x = _clamp(x, min, max)
+    h = x.shape[-1] // 2
+    if x.shape[-1] != 2 * h:
+        raise ValueError(f"the gated activation {activation!r} needs an even number of output features, "
+                         f"got {x.shape[-1]}")
+    first, second = aten.slice.Tensor(x, -1, 0, h), aten.slice.Tensor(x, -1, h, 2 * h)
+    return aten.mul.Tensor(activation_pattern(first, GATED_ACTIVATIONS[activation]), second)
+
+
 def _conv2d_act(input, weight, bias, stride, padding, dilation, groups, min=None, max=None, activation="none"):
     return _epilogue(aten.conv2d.default(input, weight, bias, stride, padding, dilation, groups), min, max, activation)
 
@@ -63,7 +84,7 @@ def with_residual(x, residual):
 
 
 def _linear_act(input, weight, bias=None, min=None, max=None, activation="none", residual=None):
-    return _epilogue(with_residual(aten.linear.default(input, weight, bias), residual), min, max, activation)
+    return linear_epilogue(with_residual(aten.linear.default(input, weight, bias), residual), min, max, activation)
 
 
 CONV2D_ACT = register(BackendOp(
@@ -78,7 +99,8 @@ LINEAR_ACT = register(BackendOp(
     "str activation=\"none\", Tensor? residual=None) -> Tensor",
     _linear_act,
     doc="activation(clamp(input @ weight.T + bias + residual, min, max)), weight read as stored ([out, in]); the "
-        "residual (a transformer's skip connection, the output's shape) is optional",
+        "residual (a transformer's skip connection, the output's shape) is optional; a gated activation (swiglu, "
+        "geglu, geglu_tanh: act(y[..., :h]) * y[..., h:]) halves the 2h output features",
     kernel="linear_act"))
 
 

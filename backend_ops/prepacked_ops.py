@@ -22,7 +22,7 @@ run_packed). Every op's pattern is ATen, so a fused program retraces to a plain 
 
 import torch
 
-from .gemm_conv_ops import _conv2d_act, _conv2d_bn_act, _epilogue, with_residual
+from .gemm_conv_ops import _conv2d_act, _conv2d_bn_act, linear_epilogue, with_residual
 from .registry import BackendOp, register
 
 aten = torch.ops.aten
@@ -50,7 +50,7 @@ def unpack_gemm_weight(packed, out_features: int):
 def _linear_packed_act(input, packed_weight, out_features, bias=None, min=None, max=None, activation="none",
                        residual=None):
     weight = unpack_gemm_weight(packed_weight, out_features)
-    return _epilogue(with_residual(aten.linear.default(input, weight, bias), residual), min, max, activation)
+    return linear_epilogue(with_residual(aten.linear.default(input, weight, bias), residual), min, max, activation)
 
 
 def unpack_conv_weight(packed, weight_size):
@@ -80,7 +80,8 @@ LINEAR_PACKED_ACT = register(BackendOp(
     "linear_packed_act(Tensor input, Tensor packed_weight, int out_features, Tensor? bias=None, float? min=None, "
     "float? max=None, str activation=\"none\", Tensor? residual=None) -> Tensor",
     _linear_packed_act,
-    doc="linear_act on pack_gemm_weight(weight): activation(clamp(input @ weight.T + bias + residual, min, max))",
+    doc="linear_act on pack_gemm_weight(weight): activation(clamp(input @ weight.T + bias + residual, min, max)), "
+        "gated activations included",
     kernel="linear_packed_act"))
 
 CONV2D_PACKED_ACT = register(BackendOp(

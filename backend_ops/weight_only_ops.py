@@ -20,7 +20,7 @@ runs per call.
 
 import torch
 
-from .gemm_conv_ops import activation_pattern, with_residual
+from .gemm_conv_ops import linear_epilogue, with_residual
 from .registry import BackendOp, register
 
 aten = torch.ops.aten
@@ -53,7 +53,7 @@ def _linear_qw(input, weight, scales, zero_points, bits, bias=None, activation="
     if zero_points is not None:
         q = aten.sub.Tensor(q, aten._to_copy.default(aten.reshape.default(zero_points, [n, g, 1]), dtype=torch.float32))
     w = aten.reshape.default(aten.mul.Tensor(q, aten.reshape.default(s, [n, g, 1])), [n, k])
-    return activation_pattern(with_residual(aten.linear.default(input, w, bias), residual), activation)
+    return linear_epilogue(with_residual(aten.linear.default(input, w, bias), residual), None, None, activation)
 
 
 LINEAR_QW = register(BackendOp(
@@ -63,7 +63,8 @@ LINEAR_QW = register(BackendOp(
     _linear_qw,
     doc="activation(linear(input, (q - zero_points) * scales, bias) + residual); q int8 [N, K] (bits 8) or "
         "pack_int4's uint8 [N, K / 2] (bits 4); scales float32 [N, groups]; zero_points None or int8 like scales; "
-        "the residual (a transformer's skip connection, the output's shape) is optional",
+        "the residual (a transformer's skip connection, the output's shape) is optional; a gated activation "
+        "(swiglu, geglu, geglu_tanh) halves the output features as linear_act's does",
     kernel="linear_qw"))
 PACK_INT4 = register(BackendOp(
     "etfuse", "pack_int4(Tensor weight) -> Tensor", _pack_int4,

@@ -11,8 +11,10 @@ from .compat.map_to_scan import MapToScanPass, SpecialisedShapeError, refuse_spe
 from .compat.cond_outputs import CondOutputCopyPass
 from .compat.cond_views import CondViewCopyPass
 from .fold_packed_weights import FoldPackedWeightsPass
+from .gated_linears import GatedLinearsPass
 from .prepack_weights import PrepackWeightsPass
 from .drop_identity_copies import DropIdentityCopiesPass
+from .common_subexpressions import CommonSubexpressionPass
 from .unit_dim_views import UnitDimViewsPass
 from .fused_program import FusedEdgeProgramManager
 from .verify import verify_written_nodes
@@ -25,5 +27,5 @@ __all__ = [
     "SymIntLoweringError", "SymIntToPrimsPass", "LoopLoweringError", "LoopLoweringPass", "MapToScanPass",
     "SpecialisedShapeError", "refuse_specialised", "CondOutputCopyPass", "CondViewCopyPass", "default_passes",
     "correctness_passes", "fuse", "to_edge", "copy_graph_module",
-    "FoldPackedWeightsPass", "PrepackWeightsPass", "DropIdentityCopiesPass", "UnitDimViewsPass", "FusedEdgeProgramManager", "verify_written_nodes", "replace_pattern", "replace_patterns",
+    "FoldPackedWeightsPass", "GatedLinearsPass", "PrepackWeightsPass", "DropIdentityCopiesPass", "CommonSubexpressionPass", "UnitDimViewsPass", "FusedEdgeProgramManager", "verify_written_nodes", "replace_pattern", "replace_patterns",
 ]

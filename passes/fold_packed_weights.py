@@ -72,7 +72,7 @@ class FoldPackedWeightsPass(ExportedProgramPassBase):
                     i = _ZERO_POINTS[_aten(n.target)]
                     dropped.add(n.args[i])
                     n.args = (*n.args[:i], None, *n.args[i + 1:])
-            new = _without_unused_constants(new, dropped)
+            new = without_unused_constants(new, dropped)
         if packs:
             new = fold_only(new, _is_pack)
         return ExportedProgramPassResult(new, True)
@@ -102,7 +102,7 @@ class _Quiet(logging.Filter):
         return self.text not in record.getMessage()
 
 
-def _without_unused_constants(ep, candidates: set):
+def without_unused_constants(ep, candidates: set):
     """`ep` (owned by this pass) without the constant placeholders among `candidates` nothing reads."""
     sig = ep.graph_signature
     by_input = {**sig.inputs_to_parameters, **sig.inputs_to_buffers, **sig.inputs_to_lifted_tensor_constants}

@@ -32,9 +32,11 @@ from .compat.map_to_scan import MapToScanPass, SpecialisedShapeError
 from .compat.symint_to_prims import SymIntToPrimsPass
 from .compat.typed_pass_errors import install_typed_pass_errors
 from .compat.while_loop_to_scan import LoopLoweringPass
+from .common_subexpressions import CommonSubexpressionPass
 from .drop_identity_copies import DropIdentityCopiesPass
 from .unit_dim_views import UnitDimViewsPass
 from .fold_packed_weights import FoldPackedWeightsPass
+from .gated_linears import GatedLinearsPass
 from .prepack_weights import PrepackWeightsPass
 from .fused_program import FusedEdgeProgramManager
 from .fusion_pass import BesideXnnpackFusionPass, FusionPass
@@ -50,10 +52,12 @@ def default_passes() -> list:
        which rule wins is the rules' data (`Rule.outranks`, passes/engine.py), not this order.
        `FoldPackedWeightsPass` then folds the sub-byte embeddings' weight packing into constants
        (it needs the program's values; given a graph module alone it leaves the packing to the runtime),
-       and `PrepackWeightsPass` packs the constant weights of multi-row linears into the GEMM's panels
+       `GatedLinearsPass` joins a gated MLP's two linears into one (SwiGLU), and
+       `PrepackWeightsPass` packs the constant weights of multi-row linears into the GEMM's panels
        (`linear_packed_act`; given a graph module alone it changes nothing).
        `DropIdentityCopiesPass`, right after `FusionPass`, drops the copies nothing can tell from their
        source (eval-mode dropout's); after fusion, so the rules see the graph as export made it.
+       `CommonSubexpressionPass` then runs once what export traced once per layer (llama's mask).
        `UnitDimViewsPass` makes static unsqueeze / squeeze copies, and permutes that move only unit
        dims, `view_copy`s, which `to_executorch` turns into views (conv1d's, around the conv2d
        kernel it runs on; a decoding step's head transposes).
@@ -62,8 +66,9 @@ def default_passes() -> list:
     4. `SymIntToPrimsPass`: the builtins of every pass before it (loop bounds included) become prims.
     """
     install_typed_pass_errors()  # so `edge.transform(default_passes())` raises etfuse's errors as themselves
-    return [LoopLoweringPass(), FusionPass(), DropIdentityCopiesPass(), UnitDimViewsPass(), FoldPackedWeightsPass(),
-            PrepackWeightsPass(), CondOutputCopyPass(), CondViewCopyPass(), SymIntToPrimsPass()]
+    return [LoopLoweringPass(), FusionPass(), DropIdentityCopiesPass(), CommonSubexpressionPass(), UnitDimViewsPass(),
+            FoldPackedWeightsPass(), GatedLinearsPass(), PrepackWeightsPass(), CondOutputCopyPass(), CondViewCopyPass(),
+            SymIntToPrimsPass()]
 
 
 def passes_beside_xnnpack() -> list:
@@ -72,8 +77,9 @@ def passes_beside_xnnpack() -> list:
     then `.to_backend(XnnpackPartitioner())`. Fusing after lowering instead finds attention already
     split between the delegate (bmm, softmax) and the portable runtime."""
     install_typed_pass_errors()
-    return [LoopLoweringPass(), BesideXnnpackFusionPass(), DropIdentityCopiesPass(), UnitDimViewsPass(),
-            FoldPackedWeightsPass(), PrepackWeightsPass(), CondOutputCopyPass(), CondViewCopyPass(), SymIntToPrimsPass()]
+    return [LoopLoweringPass(), BesideXnnpackFusionPass(), DropIdentityCopiesPass(), CommonSubexpressionPass(),
+            UnitDimViewsPass(), FoldPackedWeightsPass(), GatedLinearsPass(), PrepackWeightsPass(), CondOutputCopyPass(), CondViewCopyPass(),
+            SymIntToPrimsPass()]
 
 
 def correctness_passes() -> list:

@@ -258,7 +258,11 @@ def test_llama_greedy_decoding_with_a_kv_cache_matches_eager():
     eager = _llama(kv_cache=True)
     example = (torch.tensor([[1]]), {"input_pos": torch.tensor([0])})
     out = etfuse.fuse(edge_program(model, example))
-    assert op_names(out.exported_program().graph_module).count("etfuse.sdpa.default") == 2
+    ops = op_names(out.exported_program().graph_module)
+    assert ops.count("etfuse.sdpa.default") == 2
+    # each layer's copy of the causal mask is one constant, its where(mask[pos], 0, -inf) one op
+    assert (ops.count("aten.index.Tensor"), ops.count("aten.where.self"), ops.count("aten.scalar_tensor.default")) \
+        == (3, 1, 2)
     method = load_method(out.to_executorch())
     assert_greedy_decoding_matches_eager(method, eager, 32, **TOL)  # the issue asks for 32 tokens
 

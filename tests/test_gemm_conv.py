@@ -531,7 +531,8 @@ def test_activation_kernels_match_eager(act, isa):
 
 def test_unknown_activation_is_an_error_that_names_it():
     out = torch.empty(0)
-    with pytest.raises(RuntimeError, match=r"etfuse::linear_act.out: unknown activation 'swish' \(none, silu.*hardsigmoid\)"):
+    with pytest.raises(RuntimeError, match=r"etfuse::linear_act.out: unknown activation 'swish' \(none, silu.*hardsigmoid; gated: swiglu, geglu, "
+                       r"geglu_tanh\)"):
         ops.linear_act.out(torch.randn(2, 3), torch.randn(4, 3), None, None, None, "swish", out=out)
 
 

@@ -36,6 +36,23 @@ inline bool parse(const char* op, const char* s, size_t n, Kind& kind, Status& s
   return st.fail("%s: unknown activation '%.*s' (none, silu, sigmoid, gelu, gelu_tanh, hardswish, hardsigmoid)", op, (int)n, s);
 }
 
+// A gated activation of a linear ("swiglu", "geglu", "geglu_tanh"): `inner` of the first half of
+// the output features times the second half (apply_gated). False for any other name.
+inline bool parse_gated(const char* s, size_t n, Kind& inner) {
+  struct Name {
+    const char* name;
+    Kind kind;
+  };
+  static const Name names[] = {{"swiglu", Kind::kSilu}, {"geglu", Kind::kGelu}, {"geglu_tanh", Kind::kGeluTanh}};
+  for (const Name& e : names) {
+    if (std::strlen(e.name) == n && std::strncmp(e.name, s, n) == 0) {
+      inner = e.kind;
+      return true;
+    }
+  }
+  return false;
+}
+
 namespace detail {
 
 ETFUSE_ALWAYS_INLINE float exp_poly(float x) {
@@ -201,6 +218,30 @@ inline void apply(Kind kind, float* data, const Layout& l, Par&& par) {
       idx[d] = 0;
     }
   }
+}
+
+// A gated activation: out[r, j] = act(y[r, j]) * y[r, h + j] for y [rows, 2h] (contiguous), out's
+// rows at out_rs and columns at out_cs. A row's run of columns is copied, activated in place
+// (the vectorised loop above) and multiplied, where out's columns are contiguous.
+template <class Par>
+inline void apply_gated(Kind kind, const float* y, int64_t rows, int64_t h, float* out, int64_t out_rs,
+                        int64_t out_cs, Par&& par) {
+  if (rows * h == 0) return;
+  for_elements(rows * h, par, [&](int64_t b, int64_t e) {
+    while (b < e) {
+      const int64_t r = b / h, j0 = b % h, j1 = (e - r * h) < h ? (e - r * h) : h;
+      const float* a = y + r * 2 * h;
+      float* o = out + r * out_rs;
+      if (out_cs == 1) {
+        std::memcpy(o + j0, a + j0, static_cast<size_t>(j1 - j0) * sizeof(float));
+        detail::dispatch(kind, o + j0, j1 - j0);
+        for (int64_t j = j0; j < j1; ++j) o[j] *= a[h + j];
+      } else {
+        for (int64_t j = j0; j < j1; ++j) o[j * out_cs] = detail::apply_one(kind, a[j]) * a[h + j];
+      }
+      b = r * h + j1;
+    }
+  });
 }
 
 }  // namespace activation

@@ -25,5 +25,16 @@ inline bool activation_of(const char* op, const Str& name, core::activation::Kin
   return core::activation::parse(op, name.data(), name.size(), kind, st);
 }
 
+// The `str activation` of a linear op: one of the above, or a gated one (`gated` set, `kind` the
+// activation of the first half: core/activation.h parse_gated).
+inline bool linear_activation_of(const char* op, const Str& name, core::activation::Kind& kind, bool& gated,
+                                 Status& st) {
+  gated = core::activation::parse_gated(name.data(), name.size(), kind);
+  Status plain;
+  if (gated || activation_of(op, name, kind, plain)) return true;
+  return st.fail("%s: unknown activation '%.*s' (none, silu, sigmoid, gelu, gelu_tanh, hardswish, hardsigmoid; "
+                 "gated: swiglu, geglu, geglu_tanh)", op, (int)name.size(), name.data());
+}
+
 }  // namespace adapter
 }  // namespace etfuse

@@ -15,10 +15,13 @@ namespace adapter {
 // packed at fuse time for that many output features (linear_packed_act, gemm_entry::packed_weight).
 // `residual` (null: none), of out's shape, is added before the clamp by the GEMM's epilogue
 // (gemm::Args::residual), which reads it where it writes out: the add costs no pass of its own.
+// `gated`: `act` is a gated activation's (swiglu: silu of the first half of the features times
+// the second); out has half the weight's features, and the residual the GEMM's (all of them).
 inline Tensor& linear_into(Context& ctx, const char* op, const Tensor& input, const Tensor& weight, const float* bias,
                            const Layout* lb, const Tensor* bias_tensor, const float* scale,
                            const core::gemm_entry::Clamp& clamp, core::activation::Kind act, bool ok, Status& st,
-                           Tensor& out, int64_t packed_n = -1, const Tensor* residual = nullptr) {
+                           Tensor& out, int64_t packed_n = -1, const Tensor* residual = nullptr,
+                           bool gated = false) {
   namespace ge = core::gemm_entry;
   Layout li, lw, lpacked;
   int ndim = 0;
@@ -30,10 +33,26 @@ inline Tensor& linear_into(Context& ctx, const char* op, const Tensor& input, co
       check_float(op, "out", out, st) && layout_of(input, "input", li, st) &&
       (packed ? layout_of(weight, "packed_weight", lpacked, st) && ge::packed_weight(lpacked, packed_n, lw, st)
               : layout_of(weight, "weight", lw, st)) &&
-      ge::linear_out_shape(li, lw, lb, ndim, sizes, st) && o.resize(op, ndim, sizes, st);
+      ge::linear_out_shape(li, lw, lb, ndim, sizes, st);
+  // gated: the GEMM writes all 2H features into a scratch, the halves are combined into out [.., H]
+  Layout lgemm;
+  std::vector<float> gemm_scratch;
+  if (ok && gated) {
+    if (sizes[ndim - 1] % 2 != 0) {
+      ok = st.fail("%s: a gated activation needs an even number of output features, got %lld", op,
+                   (long long)sizes[ndim - 1]);
+    } else {
+      lgemm.ndim = ndim;
+      for (int d = 0; d < ndim; ++d) lgemm.sizes[d] = sizes[d];
+      lgemm = contiguous_layout(lgemm);
+      gemm_scratch.resize(static_cast<size_t>(lgemm.numel()));
+      sizes[ndim - 1] /= 2;
+    }
+  }
+  ok = ok && o.resize(op, ndim, sizes, st);
   Layout lr;
   ok = ok && (!residual || (check_float(op, "residual", *residual, st) && layout_of(*residual, "residual", lr, st) &&
-                            same_shape(op, "residual", lr, o.layout(), st)));
+                            same_shape(op, "residual", lr, gated ? lgemm : o.layout(), st)));
   Input in(input, li), res(residual ? *residual : input, lr);
   if (ok && !ge::as_matrix(li, m, rs, cs)) in.make_contiguous();  // leading dims that do not merge
   int64_t r_rows, r_rs = 0, r_cs = 0;  // the residual as out's [M, N] matrix
@@ -43,8 +62,8 @@ inline Tensor& linear_into(Context& ctx, const char* op, const Tensor& input, co
   }
   core::gemm::Args g;
   ok = ok && o.open({&input, &weight, bias_tensor, residual}, false, ge::as_matrix(o.layout(), m, rs, cs), st) &&
-      ge::linear_args(in.data<float>(), in.layout(), weight.const_data_ptr<float>(), lw, bias, lb, o.data<float>(),
-                      o.write_layout(), g, st);
+      ge::linear_args(in.data<float>(), in.layout(), weight.const_data_ptr<float>(), lw, bias, lb,
+                      gated ? gemm_scratch.data() : o.data<float>(), gated ? lgemm : o.write_layout(), g, st);
   ETFUSE_CHECK(ctx, ok, st, out);
   if (packed) {
     g.packed_b = g.B;
@@ -59,21 +78,28 @@ inline Tensor& linear_into(Context& ctx, const char* op, const Tensor& input, co
     g.residual_cs = r_cs;
   }
   ge::run(g, clamp, Parallel{});
-  core::activation::apply(act, o.data<float>(), o.write_layout(), Parallel{});
+  if (gated) {
+    int64_t rows, out_rs, out_cs;
+    ge::as_matrix(o.write_layout(), rows, out_rs, out_cs);
+    core::activation::apply_gated(act, gemm_scratch.data(), rows, g.N / 2, o.data<float>(), out_rs, out_cs, Parallel{});
+  } else {
+    core::activation::apply(act, o.data<float>(), o.write_layout(), Parallel{});
+  }
   return o.finish();
 }
 
 // The linear ops whose bias is an optional input tensor.
 inline Tensor& linear_into(Context& ctx, const char* op, const Tensor& input, const Tensor& weight,
                            const OptTensor& bias, const core::gemm_entry::Clamp& clamp, core::activation::Kind act,
-                           bool clamp_ok, Tensor& out, int64_t packed_n = -1, const Tensor* residual = nullptr) {
+                           bool clamp_ok, Tensor& out, int64_t packed_n = -1, const Tensor* residual = nullptr,
+                           bool gated = false) {
   Status st;
   Layout lb;
   const bool has_bias = has(bias);
   const bool ok = clamp_ok && (!has_bias || (check_float(op, "bias", *bias, st) && layout_of(*bias, "bias", lb, st)));
   return linear_into(ctx, op, input, weight, ok && has_bias ? bias->const_data_ptr<float>() : nullptr,
                      has_bias ? &lb : nullptr, has_bias ? &*bias : nullptr, nullptr, clamp, act, ok, st, out,
-                     packed_n, residual);
+                     packed_n, residual, gated);
 }
 
 }  // namespace adapter

@@ -14,9 +14,11 @@ Tensor& linear_act_out(Context& ctx, const Tensor& input, const Tensor& weight, 
   Status st;
   etfuse::core::gemm_entry::Clamp c;
   etfuse::core::activation::Kind act;
-  const bool ok = clamp_of(op, min, max, c, st) && activation_of(op, activation, act, st);
+  bool gated;
+  const bool ok = clamp_of(op, min, max, c, st) && linear_activation_of(op, activation, act, gated, st);
   ETFUSE_CHECK(ctx, ok, st, out);
-  return linear_into(ctx, op, input, weight, bias, c, act, true, out, -1, has(residual) ? &*residual : nullptr);
+  return linear_into(ctx, op, input, weight, bias, c, act, true, out, -1, has(residual) ? &*residual : nullptr,
+                     gated);
 }
 
 }  // namespace

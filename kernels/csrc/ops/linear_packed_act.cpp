@@ -14,10 +14,11 @@ Tensor& linear_packed_act_out(Context& ctx, const Tensor& input, const Tensor& p
   Status st;
   etfuse::core::gemm_entry::Clamp c;
   etfuse::core::activation::Kind act;
-  const bool ok = clamp_of(op, min, max, c, st) && activation_of(op, activation, act, st);
+  bool gated;
+  const bool ok = clamp_of(op, min, max, c, st) && linear_activation_of(op, activation, act, gated, st);
   ETFUSE_CHECK(ctx, ok, st, out);
   return linear_into(ctx, op, input, packed_weight, bias, c, act, true, out, out_features,
-                     has(residual) ? &*residual : nullptr);
+                     has(residual) ? &*residual : nullptr, gated);
 }
 
 }  // namespace

@@ -1,6 +1,7 @@
 // etfuse::linear_qw.out: act(input @ dequantize(weight).T + bias + residual) with an int8 or packed
 // 4-bit weight dequantized in registers (core/linear_qw.h), then the activation (core/activation.h).
 // The residual (a transformer's skip connection, out's shape) is added where the sums are stored.
+// A gated activation (swiglu: silu(first half) * second half) halves out's features.
 #include "ops/clamp_args.h"
 #include "core/linear_qw.h"
 
@@ -24,8 +25,9 @@ Tensor& linear_qw_out(Context& ctx, const Tensor& input, const Tensor& weight, c
   constexpr const char* op = "etfuse::linear_qw.out";
   Status st;
   etfuse::core::activation::Kind act;
+  bool gated;
   Layout li, lw, ls, lz, lb, lr;
-  bool ok = activation_of(op, activation, act, st) && check_float(op, "input", input, st) &&
+  bool ok = linear_activation_of(op, activation, act, gated, st) && check_float(op, "input", input, st) &&
       check_float(op, "out", out, st) && layout_of(input, "input", li, st);
   if (ok && bits != 8 && bits != 4) ok = st.fail("%s: bits must be 8 or 4, got %lld", op, (long long)bits);
   ok = ok && contiguous_of(op, "weight", weight, bits == 8 ? ScalarType::Char : ScalarType::Byte, lw, st) &&
@@ -60,14 +62,27 @@ Tensor& linear_qw_out(Context& ctx, const Tensor& input, const Tensor& weight, c
       ok = st.fail("%s: bias must be [%lld], got %s", op, (long long)N, etfuse::core::ShapeStr(lb).c_str());
     }
   }
+  if (ok && gated && N % 2 != 0) {
+    ok = st.fail("%s: a gated activation needs an even number of output features, got %lld", op, (long long)N);
+  }
   Out o(out);
   int64_t sizes[etfuse::core::kMaxDims];
   for (int d = 0; ok && d < li.ndim; ++d) sizes[d] = li.sizes[d];
   if (ok) sizes[li.ndim - 1] = N;
+  // gated: the sums of all N features go to a scratch, the halves are combined into out [.., N / 2]
+  Layout lsums;
+  std::vector<float> sums;
+  if (ok && gated) {
+    lsums.ndim = li.ndim;
+    for (int d = 0; d < li.ndim; ++d) lsums.sizes[d] = sizes[d];
+    lsums = contiguous_layout(lsums);
+    sums.resize(static_cast<size_t>(lsums.numel()));
+    sizes[li.ndim - 1] = N / 2;
+  }
   ok = ok && o.resize(op, li.ndim, sizes, st);
   ok = ok && (!has(residual) || (check_float(op, "residual", *residual, st) &&
                                  layout_of(*residual, "residual", lr, st) &&
-                                 same_shape(op, "residual", lr, o.layout(), st)));
+                                 same_shape(op, "residual", lr, gated ? lsums : o.layout(), st)));
   Input in(input, li);
   if (ok && !is_contiguous(li)) in.make_contiguous();
   Input b(has(bias) ? *bias : input, lb);
@@ -78,8 +93,9 @@ Tensor& linear_qw_out(Context& ctx, const Tensor& input, const Tensor& weight, c
                     is_contiguous(o.layout()), st);
   ETFUSE_CHECK(ctx, ok, st, out);
   qw::Args a;
-  a.M = K && N ? li.numel() / K : 0;
-  if (K == 0) a.M = 0;
+  int64_t rows = 1;  // the input's leading dims
+  for (int d = 0; ok && d + 1 < li.ndim; ++d) rows *= li.sizes[d];
+  a.M = K && N ? rows : 0;
   a.N = N;
   a.K = K;
   a.A = in.data<float>();
@@ -91,19 +107,22 @@ Tensor& linear_qw_out(Context& ctx, const Tensor& input, const Tensor& weight, c
   a.groups = groups;
   a.zp = has(zero_points) ? static_cast<const int8_t*>(zero_points->const_data_ptr()) : nullptr;
   a.bias = has(bias) ? b.data<float>() : nullptr;
-  a.C = o.data<float>();
+  a.C = gated ? sums.data() : o.data<float>();
   a.c_rs = N;
   a.residual = has(residual) ? res.data<float>() : nullptr;
   a.r_rs = N;
   if (K == 0) {  // an empty sum: the bias and the residual alone
-    float* c = o.data<float>();
-    const int64_t rows = N ? o.layout().numel() / N : 0;
+    float* c = a.C;
     for (int64_t i = 0; i < rows * N; ++i) c[i] = (a.bias ? a.bias[i % N] : 0.0f) + (a.residual ? a.residual[i] : 0.0f);
   } else {
     std::vector<float> xsum;
     qw::run(a, xsum, Parallel{});
   }
-  etfuse::core::activation::apply(act, o.data<float>(), o.write_layout(), Parallel{});
+  if (gated) {
+    etfuse::core::activation::apply_gated(act, sums.data(), rows, N / 2, o.data<float>(), N / 2, 1, Parallel{});
+  } else {
+    etfuse::core::activation::apply(act, o.data<float>(), o.write_layout(), Parallel{});
+  }
   return o.finish();
 }
 
