@@ -40,7 +40,7 @@ from executorch.exir.passes.constant_prop_pass import get_constant_placeholder_d
 from torch.fx.passes.infra.pass_base import PassResult
 
 from .fold_packed_weights import without_unused_constants
-from .graph_copy import copy_graph_module, graph_modules, program_with
+from .graph_copy import copy_graph_module, editable_copy, graph_modules, program_with
 
 
 def _schema(node: fx.Node):
@@ -148,8 +148,7 @@ def _merge_constants(ep):
     same = _same_constants(constants, kinds)
     if not same:
         return None
-    new = program_with(ep, copy_graph_module(ep.graph_module), copy.deepcopy(ep.graph_signature),
-                       dict(ep.state_dict), dict(ep.constants))
+    new = editable_copy(ep)
     by_name = {n.name: n for n in new.graph.nodes if n.op == "placeholder"}
     dropped = set()
     for node, first in same.items():

@@ -21,19 +21,17 @@ values: it returns a copy, the pack ops stay in the program and run on the runti
 
 from __future__ import annotations
 
-import copy
 import logging
 
 import torch
 import torch.fx as fx
-from executorch.exir.pass_base import ExportedProgramPassBase, ExportedProgramPassResult
+from executorch.exir.pass_base import ExportedProgramPassResult
 from executorch.exir.passes.constant_prop_pass import constant_prop_pass, get_constant_placeholder_dict
-from torch.fx.passes.infra.pass_base import PassResult
 
 from etfuse.backend_ops import EMBEDDING_OPS, LINEAR_QW, PACK_EMBEDDING_WEIGHT, PACK_INT4
 
 from .engine import _aten
-from .graph_copy import copy_graph_module, program_with
+from .graph_copy import editable_copy, program_with, ValuesPass
 
 
 _PACKS = {PACK_EMBEDDING_WEIGHT.aten, PACK_INT4.aten}
@@ -47,13 +45,8 @@ def _is_pack(target) -> bool:
 _ZERO_POINTS = {**{op.aten: 2 for op in EMBEDDING_OPS}, LINEAR_QW.aten: 3}
 
 
-class FoldPackedWeightsPass(ExportedProgramPassBase):
+class FoldPackedWeightsPass(ValuesPass):
     """Pack ops on constant weights -> packed constants; all-zero constant zero points -> None."""
-
-    def __call__(self, program):
-        if isinstance(program, fx.GraphModule):
-            return PassResult(copy_graph_module(program), True)
-        return super().__call__(program)
 
     def call(self, ep) -> ExportedProgramPassResult:
         constants = get_constant_placeholder_dict(ep)
@@ -62,8 +55,7 @@ class FoldPackedWeightsPass(ExportedProgramPassBase):
                     and _all_zero(_zero_points(n), constants)]
         if not packs and not zero_zps:
             return ExportedProgramPassResult(ep, False)
-        new = program_with(ep, copy_graph_module(ep.graph_module), copy.deepcopy(ep.graph_signature),
-                           dict(ep.state_dict), dict(ep.constants))
+        new = editable_copy(ep)
         if zero_zps:
             names = {n.name for n in zero_zps}
             dropped = set()

@@ -26,22 +26,20 @@ weight of a multi-row linear for the GEMM's panels).
 
 from __future__ import annotations
 
-import copy
 from typing import Optional
 
 import torch
 import torch.fx as fx
 from executorch.exir.dialects._ops import ops as exir_ops
-from executorch.exir.pass_base import ExportedProgramPassBase, ExportedProgramPassResult
+from executorch.exir.pass_base import ExportedProgramPassResult
 from executorch.exir.passes.constant_prop_pass import get_constant_placeholder_dict
-from torch.fx.passes.infra.pass_base import PassResult
 
 from etfuse.backend_ops import LINEAR_ACT, LINEAR_QW
 from etfuse.backend_ops.gemm_conv_ops import GATED_ACTIVATIONS
 
 from .engine import _aten
 from .fold_packed_weights import fold_only
-from .graph_copy import copy_graph_module, program_with
+from .graph_copy import ValuesPass, editable_copy
 
 _GATED = {inner: gated for gated, inner in GATED_ACTIVATIONS.items()}  # "silu" -> "swiglu"
 _MUL = exir_ops.edge.aten.mul.Tensor
@@ -109,21 +107,15 @@ def _gated_pairs(graph: fx.Graph, constants: dict) -> list:
     return pairs
 
 
-class GatedLinearsPass(ExportedProgramPassBase):
+class GatedLinearsPass(ValuesPass):
     """mul(linear(x, w1, act), linear(x, w3)) -> linear(x, cat(w1, w3), gated act) (module docstring)."""
-
-    def __call__(self, program):
-        if isinstance(program, fx.GraphModule):
-            return PassResult(copy_graph_module(program), True)  # modified: see FoldPackedWeightsPass
-        return super().__call__(program)
 
     def call(self, ep) -> ExportedProgramPassResult:
         constants = get_constant_placeholder_dict(ep)
         names = {mul.name for mul, _, _ in _gated_pairs(ep.graph, constants)}
         if not names:
             return ExportedProgramPassResult(ep, False)
-        new = program_with(ep, copy_graph_module(ep.graph_module), copy.deepcopy(ep.graph_signature),
-                           dict(ep.state_dict), dict(ep.constants))
+        new = editable_copy(ep)
         graph = new.graph
         for mul, first, second in _gated_pairs(graph, get_constant_placeholder_dict(new)):
             if mul.name not in names:

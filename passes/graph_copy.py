@@ -15,7 +15,9 @@ from typing import Callable, Optional
 
 import torch.fx as fx
 from executorch.exir._program_utils import _get_updated_graph_signature, _get_updated_range_constraints
+from executorch.exir.pass_base import ExportedProgramPassBase
 from torch.export import ExportedProgram
+from torch.fx.passes.infra.pass_base import PassResult
 from torch.export.graph_signature import ExportGraphSignature
 
 # (graph module, its path) -> the new graph for it; the default copies the graph as it is.
@@ -77,3 +79,21 @@ def program_with(ep: ExportedProgram, gm: fx.GraphModule, signature: Optional[Ex
     if constants is not None:
         new._constants = constants
     return new
+
+
+def editable_copy(ep: ExportedProgram) -> ExportedProgram:
+    """`ep` with a graph module, signature, state dict and constants dict of its own, which a pass
+    may edit (the tensors stay shared)."""
+    return program_with(ep, copy_graph_module(ep.graph_module), copy.deepcopy(ep.graph_signature),
+                        dict(ep.state_dict), dict(ep.constants))
+
+
+class ValuesPass(ExportedProgramPassBase):
+    """A pass that needs the program's values (constant weights). Given a graph module alone
+    (`ExecutorchBackendConfig(passes=...)` hands passes only that) it returns a copy, unchanged;
+    `modified` stays True there, as executorch's pass manager then keeps the returned module."""
+
+    def __call__(self, program):
+        if isinstance(program, fx.GraphModule):
+            return PassResult(copy_graph_module(program), True)
+        return super().__call__(program)

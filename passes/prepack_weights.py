@@ -48,14 +48,12 @@ body input, not as a constant.
 
 from __future__ import annotations
 
-import copy
 import math
 
 import torch
 import torch.fx as fx
-from executorch.exir.pass_base import ExportedProgramPassBase, ExportedProgramPassResult
+from executorch.exir.pass_base import ExportedProgramPassResult
 from executorch.exir.passes.constant_prop_pass import get_constant_placeholder_dict
-from torch.fx.passes.infra.pass_base import PassResult
 
 from etfuse.backend_ops import (CONV2D_ACT, CONV2D_BN_ACT, CONV2D_BN_PACKED_ACT, CONV2D_PACKED_ACT, LINEAR_ACT,
                                 LINEAR_PACKED_ACT, LINEAR_RELU, PACK_GEMM_WEIGHT, QUANTIZED_CONV2D,
@@ -63,7 +61,7 @@ from etfuse.backend_ops import (CONV2D_ACT, CONV2D_BN_ACT, CONV2D_BN_PACKED_ACT,
 
 from .engine import _aten
 from .fold_packed_weights import fold_only
-from .graph_copy import copy_graph_module, program_with
+from .graph_copy import ValuesPass, editable_copy
 
 MIN_ROWS = 3
 MAX_CONV_PIXELS = 256  # exclusive: from 16x16 on, the implicit GEMM reads its panels in place
@@ -185,21 +183,15 @@ def _is_pack(target) -> bool:
     return _aten(target) == PACK_GEMM_WEIGHT.aten
 
 
-class PrepackWeightsPass(ExportedProgramPassBase):
+class PrepackWeightsPass(ValuesPass):
     """linear / conv2d ops on constant weights -> their *_packed_act forms on packed constants."""
-
-    def __call__(self, program):
-        if isinstance(program, fx.GraphModule):
-            return PassResult(copy_graph_module(program), True)  # modified: see FoldPackedWeightsPass
-        return super().__call__(program)
 
     def call(self, ep) -> ExportedProgramPassResult:
         constants = get_constant_placeholder_dict(ep)
         names = {n.name for n in ep.graph.nodes if _packable(n, constants)}
         if not names:
             return ExportedProgramPassResult(ep, False)
-        new = program_with(ep, copy_graph_module(ep.graph_module), copy.deepcopy(ep.graph_signature),
-                           dict(ep.state_dict), dict(ep.constants))
+        new = editable_copy(ep)
         graph = new.graph
         packs: dict[fx.Node, fx.Node] = {}  # weight -> its pack node: a shared weight is packed once
         for node in list(graph.nodes):
