@@ -163,25 +163,26 @@ class CommonSubexpressionPass(ExportedProgramPassBase):
 
     def __call__(self, program):
         if isinstance(program, fx.GraphModule):
-            return PassResult(*_merge_ops(program))
+            result = copy_graph_module(program)
+            return PassResult(result, _merge_ops(result))
         return super().__call__(program)
 
     def call(self, ep) -> ExportedProgramPassResult:
         merged = _merge_constants(ep)
-        gm, changed = _merge_ops((merged or ep).graph_module)
-        if not changed:
-            return ExportedProgramPassResult(merged or ep, merged is not None)
-        base = merged or ep
-        return ExportedProgramPassResult(program_with(base, gm, copy.deepcopy(base.graph_signature),
-                                                      dict(base.state_dict), dict(base.constants)), True)
+        if merged is not None:  # a program of this pass's own: its ops are merged in place
+            _merge_ops(merged.graph_module)
+            return ExportedProgramPassResult(merged, True)
+        gm = copy_graph_module(ep.graph_module)
+        if not _merge_ops(gm):
+            return ExportedProgramPassResult(ep, False)
+        return ExportedProgramPassResult(program_with(ep, gm, copy.deepcopy(ep.graph_signature)), True)
 
 
-def _merge_ops(graph_module: fx.GraphModule) -> tuple:
-    """A copy of `graph_module` with its repeated pure computations merged, and whether any was."""
-    result = copy_graph_module(graph_module)
+def _merge_ops(graph_module: fx.GraphModule) -> bool:
+    """Merge the repeated pure computations of `graph_module` and its bodies in place; whether any was."""
     changed = False
-    for _, module in graph_modules(result):
+    for _, module in graph_modules(graph_module):
         if merge_common_subexpressions(module.graph):
             module.recompile()
             changed = True
-    return result, changed
+    return changed

@@ -37,7 +37,7 @@ from executorch.exir.passes.constant_prop_pass import get_constant_placeholder_d
 from etfuse.backend_ops import LINEAR_ACT, LINEAR_QW
 from etfuse.backend_ops.gemm_conv_ops import GATED_ACTIVATIONS
 
-from .engine import _aten
+from .engine import _aten, _schema_args
 from .fold_packed_weights import fold_only
 from .graph_copy import ValuesPass, editable_copy
 
@@ -50,17 +50,8 @@ _SAME = {LINEAR_ACT.aten: ("input", "min", "max", "residual"), LINEAR_QW.aten: (
 
 
 def _named_args(node: fx.Node) -> dict:
-    """The node's arguments by schema name, defaults filled in."""
-    schema = _aten(node.target)._schema
-    out = {}
-    for i, arg in enumerate(schema.arguments):
-        if i < len(node.args):
-            out[arg.name] = node.args[i]
-        elif arg.name in node.kwargs:
-            out[arg.name] = node.kwargs[arg.name]
-        else:
-            out[arg.name] = arg.default_value if arg.has_default_value() else None
-    return out
+    """The node's arguments by schema name, defaults filled in (the engine's `_schema_args`)."""
+    return dict(zip((a.name for a in node.target._schema.arguments), _schema_args(node)))
 
 
 def _linear(node) -> Optional[dict]:

@@ -18,39 +18,36 @@ namespace activation {
 
 enum class Kind { kNone = 0, kSilu, kSigmoid, kGelu, kGeluTanh, kHardswish, kHardsigmoid };
 
-// The schema's `str activation` ("none", "silu", "sigmoid", "gelu", "gelu_tanh", "hardswish", "hardsigmoid").
-inline bool parse(const char* op, const char* s, size_t n, Kind& kind, Status& st) {
-  struct Name {
-    const char* name;
-    Kind kind;
-  };
-  static const Name names[] = {{"none", Kind::kNone}, {"silu", Kind::kSilu}, {"sigmoid", Kind::kSigmoid},
-                               {"gelu", Kind::kGelu}, {"gelu_tanh", Kind::kGeluTanh},
-                               {"hardswish", Kind::kHardswish}, {"hardsigmoid", Kind::kHardsigmoid}};
-  for (const Name& e : names) {
+// A name's activation in a table of (name, kind): whether it is there.
+struct Named {
+  const char* name;
+  Kind kind;
+};
+template <size_t N>
+inline bool lookup(const Named (&names)[N], const char* s, size_t n, Kind& kind) {
+  for (const Named& e : names) {
     if (std::strlen(e.name) == n && std::strncmp(e.name, s, n) == 0) {
       kind = e.kind;
       return true;
     }
   }
+  return false;
+}
+
+// The schema's `str activation` ("none", "silu", "sigmoid", "gelu", "gelu_tanh", "hardswish", "hardsigmoid").
+inline bool parse(const char* op, const char* s, size_t n, Kind& kind, Status& st) {
+  static const Named names[] = {{"none", Kind::kNone}, {"silu", Kind::kSilu}, {"sigmoid", Kind::kSigmoid},
+                                {"gelu", Kind::kGelu}, {"gelu_tanh", Kind::kGeluTanh},
+                                {"hardswish", Kind::kHardswish}, {"hardsigmoid", Kind::kHardsigmoid}};
+  if (lookup(names, s, n, kind)) return true;
   return st.fail("%s: unknown activation '%.*s' (none, silu, sigmoid, gelu, gelu_tanh, hardswish, hardsigmoid)", op, (int)n, s);
 }
 
 // A gated activation of a linear ("swiglu", "geglu", "geglu_tanh"): `inner` of the first half of
 // the output features times the second half (apply_gated). False for any other name.
 inline bool parse_gated(const char* s, size_t n, Kind& inner) {
-  struct Name {
-    const char* name;
-    Kind kind;
-  };
-  static const Name names[] = {{"swiglu", Kind::kSilu}, {"geglu", Kind::kGelu}, {"geglu_tanh", Kind::kGeluTanh}};
-  for (const Name& e : names) {
-    if (std::strlen(e.name) == n && std::strncmp(e.name, s, n) == 0) {
-      inner = e.kind;
-      return true;
-    }
-  }
-  return false;
+  static const Named names[] = {{"swiglu", Kind::kSilu}, {"geglu", Kind::kGelu}, {"geglu_tanh", Kind::kGeluTanh}};
+  return lookup(names, s, n, inner);
 }
 
 namespace detail {

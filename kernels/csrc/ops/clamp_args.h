@@ -36,5 +36,22 @@ inline bool linear_activation_of(const char* op, const Str& name, core::activati
                  "gated: swiglu, geglu, geglu_tanh)", op, (int)name.size(), name.data());
 }
 
+// A gated linear writes all its features into `sums` (laid out as `lsums`, contiguous) and
+// combines their halves into out: `sizes` (out's shape with every feature, last) becomes out's,
+// the features halved. Fails on an odd number of features.
+inline bool gated_sums(const char* op, int ndim, int64_t* sizes, Layout& lsums, std::vector<float>& sums,
+                       Status& st) {
+  if (sizes[ndim - 1] % 2 != 0) {
+    return st.fail("%s: a gated activation needs an even number of output features, got %lld", op,
+                   (long long)sizes[ndim - 1]);
+  }
+  lsums.ndim = ndim;
+  for (int d = 0; d < ndim; ++d) lsums.sizes[d] = sizes[d];
+  lsums = contiguous_layout(lsums);
+  sums.resize(static_cast<size_t>(lsums.numel()));
+  sizes[ndim - 1] /= 2;
+  return true;
+}
+
 }  // namespace adapter
 }  // namespace etfuse

@@ -3,6 +3,7 @@
 #pragma once
 
 #include "adapter.h"
+#include "ops/clamp_args.h"
 #include "core/activation.h"
 #include "core/gemm_entry.h"
 
@@ -34,22 +35,9 @@ inline Tensor& linear_into(Context& ctx, const char* op, const Tensor& input, co
       (packed ? layout_of(weight, "packed_weight", lpacked, st) && ge::packed_weight(lpacked, packed_n, lw, st)
               : layout_of(weight, "weight", lw, st)) &&
       ge::linear_out_shape(li, lw, lb, ndim, sizes, st);
-  // gated: the GEMM writes all 2H features into a scratch, the halves are combined into out [.., H]
-  Layout lgemm;
+  Layout lgemm;  // gated: the GEMM writes all 2H features here, combined into out [.., H]
   std::vector<float> gemm_scratch;
-  if (ok && gated) {
-    if (sizes[ndim - 1] % 2 != 0) {
-      ok = st.fail("%s: a gated activation needs an even number of output features, got %lld", op,
-                   (long long)sizes[ndim - 1]);
-    } else {
-      lgemm.ndim = ndim;
-      for (int d = 0; d < ndim; ++d) lgemm.sizes[d] = sizes[d];
-      lgemm = contiguous_layout(lgemm);
-      gemm_scratch.resize(static_cast<size_t>(lgemm.numel()));
-      sizes[ndim - 1] /= 2;
-    }
-  }
-  ok = ok && o.resize(op, ndim, sizes, st);
+  ok = ok && (!gated || gated_sums(op, ndim, sizes, lgemm, gemm_scratch, st)) && o.resize(op, ndim, sizes, st);
   Layout lr;
   ok = ok && (!residual || (check_float(op, "residual", *residual, st) && layout_of(*residual, "residual", lr, st) &&
                             same_shape(op, "residual", lr, gated ? lgemm : o.layout(), st)));

@@ -62,24 +62,13 @@ Tensor& linear_qw_out(Context& ctx, const Tensor& input, const Tensor& weight, c
       ok = st.fail("%s: bias must be [%lld], got %s", op, (long long)N, etfuse::core::ShapeStr(lb).c_str());
     }
   }
-  if (ok && gated && N % 2 != 0) {
-    ok = st.fail("%s: a gated activation needs an even number of output features, got %lld", op, (long long)N);
-  }
   Out o(out);
   int64_t sizes[etfuse::core::kMaxDims];
   for (int d = 0; ok && d < li.ndim; ++d) sizes[d] = li.sizes[d];
   if (ok) sizes[li.ndim - 1] = N;
-  // gated: the sums of all N features go to a scratch, the halves are combined into out [.., N / 2]
-  Layout lsums;
+  Layout lsums;  // gated: the sums of all N features, combined into out [.., N / 2]
   std::vector<float> sums;
-  if (ok && gated) {
-    lsums.ndim = li.ndim;
-    for (int d = 0; d < li.ndim; ++d) lsums.sizes[d] = sizes[d];
-    lsums = contiguous_layout(lsums);
-    sums.resize(static_cast<size_t>(lsums.numel()));
-    sizes[li.ndim - 1] = N / 2;
-  }
-  ok = ok && o.resize(op, li.ndim, sizes, st);
+  ok = ok && (!gated || gated_sums(op, li.ndim, sizes, lsums, sums, st)) && o.resize(op, li.ndim, sizes, st);
   ok = ok && (!has(residual) || (check_float(op, "residual", *residual, st) &&
                                  layout_of(*residual, "residual", lr, st) &&
                                  same_shape(op, "residual", lr, gated ? lsums : o.layout(), st)));
