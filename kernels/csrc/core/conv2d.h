@@ -264,12 +264,26 @@ ETFUSE_ALWAYS_INLINE void direct_block(int64_t q, const float* seed, int64_t tap
   }
 }
 
-// n floats from src to dst (n small: a row of a feature map); whole vectors, then the rest.
+// n floats from src to dst (n small: a row of a feature map; the two do not overlap): whole
+// vectors, the rest as one more vector ending at n (overlapping the last) or, under W, two
+// narrower ones. No element loop: GCC turns one into a libc memcpy call, which cost more than
+// the copy on 8-32 float rows.
 template <int W>
 ETFUSE_ALWAYS_INLINE void copy_row(float* dst, const float* src, int64_t n) {
-  int64_t j = 0;
-  for (; j + W <= n; j += W) gemm::detail::store<W>(dst + j, gemm::detail::load<W>(src + j));  // not memcpy: see store
-  for (; j < n; ++j) dst[j] = src[j];
+  if (n >= W) {
+    int64_t j = 0;
+    for (; j + W <= n; j += W) gemm::detail::store<W>(dst + j, gemm::detail::load<W>(src + j));  // not memcpy: see store
+    if (j < n) gemm::detail::store<W>(dst + n - W, gemm::detail::load<W>(src + n - W));
+  } else if constexpr (W > 4) {
+    copy_row<W / 2>(dst, src, n);
+  } else {
+    if (n >= 2) {
+      *reinterpret_cast<uint64_t*>(dst) = *reinterpret_cast<const uint64_t*>(src);
+      dst[n - 1] = src[n - 1];
+    } else if (n == 1) {
+      dst[0] = src[0];
+    }
+  }
 }
 
 // The phase planes' geometry (direct_planes): SH x SW planes, sh * sw of them per input channel.
@@ -321,7 +335,7 @@ ETFUSE_ALWAYS_INLINE void split_phases(const Problem& pb, const PhaseGeom& g, in
           const float* row = from + (i * sh + a - ph) * ihs;
           float* d = dst + i * g.SW;
           if (sw == 1 && iws == 1) {
-            std::memcpy(d, row, sizeof(float) * jn);
+            copy_row<4>(d, row, jn);  // inline: a libc call per short row was 13% of a 16 -> 16 conv on 32x32
           } else if (sw == 2 && iws == 1) {
             for (int64_t j = 0; j < jn; ++j) d[j] = row[2 * j];  // a constant step GCC vectorises
           } else {
@@ -773,98 +787,145 @@ inline void channels_out(const Problem& pb, int64_t n, int64_t co0, bool transpo
   a.act_max = p.has_max ? p.max : __builtin_inff();
 }
 
-// B(k, j) of a spatial conv on its phase planes (run_phase_gemm): row k is tap[k], the phase
-// plane of k's input channel and kernel position, shifted to the tap (direct_planes' table);
-// output pixel j = oh * OW + ow reads it at oh * SW + ow. The padding is in the planes, so a
-// panel is a few contiguous runs per k (one per output row it spans), worked out once per panel,
-// not per k: pack_windows' per-k divisions and bounds cost as much as the multiply-adds at 64
-// output channels.
-struct TapCtx {
-  const float* const* tap;
-  int64_t OW, SW;
+// A spatial conv as the GEMM out[co, q] = sum_k weight[co, k] * tap[k][q] over the image's
+// phase planes (split_phases; stride 1 is one phase: the zero-padded image), with the output
+// pixels q = oh * SW + ow laid out on the planes' rows (SW = OW plus the kernel's reach): every
+// B row is then a contiguous run of a plane, read in place, and the columns ow >= OW (the reach,
+// 2 of 34 on a 32-wide map with a 3x3 kernel) are computed and dropped. Packing B panels out of
+// the planes (one copy per k and panel) cost 80% of the multiply-adds' time at 16 output
+// channels (ResNet8's 16 -> 16 on 32x32: 53 us, 36% of it the copy).
+struct TapTask {
+  const Problem* pb;
+  const float* const* tap;  // [K]: where k's plane run starts (PhaseGeom::taps)
+  const float* w;  // the group's weight rows: [Mg][K], row stride w_rs, contiguous along k
+  int64_t w_rs, K, Mg, co0, n, SW, Q;  // Q = OH * SW: the columns computed
 };
 
-template <int W>
-ETFUSE_ALWAYS_INLINE void pack_taps(const void* vctx, int64_t k0, int64_t kc, int64_t j0, int64_t nr, int64_t NR,
-                                    float* pack) {
-  const TapCtx& c = *static_cast<const TapCtx*>(vctx);
-  int64_t to[kMaxPanel], from[kMaxPanel], len[kMaxPanel];
-  bool whole[kMaxPanel];  // the run copied as whole vectors (over-reading into the planes' slack)
-  int runs = 0;
-  for (int64_t j = 0, oh = j0 / c.OW, ow = j0 % c.OW; j < nr; ++runs) {
-    const int64_t n = (nr - j) < (c.OW - ow) ? (nr - j) : (c.OW - ow);
-    to[runs] = j;
-    from[runs] = oh * c.SW + ow;
-    len[runs] = n;
-    // the vectors past the run are overwritten by the next run or the zeros past nr; never past NR
-    whole[runs] = j + (n + W - 1) / W * W <= NR;
-    j += n;
-    ow = 0;
-    ++oh;
+// Rows [i0, i0 + MR) of columns [q0, q0 + NR): the sums, the epilogue (per-channel scale, bias,
+// clamp), then each row's valid columns into the output plane.
+template <int MR, int NR, int W>
+ETFUSE_ALWAYS_INLINE void tap_tile(const TapTask& t, int64_t i0, int64_t q0) {
+  typedef typename gemm::detail::Vec<W>::type vf;
+  constexpr int NV = NR / W;
+  const Problem& pb = *t.pb;
+  vf acc[MR][NV];
+  for (int i = 0; i < MR; ++i)
+    for (int v = 0; v < NV; ++v) acc[i][v] = vf{};
+  const float* a[MR];
+  for (int i = 0; i < MR; ++i) a[i] = t.w + (i0 + i) * t.w_rs;
+  for (int64_t k = 0; k < t.K; ++k) {
+    const float* b = t.tap[k] + q0;
+    vf bv[NV];
+    for (int v = 0; v < NV; ++v) bv[v] = gemm::detail::load<W>(b + v * W);
+    for (int i = 0; i < MR; ++i) {
+      const float s = a[i][k];
+      for (int v = 0; v < NV; ++v) acc[i][v] += s * bv[v];
+    }
   }
-  for (int64_t kk = 0; kk < kc; ++kk) {
-    const float* src = c.tap[k0 + kk];
-    float* dst = pack + kk * NR;
+  const Params& p = pb.p;
+  const vf lo = vf{} + (p.has_min ? p.min : -__builtin_inff()), hi = vf{} + (p.has_max ? p.max : __builtin_inff());
+  const int64_t OW = pb.lo.sizes[3], hs = pb.lo.strides[2], ws = pb.lo.strides[3];
+  // the panel's valid columns: runs of ow < OW, one per output row it spans (worked out once:
+  // a division per run and row cost more than the multiply-adds on DS-CNN's 5-wide maps)
+  int64_t from[NR], to[NR], len[NR];
+  int runs = 0;
+  for (int64_t j = 0, oh = q0 / t.SW, ow = q0 % t.SW; j < NR && oh * t.SW + ow < t.Q; ++oh, ow = 0) {
+    if (ow < OW) {
+      const int64_t n = (OW - ow) < (NR - j) ? (OW - ow) : (NR - j);
+      from[runs] = j;
+      to[runs] = oh * hs + ow * ws;
+      len[runs++] = n;
+    }
+    j += t.SW - ow;
+  }
+  alignas(64) float row[NR];
+  for (int i = 0; i < MR; ++i) {
+    const int64_t co = t.co0 + i0 + i;
+    const vf sc = vf{} + (pb.scale ? pb.scale[co * pb.scale_s] : 1.0f);
+    const vf bias = vf{} + (pb.bias ? pb.bias[co * pb.bias_s] : 0.0f);
+    for (int v = 0; v < NV; ++v) {
+      vf x = acc[i][v] * sc + bias;
+      x = x < lo ? lo : (x > hi ? hi : x);  // clamp_act lane by lane (NaN kept)
+      gemm::detail::store<W>(row + v * W, x);
+    }
+    float* plane = pb.out + t.n * pb.lo.strides[0] + co * pb.lo.strides[1];
     for (int r = 0; r < runs; ++r) {
-      if (whole[r]) {
-        for (int64_t t = 0; t < len[r]; t += W)
-          gemm::detail::store<W>(dst + to[r] + t, gemm::detail::load<W>(src + from[r] + t));
+      if (ws == 1) {
+        copy_row<W>(plane + to[r], row + from[r], len[r]);  // inline: a libc memcpy per run was 10% of the conv's time
       } else {
-        copy_row<W>(dst + to[r], src + from[r], len[r]);
+        for (int64_t c = 0; c < len[r]; ++c) plane[to[r] + c * ws] = row[from[r] + c];
       }
     }
-    for (int64_t j = nr; j < NR; ++j) dst[j] = 0.0f;
   }
 }
 
-// Compiled once per library in core/kernels.cpp.
-void pack_taps_baseline(const void* vctx, int64_t k0, int64_t kc, int64_t j0, int64_t nr, int64_t NR, float* pack);
-ETFUSE_TARGET_AVX2 void pack_taps_avx2(const void* vctx, int64_t k0, int64_t kc, int64_t j0, int64_t nr, int64_t NR,
-                                       float* pack);
-#if defined(ETFUSE_CORE_KERNELS)
-void pack_taps_baseline(const void* vctx, int64_t k0, int64_t kc, int64_t j0, int64_t nr, int64_t NR, float* pack) {
-  pack_taps<4>(vctx, k0, kc, j0, nr, NR, pack);
+// rows_tile's dispatch: a tile of exactly mr <= MR rows
+template <int MR, int NR, int W>
+ETFUSE_ALWAYS_INLINE void tap_rows(const TapTask& t, int64_t mr, int64_t i0, int64_t q0) {
+  if constexpr (MR > 1) {
+    if (mr < MR) {
+      tap_rows<MR - 1, NR, W>(t, mr, i0, q0);
+      return;
+    }
+  }
+  tap_tile<MR, NR, W>(t, i0, q0);
 }
-ETFUSE_TARGET_AVX2 void pack_taps_avx2(const void* vctx, int64_t k0, int64_t kc, int64_t j0, int64_t nr, int64_t NR,
-                                       float* pack) {
-  pack_taps<8>(vctx, k0, kc, j0, nr, NR, pack);
+
+// Tasks [b, e): task = column panel, all the output channels of the group (for_row_tiles).
+template <int MR, int NR, int W>
+ETFUSE_ALWAYS_INLINE void tap_panels(const TapTask& t, int64_t b, int64_t e) {
+  // the loop of for_row_tiles written out: a lambda is not compiled for the caller's target ISA
+  const int64_t ntiles = (t.Mg + MR - 1) / MR, base = t.Mg / ntiles, taller = t.Mg % ntiles;
+  for (int64_t panel = b; panel < e; ++panel) {
+    for (int64_t tile = 0, i0 = 0; tile < ntiles; ++tile) {
+      const int64_t mr = base + (tile < taller ? 1 : 0);
+      tap_rows<MR, NR, W>(t, mr, i0, panel * NR);
+      i0 += mr;
+    }
+  }
+}
+
+// Compiled once per library in core/kernels.cpp. Columns per panel: kTapPanel(isa).
+void tap_panels_avx2(const TapTask& t, int64_t b, int64_t e);
+void tap_panels_avx512(const TapTask& t, int64_t b, int64_t e);
+#if defined(ETFUSE_CORE_KERNELS)
+ETFUSE_TARGET_AVX2 void tap_panels_avx2(const TapTask& t, int64_t b, int64_t e) {
+  tap_panels<6, 16, 8>(t, b, e);
+}
+ETFUSE_TARGET_AVX512 void tap_panels_avx512(const TapTask& t, int64_t b, int64_t e) {
+  tap_panels<8, 32, 16>(t, b, e);
 }
 #endif
 
-// A spatial conv (KH * KW > 1) as the GEMM out[co, j] = sum_k weight[co, k] * B(k, j) over the
-// image's phase planes (split_phases, as direct_planes; stride 1 is one phase: the zero-padded
-// image): B's rows are shifted planes, packed by pack_taps. The split costs one pass over the
-// input per image and group.
+// Runs the whole phase-plane GEMM: the planes split once per image and group, then column
+// panels in parallel. The split costs one pass over the input per image and group.
 template <class Par>
 inline void run_phase_gemm(const Problem& pb, Par&& par) {
   const Params& p = pb.p;
-  const int64_t N = pb.lo.sizes[0], OH = pb.lo.sizes[2], OW = pb.lo.sizes[3];
+  const int64_t N = pb.lo.sizes[0], OH = pb.lo.sizes[2];
   const int64_t G = p.groups, Cg = pb.li.sizes[1] / G, Mg = pb.lo.sizes[1] / G;
   const int64_t KH = pb.lw.sizes[2], KW = pb.lw.sizes[3], K = Cg * KH * KW;
   const PhaseGeom geom(pb);
-  // zeros once: split_phases writes only the input positions, the same for every image and group
-  std::vector<float> phases(static_cast<size_t>(Cg * geom.channel + 8), 0.0f);  // + the whole vectors' over-read
+  const bool wide = use_avx512();
+  const int64_t NR = wide ? 32 : 16, Q = OH * geom.SW, panels = (Q + NR - 1) / NR;
+  // zeros once: split_phases writes only the input positions, the same for every image and
+  // group; the last panel reads up to NR columns past the last plane's computed ones
+  std::vector<float> phases(static_cast<size_t>(Cg * geom.channel + NR + geom.SW), 0.0f);
   std::vector<const float*> tap(static_cast<size_t>(K));
   geom.taps(pb, phases.data(), tap.data());
-  const TapCtx ctx{tap.data(), OW, geom.SW};
-  for (int64_t n = 0; n < N; ++n) {
-    for (int64_t g = 0; g < G; ++g) {
+  // About 256 KFLOP per parallel chunk, as gemm::run
+  int64_t grain = (int64_t(1) << 18) / (2 * Mg * K * NR);
+  if (grain < 1) grain = 1;
+  const auto fn = wide ? &tap_panels_avx512 : &tap_panels_avx2;
+  for (int64_t g = 0; g < G; ++g) {
+    for (int64_t n = 0; n < N; ++n) {
       // serial up to a few hundred KB (ResNet-18's 64 channels on 26x26: 5 us on one thread, 12
       // split over two, whose worker then reads planes the other core wrote)
       serial_or_parallel(Cg, Cg * geom.channel <= kSerialElements * 4 ? Cg : 1, par, [&](int64_t c0, int64_t c1) {
         split_phases(pb, geom, n, g, c0, c1, phases.data());
       });
-      gemm::Args a;
-      a.M = Mg;
-      a.N = OH * OW;
-      a.K = K;
-      a.A = pb.w + g * Mg * pb.lw.strides[0];
-      a.a_rs = pb.lw.strides[0];
-      a.a_cs = 1;
-      a.pack = selected_isa() == Isa::kAvx2 ? &pack_taps_avx2 : &pack_taps_baseline;
-      a.pack_ctx = &ctx;
-      channels_out(pb, n, g * Mg, false, a);
-      gemm::run(a, par);
+      const TapTask t{&pb, tap.data(), pb.w + g * Mg * pb.lw.strides[0], pb.lw.strides[0], K, Mg, g * Mg, n, geom.SW, Q};
+      serial_or_parallel(panels, grain, par, [&](int64_t b, int64_t e) { fn(t, b, e); });
     }
   }
 }
@@ -1075,10 +1136,9 @@ inline bool weight_is_matrix(const Layout& lw) {
 }
 
 template <class Par>
-inline void run(const Problem& pb, Par&& par) {
+inline void run_paths(const Problem& pb, Par&& par) {
   const Params& p = pb.p;
   const int64_t N = pb.lo.sizes[0], Cout = pb.lo.sizes[1], OH = pb.lo.sizes[2], OW = pb.lo.sizes[3];
-  if (N == 0 || Cout == 0 || OH == 0 || OW == 0) return;
   if (pb.packed || pb.packed_i8) {
     detail::run_packed(pb, par);
     return;
@@ -1166,6 +1226,15 @@ inline void run(const Problem& pb, Par&& par) {
       gemm::run(a, par);
     }
   }
+}
+
+// The conv (every path above), on the calling thread alone when it is small (kParallelMinMacs).
+template <class Par>
+inline void run(const Problem& pb, Par&& par) {
+  const int64_t N = pb.lo.sizes[0], Cout = pb.lo.sizes[1], OH = pb.lo.sizes[2], OW = pb.lo.sizes[3];
+  if (N == 0 || Cout == 0 || OH == 0 || OW == 0) return;
+  const int64_t macs = N * Cout * OH * OW * (pb.li.sizes[1] / pb.p.groups) * pb.lw.sizes[2] * pb.lw.sizes[3];
+  run_paths(pb, SerialBelow<Par>{par, macs < kParallelMinMacs});
 }
 
 // The GEMM path writes output pixel j = oh * OW + ow at j * stride(3): the output plane must

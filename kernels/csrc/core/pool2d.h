@@ -237,7 +237,9 @@ inline void run(const float* in, float* out, int64_t planes, int64_t h, int64_t 
   auto* fn = selected_isa() == Isa::kAvx2 ? &detail::planes_avx2<kMax> : &detail::planes_baseline<kMax>;
   const int64_t work = std::max<int64_t>(1, h * w * p.kernel[0] + oh * ow * p.kernel[1]);
   const int64_t grain = std::max<int64_t>(1, kGrainSize / work);
-  if (planes * work <= kSerialElements) {
+  // serial for a small input as well, whatever the window: read from the other core, DS-CNN's
+  // 64 x 25 x 5 map (its global average: 200 K adds) took longer than all its adds (kParallelMinMacs)
+  if (planes * work <= kSerialElements || planes * h * w <= kSerialElements) {
     fn(in, out, g, p, row_len, 0, planes);
   } else {
     par(int64_t(0), planes, grain, [&](int64_t q0, int64_t q1) { fn(in, out, g, p, row_len, q0, q1); });
