@@ -41,14 +41,18 @@ constexpr int kMaxDims = 16;
 constexpr int64_t kGrainSize = 32768;
 // Memory-bound loops up to this many elements run on the calling thread.
 constexpr int64_t kSerialElements = 2 * kGrainSize;
-// GEMMs and convolutions of fewer multiply-adds run on the calling thread (about 25 us on one
-// AVX-512 core). Splitting one moves its data between cores: on the 2-vCPU machines measured
-// here a 32 KB tensor written by the other core took 3 us to read, 0.3 us from this core's
-// cache, and the op after a split one reads half its input that way. Measured on the runtime
-// (us per op, 1 thread vs 2 split): DS-CNN's 64 -> 64 1x1 on 25x5 (0.5 M) 8.5 vs 12.1, its
-// depthwise 3x3 5.1 vs 6.6, ResNet8's 16 -> 32 stride-2 3x3 (1.2 M) 21 vs 26, its 16 -> 16 3x3
-// on 32x32 (2.4 M) 32 vs 28.
-constexpr int64_t kParallelMinMacs = int64_t(1) << 21;
+// GEMMs and convolutions whose work is under this many multiply-adds' worth (about 12 us on one
+// AVX-512 core) run on the calling thread. The work counts the multiply-adds, plus 16 for each
+// operand element read (a weight streamed from L2 or L3 takes about as long per element as 16
+// multiply-adds: MobileNetV2's 160 -> 960 1x1 on 3x3, 1.4 M multiply-adds and 600 KB of weight,
+// 35 us on one thread and 23 on two). Splitting an op moves its data between cores: on the
+// 2-vCPU machines measured here a 32 KB tensor written by the other core took 3 us to read, 0.3
+// us from this core's cache, and the op after a split one reads half its input that way.
+// Measured on the runtime (us, 1 thread vs 2 split): DS-CNN's 64 -> 64 1x1 on 25x5 8.5 vs 12.1,
+// its depthwise 3x3 5.1 vs 6.6; MobileNetV2's 144 -> 32 1x1 on 12x12 11.2 vs 12.8, 192 -> 64 on
+// 6x6 8.8 vs 10.6; but 384 -> 64 on 6x6 17.4 vs 16.1.
+constexpr int64_t kParallelMinMacs = int64_t(1) << 20;
+constexpr int64_t kMacsPerElement = 16;
 
 // A parallel_for that runs everything on the calling thread when `serial`.
 template <class Par>

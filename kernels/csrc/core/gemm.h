@@ -611,7 +611,7 @@ inline void run(const Args& g, Par&& par) {
   int64_t grain = (int64_t(1) << 18) / flops_per_task;
   if (grain < 1) grain = 1;
   const int64_t order = rows_outer ? -mblocks : mblocks;  // tiles_impl's convention
-  if (tasks <= grain || g.M * g.N * g.K < kParallelMinMacs) {
+  if (tasks <= grain || g.M * g.N * g.K + kMacsPerElement * g.K * (g.M + g.N) < kParallelMinMacs) {
     kern.tiles(g, 0, tasks, order, mc);
     return;
   }
