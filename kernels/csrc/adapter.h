@@ -102,13 +102,11 @@ struct Parallel {
     int64_t chunk = core::balanced_grain(n, grain);
     if (chunk < per) chunk = core::balanced_grain(n, per);
     // a whole number of chunks per thread: 3 chunks on 2 threads take 2 chunks' time, 4 smaller
-    // ones 2 (the tiny llama's 288 -> 512 output layer)
-    const int64_t chunks = (n + chunk - 1) / chunk;
-    if (chunks > 1 && chunks % threads) {
-      const int64_t even = (chunks + threads - 1) / threads * threads;
-      chunk = (n + even - 1) / even;
-    }
-    pool::instance().run(begin, end, chunk, threads, &call<F>, const_cast<void*>(static_cast<const void*>(&fn)));
+    // ones 2 (the tiny llama's 288 -> 512 output layer); the pool cuts [begin, end) into that
+    // many near-equal chunks (9 panels as 3 + 2 + 2 + 2, not 3 chunks of 3)
+    int64_t chunks = (n + chunk - 1) / chunk;
+    if (chunks > 1 && chunks % threads) chunks = std::min(n, (chunks + threads - 1) / threads * threads);
+    pool::instance().run(begin, end, chunks, threads, &call<F>, const_cast<void*>(static_cast<const void*>(&fn)));
   }
 
  private:

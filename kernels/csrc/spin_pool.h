@@ -26,6 +26,7 @@
 // (the runtime and the quantized runtime library each have one).
 #pragma once
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <condition_variable>
@@ -44,10 +45,10 @@ constexpr int64_t kSpinMicros = 300, kYieldAfterMicros = 50;
 
 class SpinPool {
  public:
-  // fn(ctx, begin, end) over [begin, end) in chunks of `chunk`, on `threads` threads at most
-  // (the caller included). Returns when every chunk is done.
-  void run(int64_t begin, int64_t end, int64_t chunk, int threads, void (*fn)(void*, int64_t, int64_t), void* ctx) {
-    const int64_t n = (end - begin + chunk - 1) / chunk;
+  // fn(ctx, begin, end) over [begin, end) cut into `chunks` near-equal chunks, on `threads`
+  // threads at most (the caller included). Returns when every chunk is done.
+  void run(int64_t begin, int64_t end, int64_t chunks, int threads, void (*fn)(void*, int64_t, int64_t), void* ctx) {
+    const int64_t n = std::min(chunks, end - begin);
     if (n <= 1 || threads <= 1 || in_worker() >= 0 || n > kMaxChunks || !busy_.try_lock()) {
       fn(ctx, begin, end);
       return;
@@ -59,7 +60,6 @@ class SpinPool {
     ctx_ = ctx;
     begin_ = begin;
     end_ = end;
-    chunk_ = chunk;
     const int parts = static_cast<int>(n < threads ? n : threads);
     chunks_.store(n, std::memory_order_relaxed);
     done_.store(0, std::memory_order_relaxed);
@@ -115,8 +115,8 @@ class SpinPool {
   }
 
   void run_chunk(int64_t c) {
-    const int64_t b = begin_ + c * chunk_, e = (b + chunk_) < end_ ? (b + chunk_) : end_;
-    fn_(ctx_, b, e);
+    const int64_t n = chunks_.load(std::memory_order_relaxed), len = end_ - begin_;
+    fn_(ctx_, begin_ + c * len / n, begin_ + (c + 1) * len / n);
     done_.fetch_add(1, std::memory_order_release);
   }
 
@@ -209,8 +209,8 @@ class SpinPool {
   cpu_set_t allowed_;  // the caller's CPUs when the workers started
   void (*fn_)(void*, int64_t, int64_t) = nullptr;
   void* ctx_ = nullptr;
-  int64_t begin_ = 0, end_ = 0, chunk_ = 1;
-  std::atomic<int64_t> chunks_{0};  // read by a worker that may still hold the last job's ticket
+  int64_t begin_ = 0, end_ = 0;
+  std::atomic<int64_t> chunks_{0};  // the current job's chunk count (run_chunk)
 };
 
 // The process's pool. A forked child starts a new one: the parent's workers do not exist there
