@@ -19,7 +19,9 @@ same nodes, equal constants) and the operator is pure:
 * it is not random (`nondeterministic_seeded`);
 * no argument is a tensor some op of the graph writes in place (a KV cache updated by
   `update_cache_`): two reads of it on either side of the write differ;
-* the later node is not a program output (the graph signature names each output once).
+* the later node is not a program output (the graph signature names each output once);
+* it is not a quantize / dequantize (`quantized_decomposed`): PT2E keeps one per consumer on
+  purpose, and the XNNPACK partitioner needs them so.
 
 The later node's users then read the earlier one, which already comes first in the graph; in a
 functional graph (before `to_executorch` makes cache updates in place) this only moves reads of
@@ -64,6 +66,12 @@ def _written(graph: fx.Graph) -> set:
 def _pure(node: fx.Node) -> bool:
     schema = _schema(node)
     if schema is None or schema.is_mutable or any(r.alias_info is not None for r in schema.returns):
+        return False
+    if schema.name.startswith("quantized_decomposed::"):
+        # PT2E gives each consumer its own dequantize (DuplicateDQPass) so that every quantized
+        # op sees its own q/dq pattern; one shared dq made the XNNPACK partitioner join two
+        # partitions through it and fail ("Invalid partition, found dependency cycles",
+        # int8 MobileNetV2 on the passes_beside_xnnpack route)
         return False
     tags = getattr(node.target, "tags", ()) or ()
     return torch.Tag.nondeterministic_seeded not in tags

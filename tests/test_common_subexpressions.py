@@ -116,3 +116,45 @@ def test_a_parameter_and_a_buffer_of_equal_values_stay_apart():
     bn = next(n for n in fused.exported_program().graph.nodes if n.op == "call_function")
     assert bn.args[4] is not bn.args[5]  # bn_bias, running_mean
     assert_fused_matches_eager(model, args, fused)
+
+
+def test_quantized_residual_keeps_a_dequantize_per_consumer_and_lowers_to_xnnpack():
+    """PT2E gives each consumer of a quantized tensor its own dequantize; merged into one, the
+    XNNPACK partitioner joined two partitions through it and failed with "Invalid partition,
+    found dependency cycles" (int8 MobileNetV2 on the passes_beside_xnnpack route)."""
+    from executorch.backends.xnnpack.partition.xnnpack_partitioner import XnnpackPartitioner
+    from executorch.exir import to_edge_transform_and_lower
+
+    from etfuse.passes import passes_beside_xnnpack
+    from fusion_helpers import pt2e_int8
+
+    class Blocks(torch.nn.Module):
+        """Two MobileNetV2 inverted residuals: each block's input feeds its expand conv and its add."""
+
+        def __init__(self):
+            super().__init__()
+
+            def block():
+                return torch.nn.Sequential(
+                    torch.nn.Conv2d(8, 32, 1), torch.nn.ReLU6(), torch.nn.Conv2d(32, 32, 3, padding=1, groups=32),
+                    torch.nn.ReLU6(), torch.nn.Conv2d(32, 8, 1))
+
+            self.stem, self.a, self.b = torch.nn.Conv2d(3, 8, 3, padding=1), block(), block()
+
+        def forward(self, x):
+            x = self.stem(x)
+            x = x + self.a(x)
+            return x + self.b(x)
+
+    def dequantizes(gm):
+        return sum("dequantize_per_tensor" in name for name in op_names(gm))
+
+    x = torch.randn(1, 3, 12, 12)
+    ep = pt2e_int8(Blocks().eval(), (x,))
+    gm = etfuse.to_edge(ep).exported_program().graph_module
+    before = dequantizes(gm)
+    assert before > 6  # a dequantize per consumer: the blocks' inputs have two each
+    assert dequantizes(CommonSubexpressionPass()(gm).graph_module) == before
+    lowered = to_edge_transform_and_lower(ep, transform_passes=passes_beside_xnnpack(),
+                                          partitioner=[XnnpackPartitioner()])
+    assert any("executorch_call_delegate" in name for name in op_names(lowered.exported_program().graph_module))
