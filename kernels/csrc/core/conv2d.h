@@ -9,8 +9,8 @@
 //   contiguous multiply-add over the flattened plane, so any stride, dilation or map size
 //   vectorises (on AVX2, only depthwise convs and maps under 4x4: the phase planes below win);
 // * any other spatial kernel (3x3, 7x7, 1xk) from 4x4 outputs on (uses_phase_gemm): the GEMM over
-//   the image's zero-padded phase planes, each row of B one plane shifted to its tap
-//   (run_phase_gemm, pack_taps);
+//   the image's zero-padded phase planes, each row of B one plane shifted to its tap and read
+//   in place (run_phase_gemm, tap_tile);
 // * a small output map whose pixels fill the GEMM's panels badly (small_map): the transposed
 //   problem on the GEMM's dot-product path, over the image's im2col;
 // * a weight packed at fuse time (conv2d_packed_act, run_packed): the transposed problem on the
@@ -871,10 +871,12 @@ ETFUSE_ALWAYS_INLINE void tap_rows(const TapTask& t, int64_t mr, int64_t i0, int
   tap_tile<MR, NR, W>(t, i0, q0);
 }
 
-// Tasks [b, e): task = column panel, all the output channels of the group (for_row_tiles).
+// Tasks [b, e): task = column panel, all the output channels of the group in row tiles of
+// near-equal height (as gemm::tiles_impl: 13 rows as 7 + 6, not 8 + 5).
 template <int MR, int NR, int W>
 ETFUSE_ALWAYS_INLINE void tap_panels(const TapTask& t, int64_t b, int64_t e) {
-  // the loop of for_row_tiles written out: a lambda is not compiled for the caller's target ISA
+  // a plain loop, not a lambda: a lambda in a target("avx512f") function is compiled for the
+  // base ISA (its 64-byte vector code was emulated: 35x slower)
   const int64_t ntiles = (t.Mg + MR - 1) / MR, base = t.Mg / ntiles, taller = t.Mg % ntiles;
   for (int64_t panel = b; panel < e; ++panel) {
     for (int64_t tile = 0, i0 = 0; tile < ntiles; ++tile) {
