@@ -49,7 +49,7 @@ class SpinPool {
   // threads at most (the caller included). Returns when every chunk is done.
   void run(int64_t begin, int64_t end, int64_t chunks, int threads, void (*fn)(void*, int64_t, int64_t), void* ctx) {
     const int64_t n = std::min(chunks, end - begin);
-    if (n <= 1 || threads <= 1 || in_worker() >= 0 || n > kMaxChunks || !busy_.try_lock()) {
+    if (n <= 1 || threads <= 1 || worker_index() >= 0 || n > kMaxChunks || !busy_.try_lock()) {
       fn(ctx, begin, end);
       return;
     }
@@ -65,11 +65,12 @@ class SpinPool {
     done_.store(0, std::memory_order_relaxed);
     caller_cpu_.store(sched_getcpu(), std::memory_order_relaxed);
     const uint64_t job = (job_.load(std::memory_order_relaxed) + 1) & kJobMask;
-    // range i: chunks [i * n / parts, (i + 1) * n / parts); ranges past `parts` empty
-    for (int i = 0; i < kMaxThreads; ++i) {
-      const uint64_t lo = i < parts ? static_cast<uint64_t>(i * n / parts) : 0;
-      const uint64_t hi = i < parts ? static_cast<uint64_t>((i + 1) * n / parts) : 0;
-      ranges_[i].word.store(pack(job, lo, hi), std::memory_order_relaxed);
+    // range i: chunks [i * n / parts, (i + 1) * n / parts). The ranges past `parts` are not
+    // rewritten: work() reads only the first `parts`, and a late worker of an earlier job finds
+    // them all taken (that job ended only when its every chunk was done).
+    for (int i = 0; i < parts; ++i) {
+      ranges_[i].word.store(pack(job, static_cast<uint64_t>(i * n / parts), static_cast<uint64_t>((i + 1) * n / parts)),
+                            std::memory_order_relaxed);
     }
     parts_.store(parts, std::memory_order_relaxed);
     job_.store(job, std::memory_order_seq_cst);  // publishes the fields above
@@ -90,7 +91,7 @@ class SpinPool {
   static uint64_t pack(uint64_t job, uint64_t lo, uint64_t hi) { return job << 40 | lo << 20 | hi; }
 
   // -1 on the calling threads, the worker's range index (1...) on a worker
-  static int& in_worker() {
+  static int& worker_index() {
     static thread_local int index = -1;
     return index;
   }
@@ -133,7 +134,7 @@ class SpinPool {
   }
 
   void worker_loop(int index) {
-    in_worker() = index;
+    worker_index() = index;
     uint64_t seen = job_.load(std::memory_order_acquire);
     for (;;) {
       const auto since = std::chrono::steady_clock::now();

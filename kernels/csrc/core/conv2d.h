@@ -278,7 +278,7 @@ ETFUSE_ALWAYS_INLINE void copy_row(float* dst, const float* src, int64_t n) {
     copy_row<W / 2>(dst, src, n);
   } else {
     if (n >= 2) {
-      *reinterpret_cast<uint64_t*>(dst) = *reinterpret_cast<const uint64_t*>(src);
+      std::memcpy(dst, src, 2 * sizeof(float));  // a constant size: one 8-byte move, no call
       dst[n - 1] = src[n - 1];
     } else if (n == 1) {
       dst[0] = src[0];
@@ -801,10 +801,30 @@ struct TapTask {
   int64_t w_rs, K, Mg, co0, n, SW, Q;  // Q = OH * SW: the columns computed
 };
 
+// A panel's valid columns [q0, q0 + NR): runs of ow < OW, one per output row the panel spans,
+// from column from[r] of the panel to output offset to[r] (worked out once per panel: a division
+// per run and row cost more than the multiply-adds on DS-CNN's 5-wide maps).
+template <int NR>
+struct TapRuns {
+  int64_t from[NR], to[NR], len[NR];
+  int n = 0;
+  TapRuns(const TapTask& t, int64_t q0) {
+    const int64_t OW = t.pb->lo.sizes[3], hs = t.pb->lo.strides[2], ws = t.pb->lo.strides[3];
+    for (int64_t j = 0, oh = q0 / t.SW, ow = q0 % t.SW; j < NR && oh * t.SW + ow < t.Q; ++oh, ow = 0) {
+      if (ow < OW) {
+        from[n] = j;
+        to[n] = oh * hs + ow * ws;
+        len[n++] = (OW - ow) < (NR - j) ? (OW - ow) : (NR - j);
+      }
+      j += t.SW - ow;
+    }
+  }
+};
+
 // Rows [i0, i0 + MR) of columns [q0, q0 + NR): the sums, the epilogue (per-channel scale, bias,
-// clamp), then each row's valid columns into the output plane.
+// clamp), then each row's valid columns (`runs`) into the output plane.
 template <int MR, int NR, int W>
-ETFUSE_ALWAYS_INLINE void tap_tile(const TapTask& t, int64_t i0, int64_t q0) {
+ETFUSE_ALWAYS_INLINE void tap_tile(const TapTask& t, const TapRuns<NR>& runs, int64_t i0, int64_t q0) {
   typedef typename gemm::detail::Vec<W>::type vf;
   constexpr int NV = NR / W;
   const Problem& pb = *t.pb;
@@ -824,20 +844,7 @@ ETFUSE_ALWAYS_INLINE void tap_tile(const TapTask& t, int64_t i0, int64_t q0) {
   }
   const Params& p = pb.p;
   const vf lo = vf{} + (p.has_min ? p.min : -__builtin_inff()), hi = vf{} + (p.has_max ? p.max : __builtin_inff());
-  const int64_t OW = pb.lo.sizes[3], hs = pb.lo.strides[2], ws = pb.lo.strides[3];
-  // the panel's valid columns: runs of ow < OW, one per output row it spans (worked out once:
-  // a division per run and row cost more than the multiply-adds on DS-CNN's 5-wide maps)
-  int64_t from[NR], to[NR], len[NR];
-  int runs = 0;
-  for (int64_t j = 0, oh = q0 / t.SW, ow = q0 % t.SW; j < NR && oh * t.SW + ow < t.Q; ++oh, ow = 0) {
-    if (ow < OW) {
-      const int64_t n = (OW - ow) < (NR - j) ? (OW - ow) : (NR - j);
-      from[runs] = j;
-      to[runs] = oh * hs + ow * ws;
-      len[runs++] = n;
-    }
-    j += t.SW - ow;
-  }
+  const int64_t ws = pb.lo.strides[3];
   alignas(64) float row[NR];
   for (int i = 0; i < MR; ++i) {
     const int64_t co = t.co0 + i0 + i;
@@ -849,11 +856,11 @@ ETFUSE_ALWAYS_INLINE void tap_tile(const TapTask& t, int64_t i0, int64_t q0) {
       gemm::detail::store<W>(row + v * W, x);
     }
     float* plane = pb.out + t.n * pb.lo.strides[0] + co * pb.lo.strides[1];
-    for (int r = 0; r < runs; ++r) {
+    for (int r = 0; r < runs.n; ++r) {
       if (ws == 1) {
-        copy_row<W>(plane + to[r], row + from[r], len[r]);  // inline: a libc memcpy per run was 10% of the conv's time
+        copy_row<W>(plane + runs.to[r], row + runs.from[r], runs.len[r]);  // inline: a libc memcpy per run was 10% of the conv's time
       } else {
-        for (int64_t c = 0; c < len[r]; ++c) plane[to[r] + c * ws] = row[from[r] + c];
+        for (int64_t c = 0; c < runs.len[r]; ++c) plane[runs.to[r] + c * ws] = row[runs.from[r] + c];
       }
     }
   }
@@ -861,14 +868,14 @@ ETFUSE_ALWAYS_INLINE void tap_tile(const TapTask& t, int64_t i0, int64_t q0) {
 
 // rows_tile's dispatch: a tile of exactly mr <= MR rows
 template <int MR, int NR, int W>
-ETFUSE_ALWAYS_INLINE void tap_rows(const TapTask& t, int64_t mr, int64_t i0, int64_t q0) {
+ETFUSE_ALWAYS_INLINE void tap_rows(const TapTask& t, const TapRuns<NR>& runs, int64_t mr, int64_t i0, int64_t q0) {
   if constexpr (MR > 1) {
     if (mr < MR) {
-      tap_rows<MR - 1, NR, W>(t, mr, i0, q0);
+      tap_rows<MR - 1, NR, W>(t, runs, mr, i0, q0);
       return;
     }
   }
-  tap_tile<MR, NR, W>(t, i0, q0);
+  tap_tile<MR, NR, W>(t, runs, i0, q0);
 }
 
 // Tasks [b, e): task = column panel, all the output channels of the group in row tiles of
@@ -879,23 +886,25 @@ ETFUSE_ALWAYS_INLINE void tap_panels(const TapTask& t, int64_t b, int64_t e) {
   // base ISA (its 64-byte vector code was emulated: 35x slower)
   const int64_t ntiles = (t.Mg + MR - 1) / MR, base = t.Mg / ntiles, taller = t.Mg % ntiles;
   for (int64_t panel = b; panel < e; ++panel) {
+    const TapRuns<NR> runs(t, panel * NR);
     for (int64_t tile = 0, i0 = 0; tile < ntiles; ++tile) {
       const int64_t mr = base + (tile < taller ? 1 : 0);
-      tap_rows<MR, NR, W>(t, mr, i0, panel * NR);
+      tap_rows<MR, NR, W>(t, runs, mr, i0, panel * NR);
       i0 += mr;
     }
   }
 }
 
-// Compiled once per library in core/kernels.cpp. Columns per panel: kTapPanel(isa).
-void tap_panels_avx2(const TapTask& t, int64_t b, int64_t e);
-void tap_panels_avx512(const TapTask& t, int64_t b, int64_t e);
+// Compiled once per library in core/kernels.cpp; panels of kTapPanelAvx2 / kTapPanelAvx512 columns.
+constexpr int kTapPanelAvx2 = 16, kTapPanelAvx512 = 32;
+ETFUSE_TARGET_AVX2 void tap_panels_avx2(const TapTask& t, int64_t b, int64_t e);
+ETFUSE_TARGET_AVX512 void tap_panels_avx512(const TapTask& t, int64_t b, int64_t e);
 #if defined(ETFUSE_CORE_KERNELS)
 ETFUSE_TARGET_AVX2 void tap_panels_avx2(const TapTask& t, int64_t b, int64_t e) {
-  tap_panels<6, 16, 8>(t, b, e);
+  tap_panels<6, kTapPanelAvx2, 8>(t, b, e);
 }
 ETFUSE_TARGET_AVX512 void tap_panels_avx512(const TapTask& t, int64_t b, int64_t e) {
-  tap_panels<8, 32, 16>(t, b, e);
+  tap_panels<8, kTapPanelAvx512, 16>(t, b, e);
 }
 #endif
 
@@ -909,7 +918,7 @@ inline void run_phase_gemm(const Problem& pb, Par&& par) {
   const int64_t KH = pb.lw.sizes[2], KW = pb.lw.sizes[3], K = Cg * KH * KW;
   const PhaseGeom geom(pb);
   const bool wide = use_avx512();
-  const int64_t NR = wide ? 32 : 16, Q = OH * geom.SW, panels = (Q + NR - 1) / NR;
+  const int64_t NR = wide ? kTapPanelAvx512 : kTapPanelAvx2, Q = OH * geom.SW, panels = (Q + NR - 1) / NR;
   // zeros once: split_phases writes only the input positions, the same for every image and
   // group; the last panel reads up to NR columns past the last plane's computed ones
   std::vector<float> phases(static_cast<size_t>(Cg * geom.channel + NR + geom.SW), 0.0f);
