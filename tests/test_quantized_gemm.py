@@ -48,6 +48,16 @@ CONV_CASES = [  # n, c, h, w, cout, k, stride, padding, dilation, groups
     (1, 64, 6, 6, 96, 1, 1, 0, 1, 1),     # pointwise on a small map
     (1, 3, 33, 33, 16, 3, 2, 1, 1, 1),    # a stem
     (1, 16, 8, 8, 16, 3, 1, 2, 2, 4),     # grouped, dilated
+    # pointwise (the VNNI kernel where the CPU has it and the weight zero points are 0):
+    (2, 13, 7, 9, 37, 1, 1, 0, 1, 1),     # K not a multiple of 4, 63 pixels (48 + 15), 37 channels
+    (1, 24, 5, 5, 200, 1, 1, 0, 1, 1),    # few pixels: blocks of output channels in parallel
+    (1, 16, 20, 20, 24, 1, 1, 0, 1, 1),   # 400 pixels: 9 tiles, the last one a single vector
+    # depthwise (the AVX-512 int8 kernel where the CPU has it: stride 1 or 2, dilation 1):
+    (2, 24, 17, 37, 24, 3, 2, 1, 1, 24),  # stride 2 on odd sizes, 19-wide output rows (16 + 3)
+    (1, 16, 9, 9, 16, 5, 1, 2, 1, 16),    # 5x5
+    (1, 8, 21, 19, 8, 3, 2, 0, 1, 8),     # stride 2 without padding
+    (1, 40, 9, 9, 40, 3, 1, 1, 1, 40),    # 81 outputs, 6 vectors (maps of 64 and fewer keep the float path)
+    (1, 16, 40, 50, 16, 3, 1, 1, 1, 16),  # 50-wide rows: 4 vectors, 160 positions
 ]
 
 
@@ -63,11 +73,12 @@ def test_conv_kernel_is_bit_exact_with_its_pattern(isa, dtype):
                 got = QUANTIZED_CONV2D.aten_out(*args, out=torch.empty(0, dtype=dtype))
                 assert got.dtype == dtype
                 assert torch.equal(got, QUANTIZED_CONV2D.pattern(*args)), (case, bias)
-        # input read through strides (channels-last storage)
-        args = _conv_args(g, dtype, *CONV_CASES[0])
-        x = args[0].to(memory_format=torch.channels_last)
-        got = QUANTIZED_CONV2D.aten_out(x, *args[1:], out=torch.empty(0, dtype=dtype))
-        assert torch.equal(got, QUANTIZED_CONV2D.pattern(*args))
+        # input read through strides (channels-last storage), spatial and pointwise
+        for case in (CONV_CASES[0], CONV_CASES[-1]):
+            args = _conv_args(g, dtype, *case, zero_points=False)
+            x = args[0].to(memory_format=torch.channels_last)
+            got = QUANTIZED_CONV2D.aten_out(x, *args[1:], out=torch.empty(0, dtype=dtype))
+            assert torch.equal(got, QUANTIZED_CONV2D.pattern(*args)), case
     finally:
         kernels.set_isa("auto")
 
@@ -102,14 +113,19 @@ def test_linear_kernels_and_packed_forms_are_bit_exact(isa):
                 assert torch.equal(QUANTIZED_LINEAR_PACKED.pattern(*packed), want)
                 assert torch.equal(QUANTIZED_LINEAR_PACKED.aten_out(*packed, out=torch.empty(0, dtype=dtype)), want), \
                     (rows, k, n, dtype)
-        for case in (CONV_CASES[0], CONV_CASES[1], CONV_CASES[3], (1, 160, 3, 3, 960, 1, 1, 0, 1, 1)):
-            args = _conv_args(g, I8, *case, zero_points=False)
-            want = QUANTIZED_CONV2D.pattern(*args)
-            x, xs, xz, w, ws, _, b, stride, padding, dilation, _, os_, oz, omin, omax = args
-            packed = (x, xs, xz, PACK_GEMM_WEIGHT.aten(w), list(w.shape), ws, b, stride, padding, dilation, os_, oz,
-                      omin, omax)
-            assert torch.equal(QUANTIZED_CONV2D_PACKED.pattern(*packed), want)
-            assert torch.equal(QUANTIZED_CONV2D_PACKED.aten_out(*packed, out=torch.empty(0, dtype=I8)), want), case
+        # pointwise ones (CONV_CASES[3], [6], [7] and 160 -> 960) run the VNNI kernel on the panels regrouped
+        for case in (*CONV_CASES[:4], *CONV_CASES[6:8], (1, 160, 3, 3, 960, 1, 1, 0, 1, 1)):
+            for dtype in (I8, U8):
+                args = _conv_args(g, dtype, *case, zero_points=False)
+                want = QUANTIZED_CONV2D.pattern(*args)
+                x, xs, xz, w, ws, _, b, stride, padding, dilation, groups, os_, oz, omin, omax = args
+                if groups != 1:
+                    continue
+                packed = (x, xs, xz, PACK_GEMM_WEIGHT.aten(w), list(w.shape), ws, b, stride, padding, dilation, os_,
+                          oz, omin, omax)
+                assert torch.equal(QUANTIZED_CONV2D_PACKED.pattern(*packed), want)
+                got = QUANTIZED_CONV2D_PACKED.aten_out(*packed, out=torch.empty(0, dtype=dtype))
+                assert torch.equal(got, want), (case, dtype)
     finally:
         kernels.set_isa("auto")
 

@@ -7,3 +7,5 @@
 #include "core/norm.h"
 #include "core/linear_qw.h"
 #include "core/gemm.h"
+#include "core/int8_depthwise.h"
+#include "core/int8_pointwise.h"

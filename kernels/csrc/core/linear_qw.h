@@ -21,6 +21,12 @@
 #include "common.h"
 #include "gemm.h"
 
+#if defined(__GNUC__) && defined(__x86_64__)
+// here, at file scope: linear_qw_dot.h is included inside a namespace, and its own include
+// would put the intrinsics' types there (and hide them from every header included later)
+#include <immintrin.h>
+#endif
+
 namespace etfuse {
 namespace core {
 namespace linear_qw {

@@ -18,6 +18,8 @@
 #include "adapter.h"
 #include "core/conv2d.h"
 #include "core/gemm_entry.h"
+#include "core/int8_depthwise.h"
+#include "core/int8_pointwise.h"
 #include "ops/conv2d.h"
 #include "ops/quantized_args.h"
 
@@ -60,11 +62,27 @@ class Floats {
 // The per-call constants of the epilogue, and the operands as exact float integers.
 struct Operands {
   qc::QType type = qc::QType::kInt8;
+  qc::QParams in;             // input_scale / zero point
+  int64_t in_zero_point = 0;
   qc::QParams out;            // output_scale / zero point, [output_min, output_max]
   std::vector<float> scale;   // float(input_scale) * weight_scale[c]
   std::vector<float> bias;    // empty: none
+  std::vector<float> w_zp;    // empty: none (all 0)
   Floats x{Slot::kInput};     // float(x) - x_zp, contiguous
   Floats w{Slot::kWeight};    // float(w) - w_zp[c], contiguous [Cout, ...]
+  core::int8_epilogue::Requant requant() const {
+    core::int8_epilogue::Requant r;
+    r.scale = scale.data();
+    r.bias = bias.empty() ? nullptr : bias.data();
+    r.inv = out.inv_scale;
+    r.zp = out.zero_point;
+    r.lo = out.qmin;
+    r.hi = out.qmax;
+    return r;
+  }
+  bool weight_symmetric() const {
+    return std::all_of(w_zp.begin(), w_zp.end(), [](float z) { return z == 0.0f; });
+  }
 };
 
 template <class T>
@@ -94,15 +112,14 @@ inline void integers(const T* q, int64_t n, float zp, float* out) {
   integers_base(q, n, zp, out);
 }
 
-// Checks the arguments shared by the ops and fills `ops` (x, and w unless packed, as float
-// integers). `packed`: the weight is int8 panels (pack_gemm_weight) and `lw` is already the
-// logical weight's layout [Cout, ...]; its zero points are 0 (the packed ops take none).
+// Checks the arguments shared by the ops and fills `ops`' epilogue constants and zero points.
+// `packed`: the weight is int8 panels (pack_gemm_weight) and `lw` is already the logical
+// weight's layout [Cout, ...]; its zero points are 0 (the packed ops take none).
 inline bool read_operands(const char* op, const Tensor& input, double input_scale, int64_t input_zero_point,
                           const Tensor& weight, const Tensor& weight_scale, const OptTensor& weight_zero_point,
                           const OptTensor& bias, double output_scale, int64_t output_zero_point, int64_t output_min,
                           int64_t output_max, const Tensor& out, Layout& li, Layout& lw, Operands& ops, Status& st,
                           bool packed = false) {
-  qc::QParams in;
   if (!(check_cpu(op, "input", input, st) && check_cpu(op, "weight", weight, st) &&
         qtype_of(op, "input", input.scalar_type(), ops.type, st))) {
     return false;
@@ -115,7 +132,7 @@ inline bool read_operands(const char* op, const Tensor& input, double input_scal
     return st.fail("%s: weight must be int8, got %s", op, dtype_name(weight.scalar_type()));
   }
   if (!(qc::make_qparams(op, "input", input_scale, input_zero_point, qc::qtype_min(ops.type),
-                         qc::qtype_max(ops.type), ops.type, in, st) &&
+                         qc::qtype_max(ops.type), ops.type, ops.in, st) &&
         // the zero point need not lie in [output_min, output_max]: that range is the activation's
         qc::make_qparams(op, "output", output_scale, output_zero_point, qc::qtype_min(ops.type),
                          qc::qtype_max(ops.type), ops.type, ops.out, st) &&
@@ -126,12 +143,16 @@ inline bool read_operands(const char* op, const Tensor& input, double input_scal
     return st.fail("%s: output range [%lld, %lld] is empty or not inside %s's", op, (long long)output_min,
                    (long long)output_max, qc::qtype_name(ops.type));
   }
+  ops.in_zero_point = input_zero_point;
   ops.out.qmin = static_cast<float>(output_min);
   ops.out.qmax = static_cast<float>(output_max);
   const int64_t cout = lw.ndim ? lw.sizes[0] : 0;
-  std::vector<float> wscale, wzp;
+  std::vector<float> wscale;
   if (!row_values(op, "weight_scale", weight_scale, cout, wscale, st)) return false;
-  if (has(weight_zero_point) && !row_values(op, "weight_zero_point", *weight_zero_point, cout, wzp, st)) return false;
+  ops.w_zp.clear();
+  if (has(weight_zero_point) && !row_values(op, "weight_zero_point", *weight_zero_point, cout, ops.w_zp, st)) {
+    return false;
+  }
   if (has(bias)) {
     if (bias->scalar_type() != ScalarType::Float) {
       return st.fail("%s: bias must be float32, got %s", op, dtype_name(bias->scalar_type()));
@@ -140,31 +161,35 @@ inline bool read_operands(const char* op, const Tensor& input, double input_scal
   }
   ops.scale.resize(static_cast<size_t>(cout));
   for (int64_t c = 0; c < cout; ++c) ops.scale[c] = static_cast<float>(input_scale) * wscale[c];
+  return true;
+}
 
+// The operands as exact float integers for the float32 cores: x (and w unless packed), both
+// contiguous afterwards (li, lw).
+inline void read_as_floats(const Tensor& input, const Tensor& weight, Layout& li, Layout& lw, Operands& ops,
+                           bool packed) {
   Input x(input);
   x.read(li, !is_contiguous(li));
   ops.x.resize(li.numel());
   with_qtype(ops.type, [&](auto tag) {
     const auto* q = x.data<decltype(tag)>();
     qc::for_quantized(li.numel(), Parallel{},  // parallel chunks on a large map (96 x 48 x 48: 221K values)
-                      [&](int64_t b, int64_t e) { integers(q + b, e - b, in.zero_point, ops.x.data() + b); });
+                      [&](int64_t b, int64_t e) { integers(q + b, e - b, ops.in.zero_point, ops.x.data() + b); });
   });
   li = contiguous_layout(li);
-  if (packed) return true;
+  if (packed) return;
   Input w(weight);
   w.read(lw, !is_contiguous(lw));
   ops.w.resize(lw.numel());
-  const int64_t per_channel = cout ? lw.numel() / cout : 0;
-  const bool symmetric = std::all_of(wzp.begin(), wzp.end(), [](float z) { return z == 0.0f; });
-  if (symmetric) {  // one pass (a depthwise weight is 9 values a channel)
+  const int64_t cout = lw.sizes[0], per_channel = cout ? lw.numel() / cout : 0;
+  if (ops.weight_symmetric()) {  // one pass (a depthwise weight is 9 values a channel)
     integers(w.data<int8_t>(), lw.numel(), 0.0f, ops.w.data());
   } else {
     for (int64_t c = 0; c < cout; ++c) {
-      integers(w.data<int8_t>() + c * per_channel, per_channel, wzp[c], ops.w.data() + c * per_channel);
+      integers(w.data<int8_t>() + c * per_channel, per_channel, ops.w_zp[c], ops.w.data() + c * per_channel);
     }
   }
   lw = contiguous_layout(lw);
-  return true;
 }
 
 // ---- the epilogue: acc -> the quantized output ------------------------------------------------
@@ -321,6 +346,107 @@ inline void panels_rows(const float* x, int64_t M, int64_t x_rs, int64_t K, cons
   });
 }
 
+// ---- a 1x1 conv on VNNI: int8 in, int32 sums, int8 out (core/int8_pointwise.h) -----------------
+
+inline bool vnni_pointwise(const Layout& lw, const core::conv2d::Params& p, const Operands& ops) {
+  return core::int8_pointwise::available() && p.groups == 1 && lw.sizes[2] == 1 && lw.sizes[3] == 1 &&
+      p.stride[0] == 1 && p.stride[1] == 1 && p.padding[0] == 0 && p.padding[1] == 0 && ops.weight_symmetric();
+}
+
+// Reads the input and weight as they are (through a contiguous copy only where they are not);
+// the weight rows zero-padded to a multiple of 4 values where they are not already, packed
+// GEMM panels (`packed`) regrouped into 4-k groups.
+inline void run_vnni_pointwise(const Tensor& input, const Tensor& weight, bool packed, const Layout& li,
+                               const Layout& lw, const Operands& ops, Out& o) {
+  namespace pw = core::int8_pointwise;
+  Input x(input), w(weight);
+  x.read(li, !is_contiguous(li));
+  if (!packed) w.read(lw, !is_contiguous(lw));
+  const int64_t C = lw.sizes[0], K = lw.sizes[1], K4 = pw::k_padded(K);
+  // kept between calls, like Floats: a fresh buffer of a large weight's size is an mmap whose
+  // pages fault in on every call (1280 x 320: 22 us against 62 for the whole conv)
+  thread_local std::vector<int8_t> padded;
+  const int8_t* wp = packed ? weight.const_data_ptr<int8_t>() : w.data<int8_t>();
+  if (packed) {
+    const int64_t panels = (C + 15) / 16;
+    padded.resize(std::max(padded.size(), static_cast<size_t>(panels * 16 * K4)));
+    const int8_t* from = wp;
+    int8_t* to = padded.data();
+    // in parallel from 64 KB (1280 x 320: 15 us on one thread)
+    Parallel par;
+    core::SerialBelow<Parallel>{par, C * K < (int64_t(1) << 16)}(
+        int64_t(0), panels, 1, [&](int64_t p0, int64_t p1) { pw::to_quads(from, K, p0, p1, to); });
+    wp = padded.data();
+  } else if (K4 != K) {
+    padded.resize(std::max(padded.size(), static_cast<size_t>(C * K4)));
+    for (int64_t c = 0; c < C; ++c) {
+      std::memcpy(padded.data() + c * K4, wp + c * K, static_cast<size_t>(K));
+      std::memset(padded.data() + c * K4 + K, 0, static_cast<size_t>(K4 - K));
+    }
+    wp = padded.data();
+  }
+  pw::Problem pb;
+  pb.quads = packed;
+  pb.x = x.data<uint8_t>();
+  pb.x_signed = ops.type == qc::QType::kInt8;
+  pb.x_zero_point = static_cast<int32_t>(ops.in_zero_point);
+  pb.w = wp;
+  pb.N = li.sizes[0];
+  pb.K = K;
+  pb.C = C;
+  pb.P = li.sizes[2] * li.sizes[3];
+  pb.requant = ops.requant();
+  pb.out = static_cast<uint8_t*>(o.raw());
+  pw::run(pb, Parallel{});
+}
+
+// ---- a depthwise conv on AVX-512: int8 in, exact float sums, int8 out (core/int8_depthwise.h) ---
+
+// Output maps of at most kChannelsMaxPixels keep the float path: its depthwise_channels computes
+// 8 channels a vector, where a plane's 3x3 outputs fill 9 of 16 lanes (MobileNetV2's 960
+// channels on 3x3, us on the runtime: 36 float path, 44 here).
+inline bool int8_depthwise(const Layout& li, const Layout& lw, const Layout& lo, const core::conv2d::Params& p) {
+  return core::int8_depthwise::available() && lo.sizes[2] * lo.sizes[3] > core::conv2d::kChannelsMaxPixels &&
+      p.groups > 1 && p.groups == li.sizes[1] && lw.sizes[1] == 1 &&
+      lo.sizes[1] == p.groups && p.stride[0] == p.stride[1] && (p.stride[0] == 1 || p.stride[0] == 2) &&
+      p.dilation[0] == 1 && p.dilation[1] == 1;
+}
+
+inline void run_int8_depthwise(const Tensor& input, const Tensor& weight, const Layout& li, const Layout& lw,
+                               const Layout& lo, const core::conv2d::Params& p, const Operands& ops, Out& o) {
+  namespace dw = core::int8_depthwise;
+  Input x(input), w(weight);
+  x.read(li, !is_contiguous(li));
+  w.read(lw, !is_contiguous(lw));
+  const int64_t C = lw.sizes[0], taps = lw.sizes[2] * lw.sizes[3];
+  thread_local std::vector<float> wf;  // the weights as float integers, [C][KH][KW]
+  wf.resize(std::max(wf.size(), static_cast<size_t>(C * taps)));
+  const int8_t* wq = w.data<int8_t>();
+  for (int64_t c = 0; c < C; ++c) {
+    const float zp = ops.w_zp.empty() ? 0.0f : ops.w_zp[c];
+    for (int64_t k = 0; k < taps; ++k) wf[c * taps + k] = static_cast<float>(wq[c * taps + k]) - zp;
+  }
+  dw::Problem pb;
+  pb.x = x.data<uint8_t>();
+  pb.x_signed = ops.type == qc::QType::kInt8;
+  pb.x_zero_point = ops.in.zero_point;
+  pb.w = wf.data();
+  pb.N = li.sizes[0];
+  pb.C = C;
+  pb.H = li.sizes[2];
+  pb.W = li.sizes[3];
+  pb.KH = lw.sizes[2];
+  pb.KW = lw.sizes[3];
+  pb.OH = lo.sizes[2];
+  pb.OW = lo.sizes[3];
+  pb.stride = p.stride[0];
+  pb.pad_h = p.padding[0];
+  pb.pad_w = p.padding[1];
+  pb.requant = ops.requant();
+  pb.out = static_cast<uint8_t*>(o.raw());
+  dw::run(pb, Parallel{});
+}
+
 // ---- the ops' bodies --------------------------------------------------------------------------
 
 // quantized_conv2d(_packed): `weight_size` non-null when `weight` is int8 panels (groups 1).
@@ -348,6 +474,15 @@ inline Tensor& conv2d_into(Context& ctx, const char* op, const Tensor& input, do
                     output_scale, output_zero_point, output_min, output_max, out, li, lw, ops, st, packed) &&
       conv::out_shape(li, lw, nullptr, p, ndim, sizes, st) && o.resize(op, ndim, sizes, st) &&
       o.open({&input, &weight}, false, is_contiguous(o.layout()), st);
+  if (ok && vnni_pointwise(lw, p, ops)) {
+    run_vnni_pointwise(input, weight, packed, li, lw, ops, o);
+    return o.finish();
+  }
+  if (ok && !packed && int8_depthwise(li, lw, o.layout(), p)) {
+    run_int8_depthwise(input, weight, li, lw, o.layout(), p, ops, o);
+    return o.finish();
+  }
+  if (ok) read_as_floats(input, weight, li, lw, ops, packed);
   Floats acc(Slot::kAcc);
   acc.resize(ok ? o.layout().numel() : 0);
   conv::Problem pb;
@@ -380,6 +515,7 @@ inline Tensor& linear_into(Context& ctx, const char* op, const Tensor& input, do
                          ge::packed_weight(lpacked, packed_n, lw, st, op))) &&
       read_operands(op, input, input_scale, input_zero_point, weight, weight_scale, weight_zero_point, bias,
                     output_scale, output_zero_point, output_min, output_max, out, li, lw, ops, st, packed);
+  if (ok) read_as_floats(input, weight, li, lw, ops, packed);
   if (ok && lw.ndim != 2) ok = st.fail("%s: weight must be 2-D [out, in], got %s", op, core::ShapeStr(lw).c_str());
   ok = ok && ge::linear_out_shape(li, lw, nullptr, ndim, sizes, st) && o.resize(op, ndim, sizes, st) &&
       o.open({&input, &weight}, false, is_contiguous(o.layout()), st);

@@ -1,0 +1,168 @@
+// An int8 depthwise convolution (one input channel per output channel, stride 1 or 2,
+// dilation 1, any kernel size and padding) on AVX-512, requantized in the same pass.
+//
+// The float path converted the whole input to float integers in one pass, ran the float
+// depthwise kernels, and requantized the float result in a third pass (MobileNetV2 int8: 96
+// channels 3x3 stride 2 on 48x48, 124 us on one thread). Here each task takes whole planes: a
+// plane is converted to exact floats (x - x_zp) with its zero padding into a buffer of the
+// thread (for stride 2, split into its even and odd columns, so every tap reads 16 consecutive
+// floats), the taps are FMAs of exact integers (every product and partial sum is an integer
+// below 2^24: exact, in any order), and int8_epilogue::store16 requantizes 16 outputs at a time.
+#pragma once
+
+#include <algorithm>
+#include <cstdint>
+#include <vector>
+
+#include "common.h"
+#include "int8_epilogue.h"
+
+namespace etfuse {
+namespace core {
+namespace int8_depthwise {
+
+struct Problem {
+  const uint8_t* x = nullptr;  // the input's bytes [N][C][H][W], contiguous
+  bool x_signed = true;        // int8 or uint8
+  float x_zero_point = 0.0f;
+  const float* w = nullptr;    // [C][KH][KW]: float(w) - w_zp[c]
+  int64_t N = 0, C = 0, H = 0, W = 0, KH = 0, KW = 0, OH = 0, OW = 0;
+  int64_t stride = 1, pad_h = 0, pad_w = 0;
+  int8_epilogue::Requant requant;
+  uint8_t* out = nullptr;  // [N][C][OH][OW] bytes, contiguous
+};
+
+// On when AVX-512 is (use_avx512) and the CPU has AVX-512BW/VL (the masked byte loads and
+// stores).
+inline bool available() {
+  static const bool bw = int8_epilogue::cpu_has_avx512bw();
+  return bw && use_avx512();
+}
+
+namespace detail {
+
+// Planes [t0, t1) (plane t: image t / C, channel t % C). Compiled once per library in
+// core/kernels.cpp.
+ETFUSE_TARGET_AVX512BW void planes(const Problem& pb, int64_t t0, int64_t t1);
+
+#if defined(ETFUSE_CORE_KERNELS) && ETFUSE_HAVE_X86_DISPATCH
+// One input row as floats (x - x_zp) at dst[pad_w ..]; the zeros around it are written once
+// per call (a zeroing loop per row became a memset call per row).
+ETFUSE_TARGET_AVX512BW ETFUSE_ALWAYS_INLINE void convert_row(const Problem& pb, const uint8_t* src, float* dst) {
+  const __m512 zp = _mm512_set1_ps(pb.x_zero_point);
+  for (int64_t j = 0; j < pb.W; j += 16) {
+    const __mmask16 m = static_cast<__mmask16>((1u << std::min<int64_t>(16, pb.W - j)) - 1u);
+    const __m128i b = _mm_maskz_loadu_epi8(m, src + j);
+    const __m512i v = pb.x_signed ? _mm512_cvtepi8_epi32(b) : _mm512_cvtepu8_epi32(b);
+    _mm512_mask_storeu_ps(dst + pb.pad_w + j, m, _mm512_sub_ps(_mm512_cvtepi32_ps(v), zp));
+  }
+}
+
+// A plane's rows into its buffer: row r of the padded input at r * pitch; for stride 2 its even
+// columns there and its odd ones `phase` floats on, so that every tap reads 16 consecutive floats.
+ETFUSE_TARGET_AVX512BW ETFUSE_ALWAYS_INLINE void fill_plane(const Problem& pb, const uint8_t* x, int64_t pitch,
+                                                            int64_t phase, float* row, float* b) {
+  const __m512i even = _mm512_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30);
+  const __m512i odd = _mm512_add_epi32(even, _mm512_set1_epi32(1));
+  for (int64_t ih = 0; ih < pb.H; ++ih) {
+    const int64_t r = ih + pb.pad_h;
+    if (pb.stride == 1) {
+      convert_row(pb, x + ih * pb.W, b + r * pitch);
+      continue;
+    }
+    convert_row(pb, x + ih * pb.W, row);
+    for (int64_t j = 0; j < pitch; j += 16) {
+      const __m512 lo = _mm512_loadu_ps(row + 2 * j), hi = _mm512_loadu_ps(row + 2 * j + 16);
+      _mm512_storeu_ps(b + r * pitch + j, _mm512_permutex2var_ps(lo, even, hi));
+      _mm512_storeu_ps(b + phase + r * pitch + j, _mm512_permutex2var_ps(lo, odd, hi));
+    }
+  }
+}
+
+ETFUSE_TARGET_AVX512BW void planes(const Problem& pb, int64_t t0, int64_t t1) {
+  const int64_t s = pb.stride, KH = pb.KH, KW = pb.KW, taps = KH * KW;
+  const int64_t vecs = (pb.OW + 15) / 16, Hp = pb.H + 2 * pb.pad_h;
+  // a row of the buffer: every tap of the last vector reads 16 floats inside it
+  const int64_t pitch = (vecs * 16 + KW + 15) / 16 * 16;
+  const int64_t phase = Hp * pitch, plane = phase * s;
+  // Output vectors are computed 4 at a time (4 independent chains of FMAs); on small maps
+  // (MobileNetV2's 960 channels on 3x3: 3 vectors a plane) from several planes at once.
+  constexpr int64_t kChains = 4, kMaxGroup = 16;
+  const int64_t positions = pb.OH * vecs;
+  const int64_t group = std::min<int64_t>(kMaxGroup, std::max<int64_t>(1, 2 * kChains / positions));
+  thread_local std::vector<float> buf, row;
+  buf.assign(static_cast<size_t>(plane * group), 0.0f);  // the padding stays 0: only interiors are written
+  row.assign(static_cast<size_t>(pitch * 2 + 16), 0.0f);
+  std::vector<int64_t> off(static_cast<size_t>(taps));
+  for (int64_t kh = 0; kh < KH; ++kh)
+    for (int64_t kw = 0; kw < KW; ++kw) off[kh * KW + kw] = s == 1 ? kh * pitch + kw : (kw & 1) * phase + kh * pitch + kw / 2;
+  // per output vector q of a plane: where its taps start in the buffer, where it goes in the
+  // output plane, its lanes (no integer division in the loops: one costs more than the taps)
+  const __mmask16 last = static_cast<__mmask16>((1u << (pb.OW - (vecs - 1) * 16)) - 1u);
+  std::vector<int64_t> in_at(static_cast<size_t>(positions)), out_at(static_cast<size_t>(positions));
+  std::vector<__mmask16> lanes(static_cast<size_t>(positions));
+  for (int64_t q = 0; q < positions; ++q) {
+    const int64_t oh = q / vecs, v = q % vecs;
+    in_at[q] = oh * s * pitch + v * 16;
+    out_at[q] = oh * pb.OW + v * 16;
+    lanes[q] = v == vecs - 1 ? last : 0xFFFF;
+  }
+  for (int64_t g0 = t0; g0 < t1; g0 += group) {
+    const int64_t n = std::min(group, t1 - g0), total = n * positions;
+    for (int64_t j = 0; j < n; ++j) fill_plane(pb, pb.x + (g0 + j) * pb.H * pb.W, pitch, phase, row.data(), buf.data() + j * plane);
+    // chain u's plane j (channel c) and vector q, advanced without dividing
+    int64_t j = 0, q = 0, c = g0 % pb.C;
+    for (int64_t i = 0; i < total; i += kChains) {
+      __m512 acc[kChains];
+      const float* base[kChains];
+      const float* wc[kChains];
+      int64_t cs[kChains], qs[kChains], js[kChains];
+      for (int u = 0; u < kChains; ++u) {
+        // past the end: the last vector again, not stored
+        js[u] = j, qs[u] = q, cs[u] = c;
+        acc[u] = _mm512_setzero_ps();
+        base[u] = buf.data() + j * plane + in_at[q];
+        wc[u] = pb.w + c * taps;
+        if (i + u + 1 < total && ++q == positions) {
+          q = 0, ++j;
+          if (++c == pb.C) c = 0;
+        }
+      }
+      for (int64_t k = 0; k < taps; ++k) {
+        for (int u = 0; u < kChains; ++u) {
+          acc[u] = _mm512_fmadd_ps(_mm512_loadu_ps(base[u] + off[k]), _mm512_set1_ps(wc[u][k]), acc[u]);
+        }
+      }
+      for (int u = 0; u < kChains && i + u < total; ++u) {
+        int8_epilogue::store16(pb.requant, acc[u], cs[u], lanes[qs[u]],
+                               pb.out + (g0 + js[u]) * pb.OH * pb.OW + out_at[qs[u]]);
+      }
+    }
+  }
+}
+#endif
+
+}  // namespace detail
+
+// The whole conv; `par` a parallel_for over planes.
+template <class Par>
+inline void run(const Problem& pb, Par&& par) {
+#if ETFUSE_HAVE_X86_DISPATCH
+  const int64_t planes = pb.N * pb.C;
+  if (planes == 0 || pb.OH == 0 || pb.OW == 0) return;
+  // in the float GEMM's multiply-adds (kParallelMinMacs): a tap of 16 outputs is one FMA, the
+  // epilogue about 12 an output, the conversion about 4 an input, all 4 times slower than the
+  // GEMM's (loads, masks; measured: 144 channels stride 2 from 24x24, 54 us on one thread)
+  const int64_t per_plane = 4 * (pb.OH * pb.OW * (pb.KH * pb.KW + 12) + 4 * pb.H * pb.W);
+  SerialBelow<Par>{par, planes * per_plane < kParallelMinMacs}(
+      int64_t(0), planes, std::max<int64_t>(1, (int64_t(1) << 15) / std::max<int64_t>(1, per_plane)),
+      [&](int64_t b, int64_t e) { detail::planes(pb, b, e); });
+#else
+  (void)pb;
+  (void)par;
+#endif
+}
+
+}  // namespace int8_depthwise
+}  // namespace core
+}  // namespace etfuse
