@@ -52,12 +52,18 @@ CONV_CASES = [  # n, c, h, w, cout, k, stride, padding, dilation, groups
     (2, 13, 7, 9, 37, 1, 1, 0, 1, 1),     # K not a multiple of 4, 63 pixels (48 + 15), 37 channels
     (1, 24, 5, 5, 200, 1, 1, 0, 1, 1),    # few pixels: blocks of output channels in parallel
     (1, 16, 20, 20, 24, 1, 1, 0, 1, 1),   # 400 pixels: 9 tiles, the last one a single vector
-    # depthwise (the AVX-512 int8 kernel where the CPU has it: stride 1 or 2, dilation 1):
+    # depthwise (the AVX-512 int8 kernels where the CPU has it: stride 1 or 2, dilation 1; 16
+    # channels a vector on maps of up to 576 outputs):
     (2, 24, 17, 37, 24, 3, 2, 1, 1, 24),  # stride 2 on odd sizes, 19-wide output rows (16 + 3)
     (1, 16, 9, 9, 16, 5, 1, 2, 1, 16),    # 5x5
     (1, 8, 21, 19, 8, 3, 2, 0, 1, 8),     # stride 2 without padding
-    (1, 40, 9, 9, 40, 3, 1, 1, 1, 40),    # 81 outputs, 6 vectors (maps of 64 and fewer keep the float path)
-    (1, 16, 40, 50, 16, 3, 1, 1, 1, 16),  # 50-wide rows: 4 vectors, 160 positions
+    (1, 40, 9, 9, 40, 3, 1, 1, 1, 40),    # 81 outputs: 6 vectors a plane
+    (2, 37, 3, 3, 37, 3, 1, 1, 1, 37),    # a 3x3 map: 16 channels a vector, the last block of 5
+    (1, 20, 12, 13, 20, 3, 2, 1, 1, 20),  # stride 2 to 6x7: 42 pixels (16 + 16 + 10)
+    (1, 16, 6, 6, 16, 5, 1, 2, 1, 16),    # 5x5 on 6x6
+    (1, 16, 40, 50, 16, 3, 1, 1, 1, 16),  # maps over 576 outputs run plane by plane: 50-wide rows, 4 vectors
+    (1, 8, 60, 70, 8, 3, 2, 1, 1, 8),     # plane by plane, stride 2 to 30x35
+    (1, 8, 30, 30, 8, 5, 1, 2, 1, 8),     # plane by plane, 5x5
 ]
 
 

@@ -402,12 +402,8 @@ inline void run_vnni_pointwise(const Tensor& input, const Tensor& weight, bool p
 
 // ---- a depthwise conv on AVX-512: int8 in, exact float sums, int8 out (core/int8_depthwise.h) ---
 
-// Output maps of at most kChannelsMaxPixels keep the float path: its depthwise_channels computes
-// 8 channels a vector, where a plane's 3x3 outputs fill 9 of 16 lanes (MobileNetV2's 960
-// channels on 3x3, us on the runtime: 36 float path, 44 here).
 inline bool int8_depthwise(const Layout& li, const Layout& lw, const Layout& lo, const core::conv2d::Params& p) {
-  return core::int8_depthwise::available() && lo.sizes[2] * lo.sizes[3] > core::conv2d::kChannelsMaxPixels &&
-      p.groups > 1 && p.groups == li.sizes[1] && lw.sizes[1] == 1 &&
+  return core::int8_depthwise::available() && p.groups > 1 && p.groups == li.sizes[1] && lw.sizes[1] == 1 &&
       lo.sizes[1] == p.groups && p.stride[0] == p.stride[1] && (p.stride[0] == 1 || p.stride[0] == 2) &&
       p.dilation[0] == 1 && p.dilation[1] == 1;
 }
@@ -419,18 +415,25 @@ inline void run_int8_depthwise(const Tensor& input, const Tensor& weight, const 
   x.read(li, !is_contiguous(li));
   w.read(lw, !is_contiguous(lw));
   const int64_t C = lw.sizes[0], taps = lw.sizes[2] * lw.sizes[3];
-  thread_local std::vector<float> wf;  // the weights as float integers, [C][KH][KW]
+  // the weights as float integers, [C][KH][KW] and in blocks of 16 channels [C16 / 16][KH * KW][16]
+  const int64_t C16 = (C + 15) / 16 * 16;
+  thread_local std::vector<float> wf, blocks;
   wf.resize(std::max(wf.size(), static_cast<size_t>(C * taps)));
+  blocks.assign(static_cast<size_t>(C16 * taps), 0.0f);
   const int8_t* wq = w.data<int8_t>();
   for (int64_t c = 0; c < C; ++c) {
     const float zp = ops.w_zp.empty() ? 0.0f : ops.w_zp[c];
-    for (int64_t k = 0; k < taps; ++k) wf[c * taps + k] = static_cast<float>(wq[c * taps + k]) - zp;
+    for (int64_t k = 0; k < taps; ++k) {
+      wf[c * taps + k] = static_cast<float>(wq[c * taps + k]) - zp;
+      blocks[(c / 16 * taps + k) * 16 + c % 16] = wf[c * taps + k];
+    }
   }
   dw::Problem pb;
   pb.x = x.data<uint8_t>();
   pb.x_signed = ops.type == qc::QType::kInt8;
   pb.x_zero_point = ops.in.zero_point;
   pb.w = wf.data();
+  pb.w_blocks = blocks.data();
   pb.N = li.sizes[0];
   pb.C = C;
   pb.H = li.sizes[2];
