@@ -26,6 +26,10 @@
 #include "common.h"
 #include "gemm.h"
 
+#if ETFUSE_HAVE_X86_DISPATCH
+#include <immintrin.h>
+#endif
+
 namespace etfuse {
 namespace core {
 namespace conv2d {
@@ -489,6 +493,43 @@ ETFUSE_ALWAYS_INLINE void transpose_block(typename gemm::detail::Vec<W>::type (&
   }
 }
 
+// The first m < W floats at p as a vector (the rest 0), and back: one masked move with AVX-512
+// (element by element, a 3x3 map's 9 pixels of 16 planes took longer than its taps). Through
+// memory and a call: an always-inline AVX-512 function does not inline into the generic template.
+ETFUSE_TARGET_AVX512 void move_first16(const float* from, float* to, int64_t m, bool zero_rest);
+#if defined(ETFUSE_CORE_KERNELS) && ETFUSE_HAVE_X86_DISPATCH
+ETFUSE_TARGET_AVX512 void move_first16(const float* from, float* to, int64_t m, bool zero_rest) {
+  const __mmask16 k = static_cast<__mmask16>((1u << m) - 1u);
+  if (zero_rest) {
+    _mm512_storeu_ps(to, _mm512_maskz_loadu_ps(k, from));
+  } else {
+    _mm512_mask_storeu_ps(to, k, _mm512_maskz_loadu_ps(k, from));
+  }
+}
+#endif
+template <int W>
+ETFUSE_ALWAYS_INLINE typename gemm::detail::Vec<W>::type load_first(const float* p, int64_t m) {
+  typename gemm::detail::Vec<W>::type v = {};
+#if ETFUSE_HAVE_X86_DISPATCH
+  if (W == 16) {
+    move_first16(p, reinterpret_cast<float*>(&v), m, true);
+    return v;
+  }
+#endif
+  for (int64_t j = 0; j < m; ++j) v[j] = p[j];
+  return v;
+}
+template <int W>
+ETFUSE_ALWAYS_INLINE void store_first(float* p, const typename gemm::detail::Vec<W>::type& v, int64_t m) {
+#if ETFUSE_HAVE_X86_DISPATCH
+  if (W == 16) {
+    move_first16(reinterpret_cast<const float*>(&v), p, m, false);
+    return;
+  }
+#endif
+  for (int64_t j = 0; j < m; ++j) p[j] = v[j];
+}
+
 // A depthwise conv (one input channel per output channel) on a small output map, W channels at
 // a time: direct_planes' per-plane setup (phase planes, weights, blocks of L outputs) costs far
 // more than a 3x3 or 6x6 plane's multiply-adds (576 channels, 3x3 stride 2 on 6x6: 73 us against
@@ -535,8 +576,7 @@ ETFUSE_ALWAYS_INLINE void depthwise_channels(const Problem& pb, int64_t t0, int6
           if (m == W) {
             std::memcpy(&v[c], src[c] + q0, sizeof(vf));
           } else {
-            v[c] = vf{};
-            for (int64_t j = 0; j < m; ++j) v[c][j] = src[c][q0 + j];
+            v[c] = load_first<W>(src[c] + q0, m);
           }
         }
         transpose_block<W>(v);
@@ -599,7 +639,7 @@ ETFUSE_ALWAYS_INLINE void depthwise_channels(const Problem& pb, int64_t t0, int6
           if (m == W) {
             gemm::detail::store<W>(dst, v[c]);
           } else {
-            for (int64_t j = 0; j < m; ++j) dst[j] = v[c][j];
+            store_first<W>(dst, v[c], m);
           }
         }
       }
@@ -619,12 +659,16 @@ ETFUSE_ALWAYS_INLINE void depthwise_channels(const Problem& pb, int64_t t0, int6
 // Compiled once per library in core/kernels.cpp.
 void depthwise_channels_baseline(const Problem& pb, int64_t t0, int64_t t1);
 ETFUSE_TARGET_AVX2 void depthwise_channels_avx2(const Problem& pb, int64_t t0, int64_t t1);
+ETFUSE_TARGET_AVX512 void depthwise_channels_avx512(const Problem& pb, int64_t t0, int64_t t1);
 #if defined(ETFUSE_CORE_KERNELS)
 void depthwise_channels_baseline(const Problem& pb, int64_t t0, int64_t t1) {
   depthwise_channels<4>(pb, t0, t1);
 }
 ETFUSE_TARGET_AVX2 void depthwise_channels_avx2(const Problem& pb, int64_t t0, int64_t t1) {
   depthwise_channels<8>(pb, t0, t1);
+}
+ETFUSE_TARGET_AVX512 void depthwise_channels_avx512(const Problem& pb, int64_t t0, int64_t t1) {
+  depthwise_channels<16>(pb, t0, t1);
 }
 #endif
 
@@ -1069,6 +1113,9 @@ inline bool is_depthwise(const Problem& pb) {
 // threads, us, planes -> channels): 576 channels 3x3 stride 2 on 6x6 73 -> 24, 960 on 3x3 43 ->
 // 30, 384 on 6x6 33 -> 24, 672 5x5 on 6x6 95 -> 50, 192 stride 2 on 12x12 51 -> 20; at 12x12
 // outputs the interleaving costs more than the plane setup (192 on 12x12: 31 -> 38).
+// With AVX-512 (16 channels a vector, partial blocks by masked moves) also the stride-1 ones
+// that depthwise_flat would take (us on 1 / 2 threads, flat -> channels: 960 on 3x3 33 / 33 ->
+// 21 / 20; 384 on 6x6 18 / 13 -> 15 / 12); from 12x12 on flat stays (192 on 12x12: 19 vs 22).
 constexpr int64_t kChannelsMaxPixels = 64;
 
 // The direct kernel (detail::direct_planes) instead of the implicit GEMM where packing the
@@ -1154,15 +1201,16 @@ inline void run_paths(const Problem& pb, Par&& par) {
     detail::run_packed(pb, par);
     return;
   }
-  if (use_flat_depthwise(pb)) {
+  if (use_flat_depthwise(pb) && !(use_avx512() && OH * OW <= kChannelsMaxPixels)) {
     auto fn = selected_isa() == Isa::kAvx2 ? &detail::depthwise_flat_avx2 : &detail::depthwise_flat_baseline;
     detail::serial_or_parallel(N * Cout, detail::grain_for(int64_t(1) << 15, OH * OW * pb.lw.sizes[2] * pb.lw.sizes[3]),
                                par, [&](int64_t b, int64_t e) { fn(pb, b, e); });
     return;
   }
   if (is_depthwise(pb) && Cout == p.groups && OH * OW <= kChannelsMaxPixels) {
-    const int64_t W = selected_isa() == Isa::kAvx2 ? 8 : 4, blocks = N * ((Cout + W - 1) / W);
-    auto fn = W == 8 ? &detail::depthwise_channels_avx2 : &detail::depthwise_channels_baseline;
+    const int64_t W = use_avx512() ? 16 : selected_isa() == Isa::kAvx2 ? 8 : 4, blocks = N * ((Cout + W - 1) / W);
+    auto fn = W == 16 ? &detail::depthwise_channels_avx512
+                      : W == 8 ? &detail::depthwise_channels_avx2 : &detail::depthwise_channels_baseline;
     detail::serial_or_parallel(blocks, detail::grain_for(int64_t(1) << 15, W * OH * OW * pb.lw.sizes[2] * pb.lw.sizes[3]),
                                par, [&](int64_t b, int64_t e) { fn(pb, b, e); });
     return;
