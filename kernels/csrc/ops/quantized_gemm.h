@@ -415,25 +415,12 @@ inline void run_int8_depthwise(const Tensor& input, const Tensor& weight, const 
   x.read(li, !is_contiguous(li));
   w.read(lw, !is_contiguous(lw));
   const int64_t C = lw.sizes[0], taps = lw.sizes[2] * lw.sizes[3];
-  // the weights as float integers, [C][KH][KW] and in blocks of 16 channels [C16 / 16][KH * KW][16]
-  const int64_t C16 = (C + 15) / 16 * 16;
-  thread_local std::vector<float> wf, blocks;
-  wf.resize(std::max(wf.size(), static_cast<size_t>(C * taps)));
-  blocks.assign(static_cast<size_t>(C16 * taps), 0.0f);
-  const int8_t* wq = w.data<int8_t>();
-  for (int64_t c = 0; c < C; ++c) {
-    const float zp = ops.w_zp.empty() ? 0.0f : ops.w_zp[c];
-    for (int64_t k = 0; k < taps; ++k) {
-      wf[c * taps + k] = static_cast<float>(wq[c * taps + k]) - zp;
-      blocks[(c / 16 * taps + k) * 16 + c % 16] = wf[c * taps + k];
-    }
-  }
   dw::Problem pb;
+  pb.wq = w.data<int8_t>();
+  pb.w_zp = ops.w_zp.empty() ? nullptr : ops.w_zp.data();
   pb.x = x.data<uint8_t>();
   pb.x_signed = ops.type == qc::QType::kInt8;
   pb.x_zero_point = ops.in.zero_point;
-  pb.w = wf.data();
-  pb.w_blocks = blocks.data();
   pb.N = li.sizes[0];
   pb.C = C;
   pb.H = li.sizes[2];
@@ -447,6 +434,15 @@ inline void run_int8_depthwise(const Tensor& input, const Tensor& weight, const 
   pb.pad_w = p.padding[1];
   pb.requant = ops.requant();
   pb.out = static_cast<uint8_t*>(o.raw());
+  thread_local std::vector<float> wf;  // plane by plane: the weights as float integers [C][KH][KW]
+  if (!dw::uses_channel_blocks(pb)) {
+    wf.resize(std::max(wf.size(), static_cast<size_t>(C * taps)));
+    for (int64_t c = 0; c < C; ++c) {
+      const float zp = pb.w_zp ? pb.w_zp[c] : 0.0f;
+      for (int64_t k = 0; k < taps; ++k) wf[c * taps + k] = static_cast<float>(pb.wq[c * taps + k]) - zp;
+    }
+    pb.w = wf.data();
+  }
   dw::run(pb, Parallel{});
 }
 
