@@ -33,6 +33,8 @@ MAX_CASES = [
     ((1, 1, 1, 1), (1, 1), (1, 1), (0, 0), (1, 1), False),
     ((1, 2, 7, 9), (7, 9), (1, 1), (0, 0), (1, 1), False),     # the whole plane
     ((1, 8, 48, 40), (2, 3), (1, 1), (1, 1), (1, 1), False),   # stride 1
+    ((1, 4, 47, 47), (3, 3), (2, 2), (0, 0), (1, 1), True),    # SqueezeNet's at 96x96: 23 outputs a row (16 + 7)
+    ((2, 3, 35, 70), (2, 2), (2, 2), (0, 0), (1, 1), False),   # 35 outputs a row, 3 vectors
 ]
 # shape, kernel, stride, padding, ceil_mode, count_include_pad, divisor_override
 AVG_CASES = [
@@ -78,14 +80,18 @@ def test_max_pool2d_kernel_is_exact(case):
 
 
 def test_max_pool2d_propagates_nan_and_infinities_like_torch():
-    x = _x((1, 2, 9, 9), 0)
-    x[0, 0, 2, 3] = float("nan")
-    x[0, 1, 4, 4] = float("-inf")
-    x[0, 1, 0, 0] = float("inf")
-    for ceil in (False, True):
-        want = F.max_pool2d(x, 3, 2, 1, ceil_mode=ceil)
-        torch.testing.assert_close(_max_out(x, (3, 3), (2, 2), (1, 1), (1, 1), ceil), want, rtol=0, atol=0,
-                                   equal_nan=True)
+    for shape in ((1, 2, 9, 9), (1, 2, 40, 41)):  # the second: NaNs in the second vector of a row
+        x = _x(shape, 0)
+        x[0, 0, 2, 3] = float("nan")
+        x[0, 0, 7, shape[3] - 8] = float("nan")  # the first row of its windows (a NaN already in the sums)
+        x[0, 0, 1, shape[3] // 2] = float("nan")
+        x[0, 1, 4, 4] = float("-inf")
+        x[0, 1, 0, 0] = float("inf")
+        for ceil in (False, True):
+            for stride in (1, 2):
+                want = F.max_pool2d(x, 3, stride, 1, ceil_mode=ceil)
+                got = _max_out(x, (3, 3), (stride, stride), (1, 1), (1, 1), ceil)
+                torch.testing.assert_close(got, want, rtol=0, atol=0, equal_nan=True)
 
 
 @pytest.mark.parametrize("case", AVG_CASES, ids=lambda c: "x".join(map(str, c[0])) + f"_k{c[1][0]}{c[1][1]}")

@@ -9,3 +9,4 @@
 #include "core/gemm.h"
 #include "core/int8_depthwise.h"
 #include "core/int8_pointwise.h"
+#include "core/pool2d.h"
