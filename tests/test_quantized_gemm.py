@@ -48,7 +48,9 @@ CONV_CASES = [  # n, c, h, w, cout, k, stride, padding, dilation, groups
     (1, 64, 6, 6, 96, 1, 1, 0, 1, 1),     # pointwise on a small map
     (1, 3, 33, 33, 16, 3, 2, 1, 1, 1),    # a stem
     (1, 16, 8, 8, 16, 3, 1, 2, 2, 4),     # grouped, dilated
-    # pointwise (the VNNI kernel where the CPU has it and the weight zero points are 0):
+    (1, 6, 11, 13, 10, 3, 3, 2, 2, 1),    # stride 3, dilated (VNNI: over the im2col, gathered byte by byte)
+    # pointwise (the VNNI kernel where the CPU has it and the weight zero points are 0; groups-1
+    # spatial convs run it over their im2col):
     (2, 13, 7, 9, 37, 1, 1, 0, 1, 1),     # K not a multiple of 4, 63 pixels (48 + 15), 37 channels
     (1, 24, 5, 5, 200, 1, 1, 0, 1, 1),    # few pixels: blocks of output channels in parallel
     (1, 16, 20, 20, 24, 1, 1, 0, 1, 1),   # 400 pixels: 9 tiles, the last one a single vector
@@ -69,6 +71,10 @@ CONV_CASES = [  # n, c, h, w, cout, k, stride, padding, dilation, groups
 
 # "auto": the AVX-512 int8 kernels (VNNI 1x1, depthwise) where the CPU has them; "avx2" and
 # "baseline": the float path (integers on the float conv cores, then requantized)
+POINTWISE = [c for c in CONV_CASES if c[5] == 1]
+DEPTHWISE = [c for c in CONV_CASES if c[-1] == c[1] > 1]
+
+
 @pytest.mark.parametrize("isa", ["baseline", "avx2", "auto"])
 @pytest.mark.parametrize("dtype", [I8, U8])
 def test_conv_kernel_is_bit_exact_with_its_pattern(isa, dtype):
@@ -84,7 +90,7 @@ def test_conv_kernel_is_bit_exact_with_its_pattern(isa, dtype):
                 assert got.dtype == dtype
                 assert torch.equal(got, QUANTIZED_CONV2D.pattern(*args)), (case, bias)
         # input read through strides (channels-last storage), spatial and pointwise
-        for case in (CONV_CASES[0], CONV_CASES[-1]):
+        for case in (CONV_CASES[0], POINTWISE[-1], DEPTHWISE[-1]):
             args = _conv_args(g, dtype, *case, zero_points=False)
             x = args[0].to(memory_format=torch.channels_last)
             got = QUANTIZED_CONV2D.aten_out(x, *args[1:], out=torch.empty(0, dtype=dtype))
@@ -125,8 +131,8 @@ def test_linear_kernels_and_packed_forms_are_bit_exact(isa):
                 assert torch.equal(QUANTIZED_LINEAR_PACKED.pattern(*packed), want)
                 assert torch.equal(QUANTIZED_LINEAR_PACKED.aten_out(*packed, out=torch.empty(0, dtype=dtype)), want), \
                     (rows, k, n, dtype)
-        # pointwise ones (CONV_CASES[3], [6], [7] and 160 -> 960) run the VNNI kernel on the panels regrouped
-        for case in (*CONV_CASES[:4], *CONV_CASES[6:8], (1, 160, 3, 3, 960, 1, 1, 0, 1, 1)):
+        # with VNNI, on the panels regrouped (pointwise, and spatial over the im2col)
+        for case in (*[c for c in CONV_CASES if c[-1] == 1], (1, 160, 3, 3, 960, 1, 1, 0, 1, 1)):
             for dtype in (I8, U8):
                 args = _conv_args(g, dtype, *case, zero_points=False)
                 want = QUANTIZED_CONV2D.pattern(*args)

@@ -197,6 +197,52 @@ ETFUSE_TARGET_VNNI void weight_sums(const Problem& pb, int32_t* sums) {
 
 }  // namespace detail
 
+// A spatial int8 conv (groups 1) runs as this 1x1 conv over its im2col: row k = (c, kh, kw) of
+// [K][OH * OW] bytes holds the input pixel each output reads at that tap, the padding as the
+// input's zero point (so x - x_zp is 0 there). One image; `pad` is the zero point's byte.
+struct Im2col {
+  int64_t C = 0, H = 0, W = 0, KH = 1, KW = 1, OH = 0, OW = 0;
+  int64_t stride[2] = {1, 1}, padding[2] = {0, 0}, dilation[2] = {1, 1};
+};
+
+namespace detail {
+ETFUSE_TARGET_VNNI void im2col(const Im2col& g, const uint8_t* x, uint8_t pad, uint8_t* padded, uint8_t* col);
+#if defined(ETFUSE_CORE_KERNELS) && ETFUSE_HAVE_X86_DISPATCH
+ETFUSE_TARGET_VNNI void im2col(const Im2col& g, const uint8_t* x, uint8_t pad, uint8_t* padded, uint8_t* col) {
+  const int64_t Hp = g.H + 2 * g.padding[0], Wp = g.W + 2 * g.padding[1], P = g.OH * g.OW;
+  // the input with its border of zero points, C x Hp x Wp bytes
+  std::memset(padded, pad, static_cast<size_t>(g.C * Hp * Wp));
+  for (int64_t c = 0; c < g.C; ++c)
+    for (int64_t y = 0; y < g.H; ++y)
+      std::memcpy(padded + (c * Hp + y + g.padding[0]) * Wp + g.padding[1], x + (c * g.H + y) * g.W, static_cast<size_t>(g.W));
+  const int64_t sw = g.stride[1];
+  for (int64_t c = 0; c < g.C; ++c) {
+    for (int64_t kh = 0; kh < g.KH; ++kh) {
+      for (int64_t kw = 0; kw < g.KW; ++kw) {
+        uint8_t* dst = col + ((c * g.KH + kh) * g.KW + kw) * P;
+        for (int64_t oh = 0; oh < g.OH; ++oh, dst += g.OW) {
+          const uint8_t* src = padded + (c * Hp + oh * g.stride[0] + kh * g.dilation[0]) * Wp + kw * g.dilation[1];
+          if (sw == 1) {
+            std::memcpy(dst, src, static_cast<size_t>(g.OW));
+          } else if (sw == 2) {  // the even bytes of 2 * 16: one narrowing move per 16 outputs
+            for (int64_t ow = 0; ow < g.OW; ow += 16) {
+              const int64_t m = std::min<int64_t>(16, g.OW - ow);
+              const __mmask16 lanes = static_cast<__mmask16>((1u << m) - 1u);
+              // the last output reads byte 2 * (OW - 1): inside the padded row
+              const __m256i v = _mm256_maskz_loadu_epi16(lanes, src + 2 * ow);
+              _mm_mask_storeu_epi8(dst + ow, lanes, _mm256_cvtepi16_epi8(v));
+            }
+          } else {
+            for (int64_t ow = 0; ow < g.OW; ++ow) dst[ow] = src[ow * sw];
+          }
+        }
+      }
+    }
+  }
+}
+#endif
+}  // namespace detail
+
 // The packed ops' GEMM panels [C16 / 16][K][16] (pack_gemm_weight) -> quads (Problem::w):
 // each 4 x 16 block of 4 k by 16 channels becomes 16 x 4, zero rows past K. Panels [p0, p1)
 // of `out`, which holds C16 * K4 bytes.

@@ -346,23 +346,23 @@ inline void panels_rows(const float* x, int64_t M, int64_t x_rs, int64_t K, cons
   });
 }
 
-// ---- a 1x1 conv on VNNI: int8 in, int32 sums, int8 out (core/int8_pointwise.h) -----------------
+// ---- a conv on VNNI: int8 in, int32 sums, int8 out (core/int8_pointwise.h) --------------------
 
-inline bool vnni_pointwise(const Layout& lw, const core::conv2d::Params& p, const Operands& ops) {
-  return core::int8_pointwise::available() && p.groups == 1 && lw.sizes[2] == 1 && lw.sizes[3] == 1 &&
-      p.stride[0] == 1 && p.stride[1] == 1 && p.padding[0] == 0 && p.padding[1] == 0 && ops.weight_symmetric();
+// Groups 1 and symmetric weights: 1x1 convs read the input in place, the others its im2col.
+inline bool vnni_conv(const core::conv2d::Params& p, const Operands& ops) {
+  return core::int8_pointwise::available() && p.groups == 1 && ops.weight_symmetric();
 }
 
 // Reads the input and weight as they are (through a contiguous copy only where they are not);
 // the weight rows zero-padded to a multiple of 4 values where they are not already, packed
 // GEMM panels (`packed`) regrouped into 4-k groups.
-inline void run_vnni_pointwise(const Tensor& input, const Tensor& weight, bool packed, const Layout& li,
-                               const Layout& lw, const Operands& ops, Out& o) {
+inline void run_vnni_conv(const Tensor& input, const Tensor& weight, bool packed, const Layout& li, const Layout& lw,
+                          const Layout& lo, const core::conv2d::Params& p, const Operands& ops, Out& o) {
   namespace pw = core::int8_pointwise;
   Input x(input), w(weight);
   x.read(li, !is_contiguous(li));
   if (!packed) w.read(lw, !is_contiguous(lw));
-  const int64_t C = lw.sizes[0], K = lw.sizes[1], K4 = pw::k_padded(K);
+  const int64_t C = lw.sizes[0], K = lw.sizes[1] * lw.sizes[2] * lw.sizes[3], K4 = pw::k_padded(K);
   // kept between calls, like Floats: a fresh buffer of a large weight's size is an mmap whose
   // pages fault in on every call (1280 x 320: 22 us against 62 for the whole conv)
   thread_local std::vector<int8_t> padded;
@@ -394,10 +394,43 @@ inline void run_vnni_pointwise(const Tensor& input, const Tensor& weight, bool p
   pb.N = li.sizes[0];
   pb.K = K;
   pb.C = C;
-  pb.P = li.sizes[2] * li.sizes[3];
+  pb.P = lo.sizes[2] * lo.sizes[3];
   pb.requant = ops.requant();
   pb.out = static_cast<uint8_t*>(o.raw());
-  pw::run(pb, Parallel{});
+  const bool pointwise = K == li.sizes[1] && p.stride[0] == 1 && p.stride[1] == 1 && p.padding[0] == 0 &&
+      p.padding[1] == 0;
+  if (pointwise) {
+    pw::run(pb, Parallel{});
+    return;
+  }
+  // one image at a time over its im2col (K x OH * OW bytes)
+  pw::Im2col g;
+  g.C = li.sizes[1];
+  g.H = li.sizes[2];
+  g.W = li.sizes[3];
+  g.KH = lw.sizes[2];
+  g.KW = lw.sizes[3];
+  g.OH = lo.sizes[2];
+  g.OW = lo.sizes[3];
+  for (int d = 0; d < 2; ++d) {
+    g.stride[d] = p.stride[d];
+    g.padding[d] = p.padding[d];
+    g.dilation[d] = p.dilation[d];
+  }
+  thread_local std::vector<uint8_t> cols, border;
+  cols.resize(std::max(cols.size(), static_cast<size_t>(K * pb.P)));
+  // + 64: the stride-2 gather's last 16-bit read ends one byte past its row
+  border.resize(std::max(border.size(), static_cast<size_t>(g.C * (g.H + 2 * g.padding[0]) * (g.W + 2 * g.padding[1]) + 64)));
+  const uint8_t pad = static_cast<uint8_t>(static_cast<int8_t>(ops.in_zero_point));  // the zero point's byte
+  const uint8_t* images = pb.x;
+  uint8_t* outs = pb.out;
+  pb.N = 1;
+  for (int64_t n = 0; n < li.sizes[0]; ++n) {
+    pw::detail::im2col(g, images + n * g.C * g.H * g.W, pad, border.data(), cols.data());
+    pb.x = cols.data();
+    pb.out = outs + n * C * pb.P;
+    pw::run(pb, Parallel{});
+  }
 }
 
 // ---- a depthwise conv on AVX-512: int8 in, exact float sums, int8 out (core/int8_depthwise.h) ---
@@ -473,8 +506,8 @@ inline Tensor& conv2d_into(Context& ctx, const char* op, const Tensor& input, do
                     output_scale, output_zero_point, output_min, output_max, out, li, lw, ops, st, packed) &&
       conv::out_shape(li, lw, nullptr, p, ndim, sizes, st) && o.resize(op, ndim, sizes, st) &&
       o.open({&input, &weight}, false, is_contiguous(o.layout()), st);
-  if (ok && vnni_pointwise(lw, p, ops)) {
-    run_vnni_pointwise(input, weight, packed, li, lw, ops, o);
+  if (ok && vnni_conv(p, ops)) {
+    run_vnni_conv(input, weight, packed, li, lw, o.layout(), p, ops, o);
     return o.finish();
   }
   if (ok && !packed && int8_depthwise(li, lw, o.layout(), p)) {
