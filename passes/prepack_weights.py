@@ -38,7 +38,9 @@ kernels, 2 threads, unpacked -> packed):
   401, 128 -> 128 on 6x6 130 -> 112; with fewer channels the unpacked op wins (64 -> 64 on 8x8 44
   vs 66, 32 -> 32 on 7x7 17 vs 20).
   int8 convs keep packing their 3x3s (the unpacked int8 op converts the weight every call), on
-  maps under MAX_INT8_CONV_PIXELS (8x8).
+  maps under MAX_INT8_CONV_PIXELS (8x8). On CPUs with AVX-512 VNNI the int8 kernels regroup the
+  panels per call (kernels/README.md); there not packing measured even on MobileNetV2, and the
+  packing pays on CPUs without it, so it stays.
 
 Like FoldPackedWeightsPass it works on a copy; given a graph module alone
 (`ExecutorchBackendConfig(passes=...)`) there are no values, and it returns a copy unchanged.
