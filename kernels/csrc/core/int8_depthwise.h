@@ -21,15 +21,14 @@ namespace etfuse {
 namespace core {
 namespace int8_depthwise {
 
-struct Problem {
+// Stride 1 or 2 (the same along H and W), dilation 1.
+struct Problem : int8_epilogue::Geometry {
   const uint8_t* x = nullptr;  // the input's bytes [N][C][H][W], contiguous
   bool x_signed = true;        // int8 or uint8
   float x_zero_point = 0.0f;
   const int8_t* wq = nullptr;  // the weight [C][KH][KW], contiguous
   const float* w_zp = nullptr;  // its zero points [C] (null: 0)
   const float* w = nullptr;     // planes only: [C][KH][KW] float(wq) - w_zp[c]
-  int64_t N = 0, C = 0, H = 0, W = 0, KH = 0, KW = 0, OH = 0, OW = 0;
-  int64_t stride = 1, pad_h = 0, pad_w = 0;
   int8_epilogue::Requant requant;
   uint8_t* out = nullptr;  // [N][C][OH][OW] bytes, contiguous
 };
@@ -58,7 +57,7 @@ ETFUSE_TARGET_AVX512BW ETFUSE_ALWAYS_INLINE void convert_row(const Problem& pb, 
     const __mmask16 m = static_cast<__mmask16>((1u << std::min<int64_t>(16, pb.W - j)) - 1u);
     const __m128i b = _mm_maskz_loadu_epi8(m, src + j);
     const __m512i v = pb.x_signed ? _mm512_cvtepi8_epi32(b) : _mm512_cvtepu8_epi32(b);
-    _mm512_mask_storeu_ps(dst + pb.pad_w + j, m, _mm512_sub_ps(_mm512_cvtepi32_ps(v), zp));
+    _mm512_mask_storeu_ps(dst + pb.padding[1] + j, m, _mm512_sub_ps(_mm512_cvtepi32_ps(v), zp));
   }
 }
 
@@ -69,8 +68,8 @@ ETFUSE_TARGET_AVX512BW ETFUSE_ALWAYS_INLINE void fill_plane(const Problem& pb, c
   const __m512i even = _mm512_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30);
   const __m512i odd = _mm512_add_epi32(even, _mm512_set1_epi32(1));
   for (int64_t ih = 0; ih < pb.H; ++ih) {
-    const int64_t r = ih + pb.pad_h;
-    if (pb.stride == 1) {
+    const int64_t r = ih + pb.padding[0];
+    if (pb.stride[0] == 1) {
       convert_row(pb, x + ih * pb.W, b + r * pitch);
       continue;
     }
@@ -84,8 +83,8 @@ ETFUSE_TARGET_AVX512BW ETFUSE_ALWAYS_INLINE void fill_plane(const Problem& pb, c
 }
 
 ETFUSE_TARGET_AVX512BW void planes(const Problem& pb, int64_t t0, int64_t t1) {
-  const int64_t s = pb.stride, KH = pb.KH, KW = pb.KW, taps = KH * KW;
-  const int64_t vecs = (pb.OW + 15) / 16, Hp = pb.H + 2 * pb.pad_h;
+  const int64_t s = pb.stride[0], KH = pb.KH, KW = pb.KW, taps = KH * KW;
+  const int64_t vecs = (pb.OW + 15) / 16, Hp = pb.H + 2 * pb.padding[0];
   // a row of the buffer: every tap of the last vector reads 16 floats inside it
   const int64_t pitch = (vecs * 16 + KW + 15) / 16 * 16;
   const int64_t phase = Hp * pitch, plane = phase * s;
@@ -151,8 +150,8 @@ ETFUSE_TARGET_AVX512BW void planes(const Problem& pb, int64_t t0, int64_t t1) {
 // one FMA per tap for all 16 channels; the 16-channel outputs go back to their planes by the same
 // transpose.
 ETFUSE_TARGET_AVX512BW void channel_blocks(const Problem& pb, int64_t b0, int64_t b1) {
-  const int64_t s = pb.stride, KW = pb.KW, taps = pb.KH * KW, HW = pb.H * pb.W, P = pb.OH * pb.OW;
-  const int64_t Wp = pb.W + 2 * pb.pad_w, Hp = pb.H + 2 * pb.pad_h, B = (pb.C + 15) / 16;
+  const int64_t s = pb.stride[0], KW = pb.KW, taps = pb.KH * KW, HW = pb.H * pb.W, P = pb.OH * pb.OW;
+  const int64_t Wp = pb.W + 2 * pb.padding[1], Hp = pb.H + 2 * pb.padding[0], B = (pb.C + 15) / 16;
   thread_local std::vector<float> xbuf, wbuf;
   thread_local std::vector<__m128i> obuf;
   wbuf.resize(std::max(wbuf.size(), static_cast<size_t>(taps * 16)));
@@ -178,7 +177,7 @@ ETFUSE_TARGET_AVX512BW void channel_blocks(const Problem& pb, int64_t b0, int64_
       int8_epilogue::transpose16(v);
       for (int64_t j = 0, ih = p0 / pb.W, iw = p0 % pb.W; j < m; ++j) {
         const __m512i w = pb.x_signed ? _mm512_cvtepi8_epi32(v[j]) : _mm512_cvtepu8_epi32(v[j]);
-        _mm512_storeu_ps(xbuf.data() + ((ih + pb.pad_h) * Wp + iw + pb.pad_w) * 16, _mm512_sub_ps(_mm512_cvtepi32_ps(w), zp));
+        _mm512_storeu_ps(xbuf.data() + ((ih + pb.padding[0]) * Wp + iw + pb.padding[1]) * 16, _mm512_sub_ps(_mm512_cvtepi32_ps(w), zp));
         if (++iw == pb.W) iw = 0, ++ih;
       }
     }

@@ -1,5 +1,5 @@
 // The requantizing epilogue of the int8 conv kernels on AVX-512 (int8_pointwise.h,
-// int8_depthwise.h): 16 exact integer sums of one output channel -> 16 int8 / uint8 values,
+// int8_depthwise.h), and the conv shape both take: 16 exact integer sums of one output channel -> 16 int8 / uint8 values,
 //   out = clamp(rint((acc * scale[c] + bias[c]) * inv) + zp, lo, hi)
 // one float32 operation at a time, as the float path's requant_loop (ops/quantized_gemm.h), so
 // the kernels are bit-exact with it. The `_round` intrinsics (current rounding mode) are never
@@ -20,6 +20,13 @@
 namespace etfuse {
 namespace core {
 namespace int8_epilogue {
+
+// The shape of an int8 conv as its kernels read it (one image: N; C input channels on H x W,
+// KH x KW taps, OH x OW outputs).
+struct Geometry {
+  int64_t N = 0, C = 0, H = 0, W = 0, KH = 1, KW = 1, OH = 0, OW = 0;
+  int64_t stride[2] = {1, 1}, padding[2] = {0, 0}, dilation[2] = {1, 1};
+};
 
 struct Requant {
   const float* scale = nullptr;  // [C]: float(input_scale) * weight_scale[c]

@@ -200,15 +200,12 @@ ETFUSE_TARGET_VNNI void weight_sums(const Problem& pb, int32_t* sums) {
 // A spatial int8 conv (groups 1) runs as this 1x1 conv over its im2col: row k = (c, kh, kw) of
 // [K][OH * OW] bytes holds the input pixel each output reads at that tap, the padding as the
 // input's zero point (so x - x_zp is 0 there). One image; `pad` is the zero point's byte.
-struct Im2col {
-  int64_t C = 0, H = 0, W = 0, KH = 1, KW = 1, OH = 0, OW = 0;
-  int64_t stride[2] = {1, 1}, padding[2] = {0, 0}, dilation[2] = {1, 1};
-};
+using int8_epilogue::Geometry;
 
 namespace detail {
-ETFUSE_TARGET_VNNI void im2col(const Im2col& g, const uint8_t* x, uint8_t pad, uint8_t* padded, uint8_t* col);
+ETFUSE_TARGET_VNNI void im2col(const Geometry& g, const uint8_t* x, uint8_t pad, uint8_t* padded, uint8_t* col);
 #if defined(ETFUSE_CORE_KERNELS) && ETFUSE_HAVE_X86_DISPATCH
-ETFUSE_TARGET_VNNI void im2col(const Im2col& g, const uint8_t* x, uint8_t pad, uint8_t* padded, uint8_t* col) {
+ETFUSE_TARGET_VNNI void im2col(const Geometry& g, const uint8_t* x, uint8_t pad, uint8_t* padded, uint8_t* col) {
   const int64_t Hp = g.H + 2 * g.padding[0], Wp = g.W + 2 * g.padding[1], P = g.OH * g.OW;
   // the input with its border of zero points, C x Hp x Wp bytes
   std::memset(padded, pad, static_cast<size_t>(g.C * Hp * Wp));

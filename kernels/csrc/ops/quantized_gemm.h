@@ -348,6 +348,25 @@ inline void panels_rows(const float* x, int64_t M, int64_t x_rs, int64_t K, cons
 
 // ---- a conv on VNNI: int8 in, int32 sums, int8 out (core/int8_pointwise.h) --------------------
 
+inline core::int8_epilogue::Geometry geometry(const Layout& li, const Layout& lw, const Layout& lo,
+                                              const core::conv2d::Params& p) {
+  core::int8_epilogue::Geometry g;
+  g.N = li.sizes[0];
+  g.C = li.sizes[1];
+  g.H = li.sizes[2];
+  g.W = li.sizes[3];
+  g.KH = lw.sizes[2];
+  g.KW = lw.sizes[3];
+  g.OH = lo.sizes[2];
+  g.OW = lo.sizes[3];
+  for (int d = 0; d < 2; ++d) {
+    g.stride[d] = p.stride[d];
+    g.padding[d] = p.padding[d];
+    g.dilation[d] = p.dilation[d];
+  }
+  return g;
+}
+
 // Groups 1 and symmetric weights: 1x1 convs read the input in place, the others its im2col.
 inline bool vnni_conv(const core::conv2d::Params& p, const Operands& ops) {
   return core::int8_pointwise::available() && p.groups == 1 && ops.weight_symmetric();
@@ -404,19 +423,7 @@ inline void run_vnni_conv(const Tensor& input, const Tensor& weight, bool packed
     return;
   }
   // one image at a time over its im2col (K x OH * OW bytes)
-  pw::Im2col g;
-  g.C = li.sizes[1];
-  g.H = li.sizes[2];
-  g.W = li.sizes[3];
-  g.KH = lw.sizes[2];
-  g.KW = lw.sizes[3];
-  g.OH = lo.sizes[2];
-  g.OW = lo.sizes[3];
-  for (int d = 0; d < 2; ++d) {
-    g.stride[d] = p.stride[d];
-    g.padding[d] = p.padding[d];
-    g.dilation[d] = p.dilation[d];
-  }
+  const core::int8_epilogue::Geometry g = geometry(li, lw, lo, p);
   thread_local std::vector<uint8_t> cols, border;
   cols.resize(std::max(cols.size(), static_cast<size_t>(K * pb.P)));
   // + 64: the stride-2 gather's last 16-bit read ends one byte past its row
@@ -454,17 +461,7 @@ inline void run_int8_depthwise(const Tensor& input, const Tensor& weight, const 
   pb.x = x.data<uint8_t>();
   pb.x_signed = ops.type == qc::QType::kInt8;
   pb.x_zero_point = ops.in.zero_point;
-  pb.N = li.sizes[0];
-  pb.C = C;
-  pb.H = li.sizes[2];
-  pb.W = li.sizes[3];
-  pb.KH = lw.sizes[2];
-  pb.KW = lw.sizes[3];
-  pb.OH = lo.sizes[2];
-  pb.OW = lo.sizes[3];
-  pb.stride = p.stride[0];
-  pb.pad_h = p.padding[0];
-  pb.pad_w = p.padding[1];
+  static_cast<core::int8_epilogue::Geometry&>(pb) = geometry(li, lw, lo, p);
   pb.requant = ops.requant();
   pb.out = static_cast<uint8_t*>(o.raw());
   thread_local std::vector<float> wf;  // plane by plane: the weights as float integers [C][KH][KW]
