@@ -465,33 +465,7 @@ ETFUSE_TARGET_AVX2 void direct_avx2(const Problem& pb, int64_t t0, int64_t t1, c
 }
 #endif
 
-// v[r][c] -> v[c][r] for a W x W block (W a power of 2): log2(W) rounds of zipping row i with
-// row i + W / 2 (the perfect shuffle). GCC lowers each zip to the ISA's shuffles.
-template <int W>
-struct LaneIndex {  // a member typedef: a function-local one is not dependent when indexed
-  typedef int32_t type __attribute__((vector_size(W * 4)));
-};
-
-template <int W>
-ETFUSE_ALWAYS_INLINE void transpose_block(typename gemm::detail::Vec<W>::type (&v)[W]) {
-  typedef typename gemm::detail::Vec<W>::type vf;
-  typedef typename LaneIndex<W>::type vi;
-  vi lo, hi;
-  for (int i = 0; i < W / 2; ++i) {
-    lo[2 * i] = i;
-    lo[2 * i + 1] = W + i;
-    hi[2 * i] = W / 2 + i;
-    hi[2 * i + 1] = W + W / 2 + i;
-  }
-  for (int round = 1; round < W; round *= 2) {
-    vf z[W];
-    for (int i = 0; i < W / 2; ++i) {
-      z[2 * i] = __builtin_shuffle(v[i], v[i + W / 2], lo);
-      z[2 * i + 1] = __builtin_shuffle(v[i], v[i + W / 2], hi);
-    }
-    for (int i = 0; i < W; ++i) v[i] = z[i];
-  }
-}
+using gemm::detail::transpose_block;  // (gemm.h: the transposed problems' epilogue uses it too)
 
 // The first m < W floats at p as a vector (the rest 0), and back: one masked move with AVX-512
 // (element by element, a 3x3 map's 9 pixels of 16 planes took longer than its taps). Through
