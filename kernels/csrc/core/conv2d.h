@@ -1196,9 +1196,8 @@ inline bool is_depthwise(const Problem& pb) {
 // threads, us, planes -> channels): 576 channels 3x3 stride 2 on 6x6 73 -> 24, 960 on 3x3 43 ->
 // 30, 384 on 6x6 33 -> 24, 672 5x5 on 6x6 95 -> 50, 192 stride 2 on 12x12 51 -> 20; at 12x12
 // outputs the interleaving costs more than the plane setup (192 on 12x12: 31 -> 38).
-// With AVX-512 (16 channels a vector, partial blocks by masked moves) also the stride-1 ones
-// that depthwise_flat would take (us on 1 / 2 threads, flat -> channels: 960 on 3x3 33 / 33 ->
-// 21 / 20; 384 on 6x6 18 / 13 -> 15 / 12); from 12x12 on flat stays (192 on 12x12: 19 vs 22).
+// With AVX-512 it runs 16 channels a vector (partial blocks by masked moves), for the planes that
+// depthwise_blocks_avx512 (below) does not take: flat planes go there first.
 constexpr int64_t kChannelsMaxPixels = 64;
 
 // The direct kernel (detail::direct_planes) instead of the implicit GEMM where packing the
