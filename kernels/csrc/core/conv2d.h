@@ -646,26 +646,11 @@ ETFUSE_TARGET_AVX512 void depthwise_channels_avx512(const Problem& pb, int64_t t
 }
 #endif
 
-// A 16 x 16 float transpose (v[i][j] -> v[j][i]) in four rounds of perfect shuffles, as
-// transpose_block.
-ETFUSE_TARGET_AVX512 ETFUSE_ALWAYS_INLINE void transpose16x16(__m512 (&v)[16]) {
-  const __m512i lo = _mm512_setr_epi32(0, 16, 1, 17, 2, 18, 3, 19, 4, 20, 5, 21, 6, 22, 7, 23);
-  const __m512i hi = _mm512_setr_epi32(8, 24, 9, 25, 10, 26, 11, 27, 12, 28, 13, 29, 14, 30, 15, 31);
-  for (int round = 0; round < 4; ++round) {
-    __m512 z[16];
-    for (int i = 0; i < 8; ++i) {
-      z[2 * i] = _mm512_permutex2var_ps(v[i], lo, v[i + 8]);
-      z[2 * i + 1] = _mm512_permutex2var_ps(v[i], hi, v[i + 8]);
-    }
-    for (int i = 0; i < 16; ++i) v[i] = z[i];
-  }
-}
-
 // A depthwise conv (multiplier 1) on AVX-512, 16 channels a vector, planes flat in and out:
 // depthwise_channels' scheme written for it (its generic code took 2-5x its multiply-adds'
 // time in moves). A block's 16 planes are transposed 16 pixels at a time into a zero-padded
 // [PH][PW][16] buffer (written once per call around the interiors); an output pixel is one FMA
-// per tap for the 16 channels, 4 pixels at a time; the results go back by the same transpose.
+// per tap for the 16 channels, 8 pixels at a time; the results go back by the same transpose.
 // Block t: image t / B, channels [t % B * 16, + 16), B = ceil(C / 16).
 ETFUSE_TARGET_AVX512 void depthwise_blocks_avx512(const Problem& pb, int64_t t0, int64_t t1);
 #if defined(ETFUSE_CORE_KERNELS) && ETFUSE_HAVE_X86_DISPATCH
@@ -695,9 +680,9 @@ ETFUSE_TARGET_AVX512 void depthwise_blocks_avx512(const Problem& pb, int64_t t0,
     for (int64_t q0 = 0; q0 < HW; q0 += 16) {  // in: 16 pixels of the 16 planes at a time
       const int64_t m = std::min<int64_t>(16, HW - q0);
       const __mmask16 lanes = static_cast<__mmask16>((1u << m) - 1u);
-      __m512 v[16];
+      gemm::detail::Vec<16>::type v[16];  // (as __m512: the same vector)
       for (int c = 0; c < 16; ++c) v[c] = _mm512_maskz_loadu_ps(lanes, src[c] + q0);
-      transpose16x16(v);
+      transpose_block<16>(v);
       for (int64_t j = 0, ih = q0 / Wd, iw = q0 % Wd; j < m; ++j) {
         _mm512_storeu_ps(buf.data() + ((ih + p.padding[0]) * PW + iw + p.padding[1]) * 16, v[j]);
         if (++iw == Wd) iw = 0, ++ih;
@@ -711,9 +696,9 @@ ETFUSE_TARGET_AVX512 void depthwise_blocks_avx512(const Problem& pb, int64_t t0,
       seed[c] = pb.bias ? pb.bias[co * pb.bias_s] : 0.0f;
     }
     if (flat_w) {  // up to 16 taps a channel: one transpose (element by element it cost a third of 3x3 maps' time)
-      __m512 v[16];
+      gemm::detail::Vec<16>::type v[16];  // (as __m512: the same vector)
       for (int c = 0; c < 16; ++c) v[c] = _mm512_maskz_loadu_ps(tap_lanes, pb.w + (c0 + (c < nc ? c : 0)) * pb.lw.strides[0]);
-      transpose16x16(v);
+      transpose_block<16>(v);
       for (int64_t k = 0; k < taps; ++k) _mm512_storeu_ps(wt.data() + k * 16, v[k]);
     } else {
       for (int c = 0; c < 16; ++c) {
@@ -746,9 +731,9 @@ ETFUSE_TARGET_AVX512 void depthwise_blocks_avx512(const Problem& pb, int64_t t0,
     for (int64_t q0 = 0; q0 < P; q0 += 16) {  // out: 16 pixels of the 16 channels at a time
       const int64_t m = std::min<int64_t>(16, P - q0);
       const __mmask16 lanes = static_cast<__mmask16>((1u << m) - 1u);
-      __m512 v[16];
+      gemm::detail::Vec<16>::type v[16];  // (as __m512: the same vector)
       for (int j = 0; j < 16; ++j) v[j] = _mm512_loadu_ps(sums.data() + std::min(q0 + j, P - 1) * 16);
-      transpose16x16(v);
+      transpose_block<16>(v);
       for (int64_t c = 0; c < nc; ++c) _mm512_mask_storeu_ps(dst + c * pb.lo.strides[1] + q0, lanes, v[c]);
     }
   }

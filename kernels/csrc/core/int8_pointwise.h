@@ -1,4 +1,5 @@
-// An int8 1x1 convolution (pointwise, groups 1, stride 1, no padding) on AVX-512 VNNI: 8-bit
+// An int8 1x1 convolution (pointwise, groups 1, stride 1, no padding; a spatial one over its
+// im2col, below) on AVX-512 VNNI: 8-bit
 // activations times int8 weights summed in int32 by vpdpbusd (64 multiply-adds an instruction,
 // 4 times the float32 FMA's 16), requantized in the same pass.
 //
@@ -76,12 +77,26 @@ inline bool available() {
   return vnni && use_avx512();
 }
 
+#if ETFUSE_HAVE_X86_DISPATCH
+// Four rows of 16 bytes r[j][i] -> 16 groups of 4, dst[4 * i + j] (SSE2 unpacks): 4 k of 16
+// pixels (interleave) or of 16 channels (to_quads).
+ETFUSE_ALWAYS_INLINE void zip4(const __m128i (&r)[4], void* dst) {
+  const __m128i a = _mm_unpacklo_epi8(r[0], r[1]), b = _mm_unpackhi_epi8(r[0], r[1]);
+  const __m128i c = _mm_unpacklo_epi8(r[2], r[3]), d = _mm_unpackhi_epi8(r[2], r[3]);
+  __m128i* out = static_cast<__m128i*>(dst);
+  _mm_storeu_si128(out, _mm_unpacklo_epi16(a, c));
+  _mm_storeu_si128(out + 1, _mm_unpackhi_epi16(a, c));
+  _mm_storeu_si128(out + 2, _mm_unpacklo_epi16(b, d));
+  _mm_storeu_si128(out + 3, _mm_unpackhi_epi16(b, d));
+}
+#endif
+
 namespace detail {
 
-// One task's share: pixel tiles [t0, t1) of image n over output channels [c_begin, c_end).
+// One task's share: pixel tile t of image n over output channels [c_begin, c_end).
 // Compiled once per library in core/kernels.cpp.
-ETFUSE_TARGET_VNNI void run_tiles(const Problem& pb, const int32_t* wsum, int64_t n, int64_t t0, int64_t t1,
-                                  int64_t c_begin, int64_t c_end);
+ETFUSE_TARGET_VNNI void run_tile(const Problem& pb, const int32_t* wsum, int64_t n, int64_t t, int64_t c_begin,
+                                 int64_t c_end);
 ETFUSE_TARGET_VNNI void weight_sums(const Problem& pb, int32_t* sums);
 
 #if defined(ETFUSE_CORE_KERNELS) && ETFUSE_HAVE_X86_DISPATCH
@@ -99,13 +114,7 @@ ETFUSE_TARGET_VNNI ETFUSE_ALWAYS_INLINE void interleave(const Problem& pb, const
         r[j] = k + j < pb.K ? _mm_maskz_loadu_epi8(masks[v], x + (k + j) * pb.P + p0 + 16 * v) : _mm_setzero_si128();
         r[j] = _mm_xor_si128(r[j], flip);
       }
-      const __m128i a = _mm_unpacklo_epi8(r[0], r[1]), b = _mm_unpackhi_epi8(r[0], r[1]);
-      const __m128i c = _mm_unpacklo_epi8(r[2], r[3]), d = _mm_unpackhi_epi8(r[2], r[3]);
-      uint8_t* dst = xq + (k * kTilePixels + 64 * v);
-      _mm_storeu_si128(reinterpret_cast<__m128i*>(dst), _mm_unpacklo_epi16(a, c));
-      _mm_storeu_si128(reinterpret_cast<__m128i*>(dst + 16), _mm_unpackhi_epi16(a, c));
-      _mm_storeu_si128(reinterpret_cast<__m128i*>(dst + 32), _mm_unpacklo_epi16(b, d));
-      _mm_storeu_si128(reinterpret_cast<__m128i*>(dst + 48), _mm_unpackhi_epi16(b, d));
+      zip4(r, xq + (k * kTilePixels + 64 * v));
     }
   }
 }
@@ -139,39 +148,37 @@ ETFUSE_TARGET_VNNI ETFUSE_ALWAYS_INLINE void tile(const Problem& pb, const int32
     }
 }
 
-ETFUSE_TARGET_VNNI void run_tiles(const Problem& pb, const int32_t* wsum, int64_t n, int64_t t0, int64_t t1,
-                                  int64_t c_begin, int64_t c_end) {
+ETFUSE_TARGET_VNNI void run_tile(const Problem& pb, const int32_t* wsum, int64_t n, int64_t t, int64_t c_begin,
+                                 int64_t c_end) {
   thread_local std::vector<uint8_t> xq;
   const int64_t K4 = k_padded(pb.K);
   if (static_cast<int64_t>(xq.size()) < K4 * kTilePixels) xq.resize(static_cast<size_t>(K4 * kTilePixels));
   const uint8_t* x = pb.x + n * pb.K * pb.P;
   uint8_t* out = pb.out + n * pb.C * pb.P;
-  for (int64_t t = t0; t < t1; ++t) {
-    const int64_t p0 = t * kTilePixels, left = std::min(kTilePixels, pb.P - p0);
-    __mmask16 masks[3];
-    for (int v = 0; v < 3; ++v) {
-      const int64_t m = std::max<int64_t>(0, std::min<int64_t>(16, left - 16 * v));
-      masks[v] = static_cast<__mmask16>((1u << m) - 1u);
-    }
-    const int nv = static_cast<int>((left + 15) / 16);
-    interleave(pb, x, p0, nv, masks, xq.data());
-    for (int64_t c0 = c_begin; c0 < c_end; c0 += kRows) {
-      const int rows = static_cast<int>(std::min<int64_t>(kRows, c_end - c0));
-      if (nv == 3) {
-        tile<3>(pb, wsum, xq.data(), c0, rows, masks, out + p0);
-      } else if (nv == 2) {
-        tile<2>(pb, wsum, xq.data(), c0, rows, masks, out + p0);
-      } else {
-        tile<1>(pb, wsum, xq.data(), c0, rows, masks, out + p0);
-      }
+  const int64_t p0 = t * kTilePixels, left = std::min(kTilePixels, pb.P - p0);
+  __mmask16 masks[3];
+  for (int v = 0; v < 3; ++v) {
+    const int64_t m = std::max<int64_t>(0, std::min<int64_t>(16, left - 16 * v));
+    masks[v] = static_cast<__mmask16>((1u << m) - 1u);
+  }
+  const int nv = static_cast<int>((left + 15) / 16);
+  interleave(pb, x, p0, nv, masks, xq.data());
+  for (int64_t c0 = c_begin; c0 < c_end; c0 += kRows) {
+    const int rows = static_cast<int>(std::min<int64_t>(kRows, c_end - c0));
+    if (nv == 3) {
+      tile<3>(pb, wsum, xq.data(), c0, rows, masks, out + p0);
+    } else if (nv == 2) {
+      tile<2>(pb, wsum, xq.data(), c0, rows, masks, out + p0);
+    } else {
+      tile<1>(pb, wsum, xq.data(), c0, rows, masks, out + p0);
     }
   }
 }
 
 ETFUSE_TARGET_VNNI void weight_sums(const Problem& pb, int32_t* sums) {
   const int64_t K4 = k_padded(pb.K);
+  const __m512i ones = _mm512_set1_epi8(1);
   if (pb.quads) {  // 16 channels at a time: one dpbusd per 4-k group sums its 4 values per lane
-    const __m512i ones = _mm512_set1_epi8(1);
     for (int64_t c0 = 0; c0 < pb.C; c0 += 16) {
       const int8_t* panel = pb.w + c0 * K4;
       __m512i s = _mm512_setzero_si512();
@@ -182,7 +189,6 @@ ETFUSE_TARGET_VNNI void weight_sums(const Problem& pb, int32_t* sums) {
     }
     return;
   }
-  const __m512i ones = _mm512_set1_epi8(1);
   for (int64_t c = 0; c < pb.C; ++c) {
     const int8_t* row = pb.w + c * K4;
     __m512i s = _mm512_setzero_si512();
@@ -253,13 +259,7 @@ inline void to_quads(const int8_t* panels, int64_t K, int64_t p0, int64_t p1, in
       for (int j = 0; j < 4; ++j) {
         r[j] = k + j < K ? _mm_loadu_si128(reinterpret_cast<const __m128i*>(panel + (k + j) * 16)) : _mm_setzero_si128();
       }
-      const __m128i a = _mm_unpacklo_epi8(r[0], r[1]), b = _mm_unpackhi_epi8(r[0], r[1]);
-      const __m128i c = _mm_unpacklo_epi8(r[2], r[3]), d = _mm_unpackhi_epi8(r[2], r[3]);
-      int8_t* dst = out + (p * K4 + k) * 16;
-      _mm_storeu_si128(reinterpret_cast<__m128i*>(dst), _mm_unpacklo_epi16(a, c));
-      _mm_storeu_si128(reinterpret_cast<__m128i*>(dst + 16), _mm_unpackhi_epi16(a, c));
-      _mm_storeu_si128(reinterpret_cast<__m128i*>(dst + 32), _mm_unpacklo_epi16(b, d));
-      _mm_storeu_si128(reinterpret_cast<__m128i*>(dst + 48), _mm_unpackhi_epi16(b, d));
+      zip4(r, out + (p * K4 + k) * 16);
     }
   }
 #else
@@ -292,7 +292,7 @@ inline void run(const Problem& pb, Par&& par) {
     for (int64_t u = b; u < e;) {
       const int64_t tile = u / blocks, last = std::min(e, (tile + 1) * blocks);
       const int64_t c0 = (u % blocks) * per_block, c1 = std::min(pb.C, (last - tile * blocks) * per_block);
-      if (c0 < c1) detail::run_tiles(pb, wsum.data(), tile / tiles, tile % tiles, tile % tiles + 1, c0, c1);
+      if (c0 < c1) detail::run_tile(pb, wsum.data(), tile / tiles, tile % tiles, c0, c1);
       u = last;
     }
   });

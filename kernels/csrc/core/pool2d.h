@@ -206,6 +206,7 @@ ETFUSE_ALWAYS_INLINE void avg_whole_rows(const float* in, float* out, const Plan
 // (one permute); the generic loop read them one by one (SqueezeNet's 64 x 47 x 47 pool: 108 us).
 // `row` has kRowSlack floats past row_len for the last vector's reads.
 constexpr int64_t kRowSlack = 64;
+constexpr int64_t kMaxRows = 16;  // window heights it takes (the rows' pointers in registers)
 
 #if ETFUSE_HAVE_X86_DISPATCH
 ETFUSE_TARGET_AVX512 void max_planes_avx512(const float* in, float* out, const Plane& g, const Params& p,
@@ -228,37 +229,22 @@ ETFUSE_TARGET_AVX512 void max_planes_avx512(const float* in, float* out, const P
     const float* plane = in + q * g.h * g.w;
     for (int64_t oy = 0; oy < g.oh; ++oy) {
       const int64_t y0 = oy * sh - ph;
-      const float* src[16];  // the rows of the windows inside the plane
+      const float* src[kMaxRows];  // the rows of the windows inside the plane
       int rows = 0;
-      for (int64_t ky = 0; ky < kh && rows < 16; ++ky) {
+      for (int64_t ky = 0; ky < kh; ++ky) {
         const int64_t y = y0 + ky * dh;
         if (y >= 0 && y < g.h) src[rows++] = plane + y * g.w;
       }
-      for (int64_t ky = 16; ky < kh; ++ky) rows = -1;  // more than 16 rows: below, in two passes
-      if (rows >= 0) {
-        // reduced into body 16 columns at a time, in a register: a masked store read back by the
-        // next row's pass stalled (a masked store does not forward to a load)
-        for (int64_t x = 0; x < g.w; x += 16) {
-          const __mmask16 m = static_cast<__mmask16>((1u << std::min<int64_t>(16, g.w - x)) - 1u);
-          __m512 acc = _mm512_set1_ps(ninf);  // no row inside the plane (ceil_mode): nothing to pool
-          for (int r = 0; r < rows; ++r) {
-            const __m512 v = _mm512_maskz_loadu_ps(m, src[r] + x);
-            acc = r ? max_nan16(acc, v) : v;
-          }
-          _mm512_mask_storeu_ps(body + x, m, acc);
+      // reduced into body 16 columns at a time, in a register: a masked store read back by the
+      // next row's pass stalled (a masked store does not forward to a load)
+      for (int64_t x = 0; x < g.w; x += 16) {
+        const __mmask16 m = static_cast<__mmask16>((1u << std::min<int64_t>(16, g.w - x)) - 1u);
+        __m512 acc = _mm512_set1_ps(ninf);  // no row inside the plane (ceil_mode): nothing to pool
+        for (int r = 0; r < rows; ++r) {
+          const __m512 v = _mm512_maskz_loadu_ps(m, src[r] + x);
+          acc = r ? max_nan16(acc, v) : v;
         }
-      } else {
-        rows = 0;
-        for (int64_t ky = 0; ky < kh; ++ky) {
-          const int64_t y = y0 + ky * dh;
-          if (y < 0 || y >= g.h) continue;
-          const float* s = plane + y * g.w;
-          for (int64_t x = 0; x < g.w; ++x) body[x] = rows ? max_nan(body[x], s[x]) : s[x];
-          ++rows;
-        }
-        if (rows == 0) {
-          for (int64_t x = 0; x < g.w; ++x) body[x] = ninf;
-        }
+        _mm512_mask_storeu_ps(body + x, m, acc);
       }
       float* dst = out + q * g.oh * g.ow + oy * g.ow;
       for (int64_t ox = 0; ox < g.ow; ox += 16) {  // then along the width
@@ -318,7 +304,10 @@ inline void run(const float* in, float* out, int64_t planes, int64_t h, int64_t 
   const int64_t row_len = std::max(p.padding[1] + w + p.padding[1], reach);
   auto* fn = selected_isa() == Isa::kAvx2 ? &detail::planes_avx2<kMax> : &detail::planes_baseline<kMax>;
 #if ETFUSE_HAVE_X86_DISPATCH
-  if (kMax && use_avx512() && (p.stride[1] == 1 || p.stride[1] == 2) && p.dilation[1] == 1) fn = &detail::max_planes_avx512;
+  if (kMax && use_avx512() && (p.stride[1] == 1 || p.stride[1] == 2) && p.dilation[1] == 1 &&
+      p.kernel[0] <= detail::kMaxRows) {
+    fn = &detail::max_planes_avx512;
+  }
 #endif
   const int64_t work = std::max<int64_t>(1, h * w * p.kernel[0] + oh * ow * p.kernel[1]);
   const int64_t grain = std::max<int64_t>(1, kGrainSize / work);

@@ -63,7 +63,6 @@ class Floats {
 struct Operands {
   qc::QType type = qc::QType::kInt8;
   qc::QParams in;             // input_scale / zero point
-  int64_t in_zero_point = 0;
   qc::QParams out;            // output_scale / zero point, [output_min, output_max]
   std::vector<float> scale;   // float(input_scale) * weight_scale[c]
   std::vector<float> bias;    // empty: none
@@ -143,7 +142,6 @@ inline bool read_operands(const char* op, const Tensor& input, double input_scal
     return st.fail("%s: output range [%lld, %lld] is empty or not inside %s's", op, (long long)output_min,
                    (long long)output_max, qc::qtype_name(ops.type));
   }
-  ops.in_zero_point = input_zero_point;
   ops.out.qmin = static_cast<float>(output_min);
   ops.out.qmax = static_cast<float>(output_max);
   const int64_t cout = lw.ndim ? lw.sizes[0] : 0;
@@ -408,7 +406,7 @@ inline void run_vnni_conv(const Tensor& input, const Tensor& weight, bool packed
   pb.quads = packed;
   pb.x = x.data<uint8_t>();
   pb.x_signed = ops.type == qc::QType::kInt8;
-  pb.x_zero_point = static_cast<int32_t>(ops.in_zero_point);
+  pb.x_zero_point = static_cast<int32_t>(ops.in.zero_point);  // an integer in [-128, 255]: exact
   pb.w = wp;
   pb.N = li.sizes[0];
   pb.K = K;
@@ -428,7 +426,7 @@ inline void run_vnni_conv(const Tensor& input, const Tensor& weight, bool packed
   cols.resize(std::max(cols.size(), static_cast<size_t>(K * pb.P)));
   // + 64: the stride-2 gather's last 16-bit read ends one byte past its row
   border.resize(std::max(border.size(), static_cast<size_t>(g.C * (g.H + 2 * g.padding[0]) * (g.W + 2 * g.padding[1]) + 64)));
-  const uint8_t pad = static_cast<uint8_t>(static_cast<int8_t>(ops.in_zero_point));  // the zero point's byte
+  const uint8_t pad = static_cast<uint8_t>(static_cast<int32_t>(ops.in.zero_point));  // the zero point's byte
   const uint8_t* images = pb.x;
   uint8_t* outs = pb.out;
   pb.N = 1;
