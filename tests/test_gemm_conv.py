@@ -80,12 +80,17 @@ CONV_CASES = [
     (1, 40, 10, 10, 24, 3, 3, (1, 1), (1, 1), (1, 1), 1),
     (1, 33, 9, 9, 64, 3, 3, (2, 2), (1, 1), (1, 1), 1),
     (2, 16, 12, 12, 32, 3, 3, (1, 1), (2, 2), (2, 2), 4),
-    # ... over 2 M multiply-adds, so split across threads (kParallelMinMacs): 48 output channels
-    # in 6 row tiles, panels that end inside output rows; 2 images at stride 2, 37 channels
-    # (5 tiles of 8 and 7 rows); 13 channels on 5-wide rows (a panel spans 6 of them)
+    # ... split across threads, each task splitting the input rows it reads: bands of output
+    # rows (maps of many panels: 48 output channels in 6 row tiles, panels that end inside
+    # output rows) or blocks of output channels (few panels: 2 images at stride 2, 37 channels
+    # in 5 tiles of 8 and 7 rows; 13 channels on 5-wide rows, a panel spans 6 of them)
     (1, 32, 32, 32, 48, 3, 3, (1, 1), (1, 1), (1, 1), 1),
     (2, 24, 20, 30, 37, 3, 3, (2, 2), (1, 1), (1, 1), 1),
     (1, 64, 60, 5, 13, 3, 3, (1, 1), (1, 1), (1, 1), 1),
+    # bands over phase planes: stride 2 and dilation 2 (the padding rows in the first and last
+    # bands); a 5x3 at stride 2 x 1 (each band reads 2 phase rows past its own)
+    (1, 16, 64, 40, 32, 3, 3, (2, 2), (2, 2), (2, 2), 1),
+    (1, 12, 70, 33, 20, 5, 3, (2, 1), (2, 0), (1, 1), 1),
     # depthwise on the small maps of a network's tail, odd strides, padding wider than the taps
     (1, 24, 3, 3, 24, 3, 3, (1, 1), (1, 1), (1, 1), 24),
     (2, 16, 6, 6, 16, 3, 3, (2, 2), (1, 1), (1, 1), 16),
@@ -158,7 +163,7 @@ def test_narrower_isas_compute_the_same(isa):
         pytest.skip("CPU without AVX2")
     kernels.set_isa(isa)
     try:
-        for case in (*(CONV_CASES[i] for i in (1, 2, 5, 7, 8, 9, 11, 12, 14, 20, 21, 22)), *CONV_CASES[-10:]):
+        for case in (*(CONV_CASES[i] for i in (1, 2, 5, 7, 8, 9, 11, 12, 14, 20, 21, 22, 23, 24)), *CONV_CASES[-10:]):
             n, c, h, w, cout, kh, kw, stride, padding, dilation, groups = case
             x, weight, bias = torch.randn(n, c, h, w), torch.randn(cout, c // groups, kh, kw), torch.randn(cout)
             out = torch.empty(0)
