@@ -399,18 +399,14 @@ ETFUSE_ALWAYS_INLINE void split_phases(const Problem& pb, const PhaseGeom& g, in
   split_phase_rows<4>(pb, g, n, group, c0, c1, phases, PhaseRows{0, g.SH, g.plane, g.channel, false});
 }
 
-// split_phase_rows for the phase-plane GEMM's tasks, in the selected ISA's vectors (compiled
-// once per library in core/kernels.cpp). In SSE2 moves it took a third of ResNet8's
-// phase-plane convs on the runtime (a task's 160 rows of 34 floats: 2.6 of 11 us).
-void split_rows_baseline(const Problem& pb, const PhaseGeom& g, int64_t n, int64_t group, float* phases, const PhaseRows& r);
+// split_phase_rows for the phase-plane GEMM's tasks (AVX2 and up), in the selected ISA's
+// vectors (compiled once per library in core/kernels.cpp). In SSE2 moves it took a third of
+// ResNet8's phase-plane convs on the runtime (a task's 160 rows of 34 floats: 2.6 of 11 us).
 ETFUSE_TARGET_AVX2 void split_rows_avx2(const Problem& pb, const PhaseGeom& g, int64_t n, int64_t group, float* phases,
                                         const PhaseRows& r);
 ETFUSE_TARGET_AVX512 void split_rows_avx512(const Problem& pb, const PhaseGeom& g, int64_t n, int64_t group, float* phases,
                                             const PhaseRows& r);
 #if defined(ETFUSE_CORE_KERNELS)
-void split_rows_baseline(const Problem& pb, const PhaseGeom& g, int64_t n, int64_t group, float* phases, const PhaseRows& r) {
-  split_phase_rows<4>(pb, g, n, group, 0, pb.li.sizes[1] / pb.p.groups, phases, r);
-}
 ETFUSE_TARGET_AVX2 void split_rows_avx2(const Problem& pb, const PhaseGeom& g, int64_t n, int64_t group, float* phases,
                                         const PhaseRows& r) {
   split_phase_rows<8>(pb, g, n, group, 0, pb.li.sizes[1] / pb.p.groups, phases, r);
@@ -423,13 +419,15 @@ ETFUSE_TARGET_AVX2 void split_rows_avx2(const Problem& pb, const PhaseGeom& g, i
 ETFUSE_TARGET_AVX512 void split_rows_avx512(const Problem& pb, const PhaseGeom& g, int64_t n, int64_t group, float* phases,
                                             const PhaseRows& r) {
   const Params& p = pb.p;
-  const int64_t H = pb.li.sizes[2], Wd = pb.li.sizes[3], Cg = pb.li.sizes[1] / p.groups;
-  const int64_t sh = p.stride[0], sw = p.stride[1], ph = p.padding[0], pw = p.padding[1];
-  const int64_t ihs = pb.li.strides[2];
-  if (!r.pad || pb.li.strides[3] != 1 || sw > 2) {
+  const int64_t Cg = pb.li.sizes[1] / p.groups;
+  if (!ETFUSE_HAVE_X86_DISPATCH || !r.pad || pb.li.strides[3] != 1 || p.stride[1] > 2) {
     split_phase_rows<16>(pb, g, n, group, 0, Cg, phases, r);
     return;
   }
+#if ETFUSE_HAVE_X86_DISPATCH
+  const int64_t H = pb.li.sizes[2], Wd = pb.li.sizes[3];
+  const int64_t sh = p.stride[0], sw = p.stride[1], ph = p.padding[0], pw = p.padding[1];
+  const int64_t ihs = pb.li.strides[2];
   const __m512i even = _mm512_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30);
   const int64_t span = (r.i1 - r.i0) * g.SW;  // a plane's rows in the buffer, contiguous
   const __mmask16 span_tail = static_cast<__mmask16>((1u << (span % 16)) - 1u);
@@ -487,6 +485,7 @@ ETFUSE_TARGET_AVX512 void split_rows_avx512(const Problem& pb, const PhaseGeom& 
       }
     }
   }
+#endif
 }
 #endif
 
