@@ -1570,7 +1570,9 @@ inline void run(const Problem& pb, Par&& par) {
   const int64_t inputs = N * pb.li.sizes[1] * pb.li.sizes[2] * pb.li.sizes[3];
   const int64_t work = N * OH * OW * weights * (dw ? 4 : 1) + kMacsPerElement * weights +
       (dw && OH * OW <= kChannelsMaxPixels ? 64 * inputs : 0);
-  run_paths(pb, SerialBelow<Par>{par, work < kParallelMinMacs});
+  const bool serial = work < kParallelMinMacs;
+  if (serial && pb.lo.dense()) claim_lines(pb.out, pb.lo.numel() * static_cast<int64_t>(sizeof(float)));
+  run_paths(pb, SerialBelow<Par>{par, serial});
 }
 
 // The GEMM path writes output pixel j = oh * OW + ow at j * stride(3): the output plane must
