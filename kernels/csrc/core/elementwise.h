@@ -92,7 +92,6 @@ inline void run(
   if (p.total == 0) return;
   const detail::Inner<F> in{a, b, out};
   auto* fn = selected_isa() == Isa::kAvx2 ? &detail::run_range_avx2<F> : &detail::run_range_baseline<F>;
-  if (p.total <= kSerialElements && lo.dense()) claim_lines(out, p.total * static_cast<int64_t>(sizeof(float)));  // one thread writes it all
   for_elements(p.total, par, [&](int64_t begin, int64_t end) { fn(p, in, begin, end); });
 }
 
