@@ -195,14 +195,7 @@ inline Layout contiguous_layout(const Layout& l) {
   return c;
 }
 
-inline bool is_contiguous(const Layout& l) {
-  int64_t expect = 1;
-  for (int d = l.ndim - 1; d >= 0; --d) {
-    if (l.sizes[d] != 1 && l.strides[d] != expect) return false;
-    expect *= l.sizes[d];
-  }
-  return true;
-}
+using core::is_contiguous;
 
 // `name` (of layout `l`) has exactly `want`'s shape.
 inline bool same_shape(const char* op, const char* name, const Layout& l, const Layout& want, Status& st) {

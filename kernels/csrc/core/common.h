@@ -138,15 +138,6 @@ struct Layout {
     return n;
   }
   int64_t size(int d) const { return sizes[d < 0 ? d + ndim : d]; }
-  // Row-major contiguous: the numel() elements are the floats from the first on.
-  bool dense() const {
-    int64_t step = 1;
-    for (int d = ndim - 1; d >= 0; --d) {
-      if (sizes[d] != 1 && strides[d] != step) return false;
-      step *= sizes[d];
-    }
-    return true;
-  }
   int64_t stride(int d) const { return strides[d < 0 ? d + ndim : d]; }
 };
 
@@ -281,6 +272,16 @@ inline bool use_avx512() {
     avx512_state().store(v, std::memory_order_relaxed);
   }
   return v == 1 && selected_isa() == Isa::kAvx2;
+}
+
+// Row-major contiguous: the numel() elements are the ones from the first on.
+inline bool is_contiguous(const Layout& l) {
+  int64_t expect = 1;
+  for (int d = l.ndim - 1; d >= 0; --d) {
+    if (l.sizes[d] != 1 && l.strides[d] != expect) return false;
+    expect *= l.sizes[d];
+  }
+  return true;
 }
 
 // Asks for the cache lines of [p, p + bytes) in this core's cache, writable (PREFETCHW), before an

@@ -416,6 +416,19 @@ ETFUSE_TARGET_AVX2 void split_rows_avx2(const Problem& pb, const PhaseGeom& g, i
 // permute for stride 2's even or odd columns) and one masked store per 16 columns. The generic
 // loop's per-row zeroing, tails and index math cost 4 ns a row, and its stride-2 copy 8 (GCC's
 // AVX-512 gather of even columns on rows of 8-16): ResNet8's 32 -> 64 stride-2 split 9.3 -> 2.4 us, 64 -> 64 on 8x8 2.5 -> 0.9.
+#if ETFUSE_HAVE_X86_DISPATCH
+// The masks that move m <= 16 columns of a row: `out` the m columns written; at stride 2, `lo`
+// and `hi` the 2m - 1 input floats read, in two vectors.
+struct RowMasks {
+  __mmask16 out, lo, hi;
+  explicit RowMasks(int64_t m) {
+    const int64_t need = 2 * m - 1;
+    out = static_cast<__mmask16>((1u << m) - 1u);
+    lo = static_cast<__mmask16>((1u << (need < 16 ? need : 16)) - 1u);
+    hi = static_cast<__mmask16>((1u << (need > 16 ? need - 16 : 0)) - 1u);
+  }
+};
+#endif
 ETFUSE_TARGET_AVX512 void split_rows_avx512(const Problem& pb, const PhaseGeom& g, int64_t n, int64_t group, float* phases,
                                             const PhaseRows& r) {
   const Params& p = pb.p;
@@ -430,7 +443,6 @@ ETFUSE_TARGET_AVX512 void split_rows_avx512(const Problem& pb, const PhaseGeom& 
   const int64_t ihs = pb.li.strides[2];
   const __m512i even = _mm512_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30);
   const int64_t span = (r.i1 - r.i0) * g.SW;  // a plane's rows in the buffer, contiguous
-  const __mmask16 span_tail = static_cast<__mmask16>((1u << (span % 16)) - 1u);
   for (int64_t a = 0; a < sh; ++a) {
     int64_t ilo, ihi;
     valid_range(a - ph, sh, H, g.SH, ilo, ihi);
@@ -442,15 +454,11 @@ ETFUSE_TARGET_AVX512 void split_rows_avx512(const Problem& pb, const PhaseGeom& 
       for (int64_t c = 0; c < Cg; ++c) {
         const float* src = pb.in + n * pb.li.strides[0] + (group * Cg + c) * pb.li.strides[1] + (b - pw + jlo * sw);
         float* dst = phases + c * r.channel + (a * sw + b) * r.plane;
-        int64_t z = 0;
-        for (; z + 16 <= span; z += 16) _mm512_storeu_ps(dst + z, _mm512_setzero_ps());
-        if (z < span) _mm512_mask_storeu_ps(dst + z, span_tail, _mm512_setzero_ps());
+        zero_row<16>(dst, span);
         if (jn <= 0) continue;
         if (jn <= 16) {  // one vector a row (maps up to 16 wide, 32 at stride 2): the masks hoisted
-          const __mmask16 out = static_cast<__mmask16>((1u << jn) - 1u);
-          const int64_t need = 2 * jn - 1;
-          const __mmask16 lo = static_cast<__mmask16>((1u << (need < 16 ? need : 16)) - 1u);
-          const __mmask16 hi = static_cast<__mmask16>((1u << (need > 16 ? need - 16 : 0)) - 1u);
+          const RowMasks k(jn);
+          const __mmask16 out = k.out, lo = k.lo, hi = k.hi;
           const float* row = src + (rlo * sh + a - ph) * ihs;
           float* d = dst + (rlo - r.i0) * g.SW + jlo;
           if (sw == 1) {
@@ -467,19 +475,11 @@ ETFUSE_TARGET_AVX512 void split_rows_avx512(const Problem& pb, const PhaseGeom& 
           const float* row = src + (i * sh + a - ph) * ihs;
           float* d = dst + (i - r.i0) * g.SW + jlo;
           for (int64_t j = 0; j < jn; j += 16) {
-            const int64_t m = jn - j < 16 ? jn - j : 16;
-            const __mmask16 out = static_cast<__mmask16>((1u << m) - 1u);
-            __m512 v;
-            if (sw == 1) {
-              v = _mm512_maskz_loadu_ps(out, row + j);
-            } else {  // columns 2j, 2j + 2, ...: 2m - 1 floats
-              const int64_t need = 2 * m - 1;
-              const __mmask16 lo = static_cast<__mmask16>((1u << (need < 16 ? need : 16)) - 1u);
-              const __mmask16 hi = static_cast<__mmask16>((1u << (need > 16 ? need - 16 : 0)) - 1u);
-              v = _mm512_permutex2var_ps(_mm512_maskz_loadu_ps(lo, row + 2 * j), even,
-                                         _mm512_maskz_loadu_ps(hi, row + 2 * j + 16));
-            }
-            _mm512_mask_storeu_ps(d + j, out, v);
+            const RowMasks k(jn - j < 16 ? jn - j : 16);
+            const __m512 v = sw == 1 ? _mm512_maskz_loadu_ps(k.out, row + j)
+                                     : _mm512_permutex2var_ps(_mm512_maskz_loadu_ps(k.lo, row + 2 * j), even,
+                                                              _mm512_maskz_loadu_ps(k.hi, row + 2 * j + 16));
+            _mm512_mask_storeu_ps(d + j, k.out, v);
           }
         }
       }
@@ -1571,7 +1571,7 @@ inline void run(const Problem& pb, Par&& par) {
   const int64_t work = N * OH * OW * weights * (dw ? 4 : 1) + kMacsPerElement * weights +
       (dw && OH * OW <= kChannelsMaxPixels ? 64 * inputs : 0);
   const bool serial = work < kParallelMinMacs;
-  if (serial && pb.lo.dense()) claim_lines(pb.out, pb.lo.numel() * static_cast<int64_t>(sizeof(float)));
+  if (serial && is_contiguous(pb.lo)) claim_lines(pb.out, pb.lo.numel() * static_cast<int64_t>(sizeof(float)));
   run_paths(pb, SerialBelow<Par>{par, serial});
 }
 
