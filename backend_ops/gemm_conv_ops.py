@@ -8,7 +8,7 @@ computes exactly that with ATen ops, so a fused program retraces to plain ATen.
 
 | backend op          | pattern                                                     |
 |---------------------|-------------------------------------------------------------|
-| etfuse::conv2d_act  | act(clamp(conv2d(input, weight, bias, stride, padding, dilation, groups), min, max)) |
+| etfuse::conv2d_act  | act(clamp(conv2d(input, weight, bias, stride, padding, dilation, groups) [+ residual], min, max)) |
 | etfuse::linear_act  | act(clamp(linear(input, weight, bias) [+ residual], min, max)) |
 
 A linear's `activation` may also be gated (GATED_ACTIVATIONS: "swiglu", "geglu", "geglu_tanh"):
@@ -74,13 +74,16 @@ def linear_epilogue(x, min, max, activation):
     return aten.mul.Tensor(activation_pattern(first, GATED_ACTIVATIONS[activation]), second)
 
 
-def _conv2d_act(input, weight, bias, stride, padding, dilation, groups, min=None, max=None, activation="none"):
-    return _epilogue(aten.conv2d.default(input, weight, bias, stride, padding, dilation, groups), min, max, activation)
-
-
 def with_residual(x, residual):
-    """linear_act's residual epilogue: `residual` (the output's shape, or None) added before the clamp."""
+    """The residual epilogue of linear_act and the conv2d ops: `residual` (the output's shape, or None)
+    added before the clamp."""
     return x if residual is None else aten.add.Tensor(x, residual)
+
+
+def _conv2d_act(input, weight, bias, stride, padding, dilation, groups, min=None, max=None, activation="none",
+                residual=None):
+    conv = aten.conv2d.default(input, weight, bias, stride, padding, dilation, groups)
+    return _epilogue(with_residual(conv, residual), min, max, activation)
 
 
 def _linear_act(input, weight, bias=None, min=None, max=None, activation="none", residual=None):
@@ -90,9 +93,11 @@ def _linear_act(input, weight, bias=None, min=None, max=None, activation="none",
 CONV2D_ACT = register(BackendOp(
     "etfuse",
     "conv2d_act(Tensor input, Tensor weight, Tensor? bias, int[2] stride, int[2] padding, int[2] dilation, "
-    "int groups, float? min=None, float? max=None, str activation=\"none\") -> Tensor",
+    "int groups, float? min=None, float? max=None, str activation=\"none\", Tensor? residual=None) -> Tensor",
     _conv2d_act,
-    doc="activation(clamp(conv2d(...), min, max)), NCHW float32; None bounds are open", kernel="conv2d_act"))
+    doc="activation(clamp(conv2d(...) + residual, min, max)), NCHW float32; None bounds are open; the residual (a "
+        "residual block's skip connection, the output's shape) is optional",
+    kernel="conv2d_act"))
 LINEAR_ACT = register(BackendOp(
     "etfuse",
     "linear_act(Tensor input, Tensor weight, Tensor? bias=None, float? min=None, float? max=None, "
@@ -116,9 +121,10 @@ def _batch_norm(x, bn_weight, bn_bias, running_mean, running_var, eps):
 
 
 def _conv2d_bn_act(input, weight, bias, bn_weight, bn_bias, running_mean, running_var, eps, stride, padding,
-                   dilation, groups, min=None, max=None, activation="none"):
+                   dilation, groups, min=None, max=None, activation="none", residual=None):
     conv = aten.conv2d.default(input, weight, bias, stride, padding, dilation, groups)
-    return _epilogue(_batch_norm(conv, bn_weight, bn_bias, running_mean, running_var, eps), min, max, activation)
+    normed = _batch_norm(conv, bn_weight, bn_bias, running_mean, running_var, eps)
+    return _epilogue(with_residual(normed, residual), min, max, activation)
 
 
 def _linear_bn_act(input, weight, bias, bn_weight, bn_bias, running_mean, running_var, eps, min=None, max=None,
@@ -131,10 +137,11 @@ _BN_ARGS = "Tensor? bn_weight, Tensor? bn_bias, Tensor running_mean, Tensor runn
 CONV2D_BN_ACT = register(BackendOp(
     "etfuse",
     f"conv2d_bn_act(Tensor input, Tensor weight, Tensor? bias, {_BN_ARGS}, int[2] stride, int[2] padding, "
-    "int[2] dilation, int groups, float? min=None, float? max=None, str activation=\"none\") -> Tensor",
+    "int[2] dilation, int groups, float? min=None, float? max=None, str activation=\"none\", Tensor? residual=None) "
+    "-> Tensor",
     _conv2d_bn_act,
-    doc="activation(clamp(batch_norm_eval(conv2d(...)), min, max)), NCHW float32; the batch norm is a per-channel "
-        "epilogue",
+    doc="activation(clamp(batch_norm_eval(conv2d(...)) + residual, min, max)), NCHW float32; the batch norm is a "
+        "per-channel epilogue, the residual optional",
     kernel="conv2d_bn_act"))
 LINEAR_BN_ACT = register(BackendOp(
     "etfuse",

@@ -7,7 +7,7 @@ multiply-adds. `etfuse.passes.PrepackWeightsPass` packs constant weights once in
     linear_act(x, w, b, min, max, act, residual)
         -> linear_packed_act(x, pack_gemm_weight(w), w.shape[0], b, min, max, act, residual)
 
-and folds `pack_gemm_weight` into a program constant, so the runtime only ever sees
+(conv2d_act / conv2d_bn_act the same way, residual included) and folds `pack_gemm_weight` into a program constant, so the runtime only ever sees
 `linear_packed_act`. The packed layout (`kernels/csrc/core/gemm.h`, `gemm::Args::packed_b`):
 
     packed[p, k, c] = w[p * 16 + c, k]   (0 for p * 16 + c >= out_features)
@@ -59,16 +59,16 @@ def unpack_conv_weight(packed, weight_size):
 
 
 def _conv2d_packed_act(input, packed_weight, weight_size, bias, stride, padding, dilation, min=None, max=None,
-                       activation="none"):
+                       activation="none", residual=None):
     weight = unpack_conv_weight(packed_weight, weight_size)
-    return _conv2d_act(input, weight, bias, stride, padding, dilation, 1, min, max, activation)
+    return _conv2d_act(input, weight, bias, stride, padding, dilation, 1, min, max, activation, residual)
 
 
 def _conv2d_bn_packed_act(input, packed_weight, weight_size, bias, bn_weight, bn_bias, running_mean, running_var, eps,
-                          stride, padding, dilation, min=None, max=None, activation="none"):
+                          stride, padding, dilation, min=None, max=None, activation="none", residual=None):
     weight = unpack_conv_weight(packed_weight, weight_size)
     return _conv2d_bn_act(input, weight, bias, bn_weight, bn_bias, running_mean, running_var, eps, stride, padding,
-                          dilation, 1, min, max, activation)
+                          dilation, 1, min, max, activation, residual)
 
 
 PACK_GEMM_WEIGHT = register(BackendOp(
@@ -87,7 +87,8 @@ LINEAR_PACKED_ACT = register(BackendOp(
 CONV2D_PACKED_ACT = register(BackendOp(
     "etfuse",
     "conv2d_packed_act(Tensor input, Tensor packed_weight, int[4] weight_size, Tensor? bias, int[2] stride, "
-    "int[2] padding, int[2] dilation, float? min=None, float? max=None, str activation=\"none\") -> Tensor",
+    "int[2] padding, int[2] dilation, float? min=None, float? max=None, str activation=\"none\", "
+    "Tensor? residual=None) -> Tensor",
     _conv2d_packed_act,
     doc="conv2d_act (groups 1) on pack_gemm_weight(weight.reshape(Cout, -1)), weight_size = weight.shape",
     kernel="conv2d_packed_act"))
@@ -95,8 +96,8 @@ _BN_ARGS = "Tensor? bn_weight, Tensor? bn_bias, Tensor running_mean, Tensor runn
 CONV2D_BN_PACKED_ACT = register(BackendOp(
     "etfuse",
     f"conv2d_bn_packed_act(Tensor input, Tensor packed_weight, int[4] weight_size, Tensor? bias, {_BN_ARGS}, "
-    "int[2] stride, int[2] padding, int[2] dilation, float? min=None, float? max=None, str activation=\"none\") "
-    "-> Tensor",
+    "int[2] stride, int[2] padding, int[2] dilation, float? min=None, float? max=None, str activation=\"none\", "
+    "Tensor? residual=None) -> Tensor",
     _conv2d_bn_packed_act,
     doc="conv2d_bn_act (groups 1) on pack_gemm_weight(weight.reshape(Cout, -1)), weight_size = weight.shape",
     kernel="conv2d_bn_packed_act"))

@@ -6,8 +6,8 @@ every call, and conv2d on a small output map runs the transposed problem whose B
 
     linear_act(x, w, b, min, max, act, residual)   (linear_relu: min 0)
         -> linear_packed_act(x, pack_gemm_weight(w), out_features, b, min, max, act, residual)
-    conv2d_act(x, w, b, stride, padding, dilation, 1, ...)          (and conv2d_bn_act)
-        -> conv2d_packed_act(x, pack_gemm_weight(w), w.shape, b, stride, padding, dilation, ...)
+    conv2d_act(x, w, b, stride, padding, dilation, 1, ..., residual)          (and conv2d_bn_act)
+        -> conv2d_packed_act(x, pack_gemm_weight(w), w.shape, b, stride, padding, dilation, ..., residual)
 
     quantized_linear(x, ..., w, w_scale, w_zp, ...)  (and quantized_conv2d, same map rule)
         -> quantized_linear_packed(x, ..., pack_gemm_weight(w), out_features, w_scale, ...)
@@ -104,21 +104,26 @@ def _float_conv_worth_it(node: fx.Node, args: dict, constants: dict) -> bool:
     return pixels < MIN_PHASE_PIXELS or (pixels < MAX_SPATIAL_PACK_PIXELS and weight.shape[0] >= MIN_SPATIAL_PACK_COUT)
 
 
-def _packed_linear_args(args: dict, packed: fx.Node, weight) -> tuple:
+def _optional_residual(args: dict) -> tuple:
     residual = args.get("residual")
+    return () if residual is None else (residual,)
+
+
+def _packed_linear_args(args: dict, packed: fx.Node, weight) -> tuple:
     return (args["input"], packed, weight.shape[0], args.get("bias"), args.get("min"), args.get("max"),
-            args.get("activation", "none"), *(() if residual is None else (residual,)))
+            args.get("activation", "none"), *_optional_residual(args))
 
 
 def _packed_conv_args(args: dict, packed: fx.Node, weight) -> tuple:
     return (args["input"], packed, list(weight.shape), args["bias"], args["stride"], args["padding"], args["dilation"],
-            args.get("min"), args.get("max"), args.get("activation", "none"))
+            args.get("min"), args.get("max"), args.get("activation", "none"), *_optional_residual(args))
 
 
 def _packed_conv_bn_args(args: dict, packed: fx.Node, weight) -> tuple:
     return (args["input"], packed, list(weight.shape), args["bias"], args["bn_weight"], args["bn_bias"],
             args["running_mean"], args["running_var"], args["eps"], args["stride"], args["padding"],
-            args["dilation"], args.get("min"), args.get("max"), args.get("activation", "none"))
+            args["dilation"], args.get("min"), args.get("max"), args.get("activation", "none"),
+            *_optional_residual(args))
 
 
 def _symmetric(args: dict, constants: dict) -> bool:

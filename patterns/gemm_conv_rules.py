@@ -23,7 +23,7 @@ that adds the unit dimension to input and weight, runs the 2-D kernel (with the 
 and batch norm) and drops the dimension again. An eval
 batch norm between the convolution / linear and its activation becomes the kernel's per-channel
 epilogue (the `*_bn_act` ops: no weights rewritten, so every route gives the same program); a
-residual `relu(add(conv(x), skip))` becomes `conv2d_act` + the foundation's `add_relu`.
+residual `relu(add(conv(x), skip))` is conv_residual_rules.py's (the add in the conv's epilogue).
 """
 
 from __future__ import annotations

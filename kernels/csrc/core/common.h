@@ -284,6 +284,15 @@ inline bool is_contiguous(const Layout& l) {
   return true;
 }
 
+// Whether two layouts of the same sizes put every element at the same offset (strides of
+// size-1 dims do not matter).
+inline bool same_strides(const Layout& a, const Layout& b) {
+  for (int d = 0; d < a.ndim; ++d) {
+    if (a.sizes[d] != 1 && a.strides[d] != b.strides[d]) return false;
+  }
+  return true;
+}
+
 // Asks for the cache lines of [p, p + bytes) in this core's cache, writable (PREFETCHW), before an
 // op that runs on the calling thread alone writes them. The memory planner gives an output the
 // bytes of tensors that are dead, often written by the other core (its half of a split conv),

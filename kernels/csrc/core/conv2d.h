@@ -118,6 +118,10 @@ struct Problem {
   const float* packed = nullptr;
   // The same in int8 (etfuse::quantized_conv2d_packed; gemm::Args::packed_b_i8).
   const int8_t* packed_i8 = nullptr;
+  // Optional values added before the clamp (a residual block's skip connection): out's shape
+  // and out's strides (the adapter copies it where they differ), so element (n, c, h, w) of
+  // both is at the same offset. Set by the caller after make_problem.
+  const float* residual = nullptr;
 };
 
 namespace detail {
@@ -307,6 +311,30 @@ ETFUSE_ALWAYS_INLINE void zero_row(float* dst, int64_t n) {
     dst[0] = 0.0f;
     dst[n > 1 ? 1 : 0] = 0.0f;
     dst[n - 1] = 0.0f;  // n <= 3
+  }
+}
+
+// dst[j] = clamp(src[j] + res[j], lo, hi) for j < n, by copy_row's moves (the last vector
+// overlaps the one before: dst aliases neither src nor res, so the overlap writes the same values).
+template <int W>
+ETFUSE_ALWAYS_INLINE void add_clamp_vector(float* dst, const float* src, const float* res,
+                                           const typename gemm::detail::Vec<W>::type& lo,
+                                           const typename gemm::detail::Vec<W>::type& hi) {
+  typename gemm::detail::Vec<W>::type x = gemm::detail::load<W>(src) + gemm::detail::load<W>(res);
+  gemm::detail::store<W>(dst, x < lo ? lo : (x > hi ? hi : x));  // clamp_act lane by lane (NaN kept)
+}
+template <int W>
+ETFUSE_ALWAYS_INLINE void add_clamp_row(float* dst, const float* src, const float* res, int64_t n, float lo, float hi) {
+  typedef typename gemm::detail::Vec<W>::type vf;
+  if (n >= W) {
+    const vf vlo = vf{} + lo, vhi = vf{} + hi;
+    int64_t j = 0;
+    for (; j + W <= n; j += W) add_clamp_vector<W>(dst + j, src + j, res + j, vlo, vhi);
+    if (j < n) add_clamp_vector<W>(dst + n - W, src + n - W, res + n - W, vlo, vhi);
+  } else if constexpr (W > 4) {
+    add_clamp_row<W / 2>(dst, src, res, n, lo, hi);
+  } else {
+    for (int64_t j = 0; j < n; ++j) dst[j] = gemm::clamp_act(src[j] + res[j], lo, hi);
   }
 }
 
@@ -1035,6 +1063,11 @@ inline void channels_out(const Problem& pb, int64_t n, int64_t co0, bool transpo
   a.clamp = p.has_min || p.has_max;
   a.act_min = p.has_min ? p.min : -__builtin_inff();
   a.act_max = p.has_max ? p.max : __builtin_inff();
+  if (pb.residual) {  // laid out as out (Problem::residual)
+    a.residual = pb.residual + (a.C - pb.out);
+    a.residual_rs = a.c_rs;
+    a.residual_cs = a.c_cs;
+  }
 }
 
 // A spatial conv as the GEMM out[co, q] = sum_k weight[co, k] * tap[k][q] over the image's
@@ -1094,7 +1127,8 @@ ETFUSE_ALWAYS_INLINE void tap_tile(const TapTask& t, const TapRuns<NR>& runs, in
     }
   }
   const Params& p = pb.p;
-  const vf lo = vf{} + (p.has_min ? p.min : -__builtin_inff()), hi = vf{} + (p.has_max ? p.max : __builtin_inff());
+  const float lo_s = p.has_min ? p.min : -__builtin_inff(), hi_s = p.has_max ? p.max : __builtin_inff();
+  const vf lo = vf{} + lo_s, hi = vf{} + hi_s;
   const int64_t ws = pb.lo.strides[3];
   alignas(64) float row[NR];
   for (int i = 0; i < MR; ++i) {
@@ -1103,12 +1137,21 @@ ETFUSE_ALWAYS_INLINE void tap_tile(const TapTask& t, const TapRuns<NR>& runs, in
     const vf bias = vf{} + (pb.bias ? pb.bias[co * pb.bias_s] : 0.0f);
     for (int v = 0; v < NV; ++v) {
       vf x = acc[i][v] * sc + bias;
-      x = x < lo ? lo : (x > hi ? hi : x);  // clamp_act lane by lane (NaN kept)
+      if (!pb.residual) x = x < lo ? lo : (x > hi ? hi : x);  // clamp_act lane by lane (NaN kept)
       gemm::detail::store<W>(row + v * W, x);
     }
-    float* plane = pb.out + t.n * pb.lo.strides[0] + co * pb.lo.strides[1];
+    const int64_t at = t.n * pb.lo.strides[0] + co * pb.lo.strides[1];
+    float* plane = pb.out + at;
     for (int r = 0; r < runs.n; ++r) {
-      if (ws == 1) {
+      if (pb.residual && ws == 1) {  // the skip connection added on the way out, then the clamp
+        add_clamp_row<W>(plane + runs.to[r], row + runs.from[r], pb.residual + at + runs.to[r], runs.len[r], lo_s,
+                         hi_s);
+      } else if (pb.residual) {
+        for (int64_t c = 0; c < runs.len[r]; ++c) {
+          const int64_t o = runs.to[r] + c * ws;
+          plane[o] = gemm::clamp_act(row[runs.from[r] + c] + pb.residual[at + o], lo_s, hi_s);
+        }
+      } else if (ws == 1) {
         copy_row<W>(plane + runs.to[r], row + runs.from[r], runs.len[r]);  // inline: a libc memcpy per run was 10% of the conv's time
       } else {
         for (int64_t c = 0; c < runs.len[r]; ++c) plane[runs.to[r] + c * ws] = row[runs.from[r] + c];
@@ -1352,6 +1395,25 @@ inline void run_packed(const Problem& pb, Par&& par) {
   }
 }
 
+// out = clamp(out + residual) element by element, for the paths that do not add the residual in
+// their epilogue (adds_residual): a skip connection around a depthwise conv, or any conv on the
+// SSE2 baseline's direct kernel. The conv ran without its clamp.
+inline void add_residual(const Problem& pb) {
+  const Params& p = pb.p;
+  const float lo = p.has_min ? p.min : -__builtin_inff(), hi = p.has_max ? p.max : __builtin_inff();
+  const Layout& l = pb.lo;
+  for (int64_t n = 0; n < l.sizes[0]; ++n) {
+    for (int64_t c = 0; c < l.sizes[1]; ++c) {
+      for (int64_t h = 0; h < l.sizes[2]; ++h) {
+        const int64_t at = n * l.strides[0] + c * l.strides[1] + h * l.strides[2];
+        float* o = pb.out + at;
+        const float* r = pb.residual + at;
+        for (int64_t w = 0, ws = l.strides[3]; w < l.sizes[3]; ++w) o[w * ws] = gemm::clamp_act(o[w * ws] + r[w * ws], lo, hi);
+      }
+    }
+  }
+}
+
 }  // namespace detail
 
 inline bool is_depthwise(const Problem& pb) {
@@ -1428,6 +1490,13 @@ inline bool uses_depthwise_blocks(const Problem& pb) {
   return use_avx512() && is_depthwise(pb) && pb.lo.sizes[1] == pb.p.groups &&
       pb.lo.sizes[2] * pb.lo.sizes[3] <= kBlocksMaxPixels && pb.li.strides[3] == 1 &&
       pb.li.strides[2] == pb.li.sizes[3] && pb.lo.strides[3] == 1 && pb.lo.strides[2] == pb.lo.sizes[3];
+}
+
+// Whether run_paths' path adds Problem::residual in its epilogue: the GEMM's (gemm::Args::residual)
+// and the phase planes' (tap_tile) do; the direct and depthwise kernels (every depthwise conv is
+// is_direct) do not, and `run` adds it after them (detail::add_residual).
+inline bool adds_residual(const Problem& pb) {
+  return pb.packed || pb.packed_i8 || uses_phase_gemm(pb) || !is_direct(pb);
 }
 
 // Fills the problem; `out` must already have the shape from out_shape.
@@ -1572,6 +1641,14 @@ inline void run(const Problem& pb, Par&& par) {
       (dw && OH * OW <= kChannelsMaxPixels ? 64 * inputs : 0);
   const bool serial = work < kParallelMinMacs;
   if (serial && is_contiguous(pb.lo)) claim_lines(pb.out, pb.lo.numel() * static_cast<int64_t>(sizeof(float)));
+  if (pb.residual && !adds_residual(pb)) {
+    Problem sums = pb;  // the conv alone, then the residual and the clamp
+    sums.residual = nullptr;
+    sums.p.has_min = sums.p.has_max = false;
+    run_paths(sums, SerialBelow<Par>{par, serial});
+    detail::add_residual(pb);
+    return;
+  }
   run_paths(pb, SerialBelow<Par>{par, serial});
 }
 

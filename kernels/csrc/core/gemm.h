@@ -122,6 +122,23 @@ ETFUSE_ALWAYS_INLINE void copy_floats(float* dst, const float* src) {
   }
 }
 
+// dst = clamp(src + res) (clamp_act lane by lane, when `clamp`) for N floats, by copy_floats' moves:
+// a transposed tile's column with the residual added after the sums (conv2d's run_packed).
+template <int N>
+ETFUSE_ALWAYS_INLINE void add_clamp_floats(float* dst, const float* src, const float* res, bool clamp, float lo,
+                                           float hi) {
+  constexpr int W = N >= 16 ? 16 : N >= 8 ? 8 : N >= 4 ? 4 : 1;
+  if constexpr (W > 1) {
+    typedef typename Vec<W>::type vf;
+    vf x = load<W>(src) + load<W>(res);
+    if (clamp) x = x < lo ? vf{} + lo : (x > hi ? vf{} + hi : x);
+    store<W>(dst, x);
+  } else if constexpr (N >= 1) {
+    *dst = clamp ? clamp_act(*src + *res, lo, hi) : *src + *res;
+  }
+  if constexpr (N > W) add_clamp_floats<N - W>(dst + W, src + W, res + W, clamp, lo, hi);
+}
+
 // v[r][c] -> v[c][r] for a W x W block (W a power of 2): log2(W) rounds of zipping row i with
 // row i + W / 2 (the perfect shuffle). GCC lowers each zip to the ISA's shuffles.
 template <int W>
@@ -334,7 +351,8 @@ ETFUSE_ALWAYS_INLINE void micro_to_c(const Args& g, int64_t kc, const float* con
 // rows one float apart (conv2d's transposed problems, C(p, co) = out[co, p]), scale and bias one
 // per column, contiguous, or none.
 inline bool epilogue_transposed(const Args& g, int64_t nr, int64_t NR, bool first, bool last) {
-  return first && last && !g.residual && nr == NR && g.c_rs == 1 && g.c_cs != 1 &&
+  return first && last && (!g.residual || (g.residual_rs == 1 && g.residual_cs == g.c_cs)) && nr == NR &&
+      g.c_rs == 1 && g.c_cs != 1 &&
       (!g.scale || (g.scale_rs == 0 && g.scale_cs == 1)) && (!g.bias || (g.bias_rs == 0 && g.bias_cs == 1));
 }
 
@@ -355,6 +373,8 @@ ETFUSE_ALWAYS_INLINE void micro_to_c_transposed(const Args& g, int64_t kc, const
     accumulate<MR, NR, W>(kc, arow, g.a_cs, pack, ldp, vstride, acc, prefetch);
   }
   const vf lo = vf{} + g.act_min, hi = vf{} + g.act_max;
+  // A residual (laid out as C) is added to each column after the transpose, then the clamp.
+  const bool clamp_sums = g.clamp && !g.residual;
   // Each column of the tile is MR contiguous floats of C. With MR <= W the tile's W columns of a
   // vector are transposed in registers (rows past MR zero) and each column copied as whole
   // vectors; element by element the columns took a fifth of a 64 -> 64 1x1 conv's time on 25x5
@@ -370,7 +390,7 @@ ETFUSE_ALWAYS_INLINE void micro_to_c_transposed(const Args& g, int64_t kc, const
       vf x = acc[i][v];
       if (g.scale) x *= sc;
       if (g.bias) x += b;
-      if (g.clamp) x = x < lo ? lo : (x > hi ? hi : x);  // clamp_act lane by lane (NaN kept)
+      if (clamp_sums) x = x < lo ? lo : (x > hi ? hi : x);  // clamp_act lane by lane (NaN kept)
       if constexpr (kTransposed) {
         t[i] = x;
       } else {
@@ -381,13 +401,23 @@ ETFUSE_ALWAYS_INLINE void micro_to_c_transposed(const Args& g, int64_t kc, const
       for (int i = MR; i < W; ++i) t[i] = vf{};
       transpose_block<W>(t);
       for (int j = 0; j < W; ++j) store<W>(cols[j], t[j]);
-      for (int j = 0; j < W; ++j) copy_floats<MR>(g.C + i0 + (j0 + v * W + j) * g.c_cs, cols[j]);
+      for (int j = 0; j < W; ++j) {
+        const int64_t at = i0 + (j0 + v * W + j) * g.c_cs;
+        if (g.residual) {
+          add_clamp_floats<MR>(g.C + at, cols[j], g.residual + at, g.clamp, g.act_min, g.act_max);
+        } else {
+          copy_floats<MR>(g.C + at, cols[j]);
+        }
+      }
     }
   }
   if constexpr (kTransposed) return;
   for (int64_t j = 0; j < NR; ++j) {
     float* c = g.C + i0 + (j0 + j) * g.c_cs;
-    for (int i = 0; i < MR; ++i) c[i] = tile[i][j];
+    for (int i = 0; i < MR; ++i) {
+      const float x = g.residual ? tile[i][j] + g.residual[i0 + (j0 + j) * g.c_cs + i] : tile[i][j];
+      c[i] = g.residual && g.clamp ? clamp_act(x, g.act_min, g.act_max) : x;
+    }
   }
 }
 

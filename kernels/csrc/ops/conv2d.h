@@ -1,6 +1,6 @@
 // The conv2d ops' shared body (conv2d_act.cpp, conv2d_bn_act.cpp): one call of the conv2d core
-// (core/conv2d.h) with a clamp, a per-channel bias, an optional per-channel scale and an
-// activation after it (core/activation.h). Included
+// (core/conv2d.h) with a clamp, a per-channel bias, an optional per-channel scale, an optional
+// residual and an activation after it (core/activation.h). Included
 // by op files only.
 #pragma once
 
@@ -38,11 +38,14 @@ inline bool packed_conv_weight(const char* op, IntList weight_size, const Layout
 // `bias`/`lb`: the per-channel values added last (null: none); `bias_tensor`: the tensor they
 // live in, when they are an input (null when computed by the op); `scale`: null or [Cout] floats;
 // `weight_size`: non-null when `weight` is packed (conv2d_packed_act, packed_conv_weight).
+// `residual` (null: none), of out's shape, is added before the clamp (a residual block's skip
+// connection); the core reads it at out's offsets (Problem::residual), so where its strides
+// differ from those the core writes, it is copied once, contiguous, and so is out.
 inline Tensor& conv2d_into(Context& ctx, const char* op, const Tensor& input, const Tensor& weight, const float* bias,
                            const Layout* lb, const Tensor* bias_tensor, const float* scale, IntList stride,
                            IntList padding, IntList dilation, int64_t groups, std::optional<double> min,
-                           std::optional<double> max, const Str& activation, bool ok, Status& st, Tensor& out,
-                           const IntList* weight_size = nullptr) {
+                           std::optional<double> max, const Str& activation, const OptTensor& residual_arg, bool ok,
+                           Status& st, Tensor& out, const IntList* weight_size = nullptr) {
   namespace conv = core::conv2d;
   const bool packed = weight_size != nullptr;
   Layout li, lw, lpacked;
@@ -70,14 +73,23 @@ inline Tensor& conv2d_into(Context& ctx, const char* op, const Tensor& input, co
   Input w(weight, packed ? lpacked : lw);
   if (ok && !packed && !conv::weight_is_matrix(lw)) w.make_contiguous();
   const float* wdata = packed ? nullptr : w.data<float>();
+  const Tensor* residual = has(residual_arg) ? &*residual_arg : nullptr;
+  Layout lr;
+  ok = ok && (!residual || (check_float(op, "residual", *residual, st) && layout_of(*residual, "residual", lr, st) &&
+                            same_shape(op, "residual", lr, o.layout(), st)));
+  // out is written where the residual's strides are, or contiguous (the residual copied so)
+  const bool out_fits_residual = !residual || core::same_strides(lr, o.layout()) || core::is_contiguous(o.layout());
   conv::Problem pb;
   pb.packed = packed ? weight.const_data_ptr<float>() : nullptr;
   ok = ok && conv::make_problem(input.const_data_ptr<float>(), li, wdata, lw, bias, lb, o.data<float>(), o.layout(),
                                 p, pb, st) &&
-      o.open({&input, &weight, bias_tensor}, false, conv::out_is_flat(pb), st) &&
+      o.open({&input, &weight, bias_tensor, residual}, false, conv::out_is_flat(pb) && out_fits_residual, st) &&
       conv::make_problem(input.const_data_ptr<float>(), li, wdata, lw, bias, lb, o.data<float>(), o.write_layout(),
                          p, pb, st);
   ETFUSE_CHECK(ctx, ok, st, out);
+  Input res(residual ? *residual : input, lr);
+  if (residual && !core::same_strides(lr, o.write_layout())) res.make_contiguous();
+  pb.residual = residual ? res.data<float>() : nullptr;
   pb.scale = scale;
   pb.scale_s = scale ? 1 : 0;
   conv::run(pb, Parallel{});

@@ -1,4 +1,4 @@
-// etfuse::conv2d_act.out: activation(clamp(conv2d(input, weight, bias), min, max)), float32, NCHW
+// etfuse::conv2d_act.out: activation(clamp(conv2d(input, weight, bias) [+ residual], min, max)), float32, NCHW
 // (core/conv2d.h, core/activation.h).
 #include "ops/conv2d.h"
 
@@ -8,7 +8,7 @@ using namespace etfuse::adapter;
 
 Tensor& conv2d_act_out(Context& ctx, const Tensor& input, const Tensor& weight, const OptTensor& bias, IntList stride,
                        IntList padding, IntList dilation, int64_t groups, std::optional<double> min,
-                       std::optional<double> max, Str activation, Tensor& out) {
+                       std::optional<double> max, Str activation, const OptTensor& residual, Tensor& out) {
   constexpr const char* op = "etfuse::conv2d_act.out";
   Status st;
   Layout lb;
@@ -16,7 +16,7 @@ Tensor& conv2d_act_out(Context& ctx, const Tensor& input, const Tensor& weight, 
   const bool ok = !has_bias || (check_float(op, "bias", *bias, st) && layout_of(*bias, "bias", lb, st));
   return conv2d_into(ctx, op, input, weight, ok && has_bias ? bias->const_data_ptr<float>() : nullptr,
                      has_bias ? &lb : nullptr, has_bias ? &*bias : nullptr, nullptr, stride, padding, dilation,
-                     groups, min, max, activation, ok, st, out);
+                     groups, min, max, activation, residual, ok, st, out);
 }
 
 }  // namespace

@@ -9,7 +9,7 @@ using namespace etfuse::adapter;
 
 Tensor& conv2d_packed_act_out(Context& ctx, const Tensor& input, const Tensor& packed_weight, IntList weight_size,
                               const OptTensor& bias, IntList stride, IntList padding, IntList dilation,
-                              std::optional<double> min, std::optional<double> max, Str activation, Tensor& out) {
+                              std::optional<double> min, std::optional<double> max, Str activation, const OptTensor& residual, Tensor& out) {
   constexpr const char* op = "etfuse::conv2d_packed_act.out";
   Status st;
   Layout lb;
@@ -17,7 +17,7 @@ Tensor& conv2d_packed_act_out(Context& ctx, const Tensor& input, const Tensor& p
   const bool ok = !has_bias || (check_float(op, "bias", *bias, st) && layout_of(*bias, "bias", lb, st));
   return conv2d_into(ctx, op, input, packed_weight, ok && has_bias ? bias->const_data_ptr<float>() : nullptr,
                      has_bias ? &lb : nullptr, has_bias ? &*bias : nullptr, nullptr, stride, padding, dilation, 1, min,
-                     max, activation, ok, st, out, &weight_size);
+                     max, activation, residual, ok, st, out, &weight_size);
 }
 
 }  // namespace
