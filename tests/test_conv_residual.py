@@ -13,7 +13,7 @@ import etfuse
 import etfuse.kernels as kernels
 from etfuse.passes import FusionPass, fuse
 from etfuse.runtime import run
-from fusion_helpers import edge_program, op_names
+from fusion_helpers import edge_program, eval_with_bn_stats, op_names
 
 ops = torch.ops.etfuse
 TOL = dict(rtol=1e-4, atol=1e-4)
@@ -163,17 +163,6 @@ def test_residual_ops_pass_opcheck():
 # graphs
 
 
-def _randomise_bn(model):
-    g = torch.Generator().manual_seed(0)
-    for m in model.modules():
-        if isinstance(m, nn.BatchNorm2d):
-            m.running_mean.copy_(torch.randn(m.num_features, generator=g))
-            m.running_var.copy_(torch.rand(m.num_features, generator=g) + 0.5)
-            m.weight.data.copy_(torch.randn(m.num_features, generator=g))
-            m.bias.data.copy_(torch.randn(m.num_features, generator=g))
-    return model.eval()
-
-
 class BasicBlock(nn.Module):
     """ResNet's basic block: relu(bn(conv(relu(bn(conv(x))))) + shortcut(x)), the shortcut a
     strided 1x1 conv (no batch norm, as mlperf_tiny's ResNet8) where the shape changes."""
@@ -210,7 +199,7 @@ class ResidualGraphTest(TestCase):
     def test_resnet_blocks_through_fuse(self):
         """Two blocks, the second with a shortcut conv: each block's add and relu are the epilogue
         of its last conv with batch norm, the shortcut conv's output its residual."""
-        model = _randomise_bn(nn.Sequential(BasicBlock(8, 8, 1), BasicBlock(8, 16, 2)))
+        model = eval_with_bn_stats(nn.Sequential(BasicBlock(8, 8, 1), BasicBlock(8, 16, 2)))
         x = torch.randn(1, 8, 16, 16)
         edge = edge_program(model, (x,))
         out = etfuse.fuse(edge)
@@ -235,7 +224,7 @@ class ResidualGraphTest(TestCase):
     def test_inverted_residual_packed_on_a_small_map(self):
         """No relu after the add; on an 8x8 map the projection conv's weight is packed at fuse time
         (PrepackWeightsPass), and its residual goes with it to conv2d_bn_packed_act."""
-        model = _randomise_bn(InvertedResidual(16, 4))
+        model = eval_with_bn_stats(InvertedResidual(16, 4))
         x = torch.randn(1, 16, 8, 8)
         out = etfuse.fuse(edge_program(model, (x,)))
         gm = out.exported_program().graph_module
@@ -251,7 +240,7 @@ class ResidualGraphTest(TestCase):
         """transform(default_passes()) and ExecutorchBackendConfig(passes=...) fuse it too."""
         from executorch.exir import ExecutorchBackendConfig
 
-        model = _randomise_bn(BasicBlock(8, 8, 1))
+        model = eval_with_bn_stats(BasicBlock(8, 8, 1))
         x = torch.randn(1, 8, 12, 12)
         want = model(x)
         by_transform = edge_program(model, (x,)).transform(etfuse.passes.default_passes())
@@ -264,6 +253,8 @@ class ResidualGraphTest(TestCase):
 
 
 class Broadcast(nn.Module):
+    """relu(conv(x) + shift), shift one value per channel: a broadcast add, not a residual."""
+
     def __init__(self):
         super().__init__()
         self.conv = nn.Conv2d(4, 8, 3, padding=1)
@@ -273,7 +264,9 @@ class Broadcast(nn.Module):
         return torch.relu(self.conv(x) + self.shift)
 
 
-class SharedConv(nn.Module):
+class ConvReadTwice(nn.Module):
+    """relu(conv(x) + x), the conv's output also returned: the add cannot go into the conv."""
+
     def __init__(self):
         super().__init__()
         self.conv = nn.Conv2d(4, 4, 3, padding=1)
@@ -298,7 +291,7 @@ class ResidualDeclineTest(TestCase):
         torch.testing.assert_close(run(out.to_executorch(), (x,))[0], model(x), **TOL)
 
     def test_a_conv_output_read_elsewhere_keeps_its_add(self):
-        model = SharedConv().eval()
+        model = ConvReadTwice().eval()
         x = torch.randn(1, 4, 6, 6)
         out = fuse(edge_program(model, (x,)), [FusionPass()])
         self.assertEqual(op_names(out.exported_program().graph_module),
