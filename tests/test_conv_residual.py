@@ -163,6 +163,17 @@ def test_residual_ops_pass_opcheck():
 # graphs
 
 
+def _with_bn(model):
+    """eval_with_bn_stats, and affine parameters of their own per batch norm: equal constants
+    would be one constant to executorch, and which name it keeps is not fixed."""
+    g = torch.Generator().manual_seed(1)
+    for m in model.modules():
+        if isinstance(m, nn.BatchNorm2d):
+            m.weight.data.copy_(torch.rand(m.num_features, generator=g) + 0.5)
+            m.bias.data.copy_(torch.randn(m.num_features, generator=g))
+    return eval_with_bn_stats(model)
+
+
 class BasicBlock(nn.Module):
     """ResNet's basic block: relu(bn(conv(relu(bn(conv(x))))) + shortcut(x)), the shortcut a
     strided 1x1 conv (no batch norm, as mlperf_tiny's ResNet8) where the shape changes."""
@@ -199,7 +210,7 @@ class ResidualGraphTest(TestCase):
     def test_resnet_blocks_through_fuse(self):
         """Two blocks, the second with a shortcut conv: each block's add and relu are the epilogue
         of its last conv with batch norm, the shortcut conv's output its residual."""
-        model = eval_with_bn_stats(nn.Sequential(BasicBlock(8, 8, 1), BasicBlock(8, 16, 2)))
+        model = _with_bn(nn.Sequential(BasicBlock(8, 8, 1), BasicBlock(8, 16, 2)))
         x = torch.randn(1, 8, 16, 16)
         edge = edge_program(model, (x,))
         out = etfuse.fuse(edge)
@@ -224,7 +235,7 @@ class ResidualGraphTest(TestCase):
     def test_inverted_residual_packed_on_a_small_map(self):
         """No relu after the add; on an 8x8 map the projection conv's weight is packed at fuse time
         (PrepackWeightsPass), and its residual goes with it to conv2d_bn_packed_act."""
-        model = eval_with_bn_stats(InvertedResidual(16, 4))
+        model = _with_bn(InvertedResidual(16, 4))
         x = torch.randn(1, 16, 8, 8)
         out = etfuse.fuse(edge_program(model, (x,)))
         gm = out.exported_program().graph_module
@@ -240,7 +251,7 @@ class ResidualGraphTest(TestCase):
         """transform(default_passes()) and ExecutorchBackendConfig(passes=...) fuse it too."""
         from executorch.exir import ExecutorchBackendConfig
 
-        model = eval_with_bn_stats(BasicBlock(8, 8, 1))
+        model = _with_bn(BasicBlock(8, 8, 1))
         x = torch.randn(1, 8, 12, 12)
         want = model(x)
         by_transform = edge_program(model, (x,)).transform(etfuse.passes.default_passes())
