@@ -8,6 +8,11 @@ precedes the anchor, so inserting there can never create a cycle: the cycle chec
 bounded by node order. A pattern with several outputs lets those have outside users; its
 replacement goes before the first of them, and the match is declined if an input comes later.
 
+A commutative op's operands (`add`, `mul`) are matched as written, then swapped: at the op when
+the pattern's operands do not fit, and for the whole match when it fits but fails the checks
+below (an interior node read outside the match), so `x + bn(conv(h))` with x a conv read
+elsewhere still finds the second conv.
+
 Priority is data, never pass order. A sweep goes bottom-up (last node first), so a match ending
 later in the graph claims its nodes first: `q(relu(add(dq, dq)))` is the quantized add_relu
 (ending at the quantize), not the float one inside it (ending at the relu). At one node, rules
@@ -28,6 +33,7 @@ from __future__ import annotations
 import copy
 import dataclasses
 import functools
+import itertools
 from collections import defaultdict
 from typing import Any, Iterable, Optional
 
@@ -179,14 +185,38 @@ class _Matcher:
         self.pattern_args = {n: _schema_args(n) for n in pattern.ops}
         self.miss: Optional[tuple] = None
         self._miss_depth = -1
+        self._swap_first: frozenset = frozenset()  # commutative pattern ops tried swapped first
+        self._checks_failed = False  # the last attempt matched the ops but failed match()'s checks
 
     def match(self, anchor: fx.Node, graph_args: dict) -> Optional[tuple[dict, dict]]:
         """`graph_args` memoises `_schema_args` of graph nodes across rules and anchors."""
         self.graph_args = graph_args
         self.miss, self._miss_depth = None, -1
+        self._swap_first, self._checks_failed = frozenset(), False
+        found = self._match_once(anchor)
+        if found is None and self._checks_failed:
+            # The operands of a commutative op matched one way round, but the match failed its
+            # checks (`x + y` against `bn(conv(h)) + r` with x a conv whose output is read
+            # elsewhere): the other way round may pass them (y the conv, x the residual).
+            for swap in self._swap_orders():
+                self._swap_first = swap
+                found = self._match_once(anchor)
+                if found is not None:
+                    break
+            self._swap_first = frozenset()
+        return found
+
+    def _swap_orders(self):
+        """Non-empty sets of the pattern's commutative ops, each tried with its operands swapped
+        first (at most 3 ops: 7 sets)."""
+        ops = [n for n in self.pattern.ops if _aten(n.target) in _COMMUTATIVE][:3]
+        return [frozenset(c) for k in range(1, len(ops) + 1) for c in itertools.combinations(ops, k)]
+
+    def _match_once(self, anchor: fx.Node) -> Optional[tuple[dict, dict]]:
         state = self._node(self.pattern.anchor, anchor, ({}, {}))
         if state is None:
             return None
+        self._checks_failed = True
         bindings, matched = state
         # An intermediate with users outside the match must survive: not fusable. (A pattern's
         # outputs may have them: the replacement provides those values.)
@@ -205,6 +235,7 @@ class _Matcher:
                 if outside:
                     self.miss, self._miss_depth = (pnode, gnode, "users", outside), len(matched)
                     return None
+        self._checks_failed = False
         return bindings, matched
 
     def _fail(self, pnode: Optional[fx.Node], gvalue, matched: dict, kind: str, detail=None):
@@ -240,11 +271,12 @@ class _Matcher:
         if gargs is None:
             gargs = self.graph_args[gvalue] = _schema_args(gvalue)
         pargs = self.pattern_args[pnode]
-        result = self._args(pargs, gargs, state, pnode)
-        if result is None and _aten(pnode.target) in _COMMUTATIVE:
-            gargs = [gargs[1], gargs[0], *gargs[2:]]
-            result = self._args(pargs, gargs, state, pnode)
-        return result
+        if _aten(pnode.target) not in _COMMUTATIVE:
+            return self._args(pargs, gargs, state, pnode)
+        swapped = [gargs[1], gargs[0], *gargs[2:]]
+        first, second = (swapped, gargs) if pnode in self._swap_first else (gargs, swapped)
+        result = self._args(pargs, first, state, pnode)
+        return result if result is not None else self._args(pargs, second, state, pnode)
 
     def _args(self, pargs, gargs, state, owner: Optional[fx.Node] = None):
         if len(pargs) != len(gargs):

@@ -247,6 +247,22 @@ class ResidualGraphTest(TestCase):
         self.assertEqual(last.args[-1].name, "x")
         torch.testing.assert_close(run(out.to_executorch(), (x,))[0], model(x), **TOL)
 
+    def test_the_add_s_other_operand_when_the_first_is_read_elsewhere(self):
+        """x + body(x) with x itself a conv + batch norm (the block before projects without an
+        activation): matched as written, the pattern's conv is x, whose output the body reads too;
+        the engine then tries the add's operands the other way round, and body's last conv takes
+        the residual."""
+        model = _with_bn(nn.Sequential(nn.Conv2d(8, 16, 1, bias=False), nn.BatchNorm2d(16), InvertedResidual(16, 2)))
+        x = torch.randn(1, 8, 10, 10)
+        p = FusionPass()
+        out = fuse(edge_program(model, (x,)), [p])
+        self.assertEqual([f.rule for f in p.report.fused],
+                         ["conv2d_bn", "conv2d_bn_hardtanh", "conv2d_bn_hardtanh", "conv2d_bn_residual"])
+        gm = out.exported_program().graph_module
+        first, *_, last = [n for n in gm.graph.nodes if n.op == "call_function"]
+        self.assertIs(last.args[-1], first)  # the residual is the first conv's output
+        torch.testing.assert_close(run(out.to_executorch(), (x,))[0], model(x), **TOL)
+
     def test_routes_give_the_same_program(self):
         """transform(default_passes()) and ExecutorchBackendConfig(passes=...) fuse it too."""
         from executorch.exir import ExecutorchBackendConfig

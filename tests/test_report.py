@@ -197,7 +197,8 @@ def test_mobilenet_v2_style_fuses_conv_bn_relu6_and_depthwise(collected):
     report, files = collected["mobilenet_v2"]
     per_rule = {r: sum(g.values()) for r, g in report.fused_per_rule().items()}
     assert per_rule["conv2d_bn_hardtanh"] == 8  # conv + bn + relu6, depthwise included
-    assert per_rule["conv2d_bn"] == 3  # the linear bottlenecks (no activation)
+    assert per_rule["conv2d_bn"] == 1  # the linear bottleneck (no activation) of the block without a skip
+    assert per_rule["conv2d_bn_residual"] == 2  # those of the two with one: the add in the conv's epilogue
     assert "batch_norm_fold" not in per_rule and "conv2d_hardtanh" not in per_rule  # every conv has its batch norm
     # the most time goes to a fused conv; which of the two (unpacked or prepacked weight) is timing
     assert report.fused_profile.rows[0].op in ("etfuse::conv2d_bn_act", "etfuse::conv2d_bn_packed_act")
