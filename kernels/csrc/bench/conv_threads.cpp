@@ -3,7 +3,7 @@
 // adapter.h's `Parallel` cuts jobs. Built by hand, never by etfuse.kernels:
 //
 //   g++ -O3 -DNDEBUG -w -I kernels/csrc kernels/csrc/bench/conv_threads.cpp -o /tmp/conv_threads -lpthread
-//   /tmp/conv_threads C Cout H W KH stride [KW PH PW]     (env: REPS, MODE=0 serial only / 1 split only, ISA)
+//   /tmp/conv_threads C Cout H W KH stride [KW PH PW]     (env: REPS, MODE=0 serial only / 1 split only, ISA, CONV_GROUPS)
 //
 // e.g. ResNet8's 16 -> 16 3x3 on 32x32: `/tmp/conv_threads 16 16 32 32 3 1`; DS-CNN's stem:
 // `/tmp/conv_threads 1 64 49 10 10 2 4 5 1`. The numbers in kernels/README.md's phase-plane GEMM
@@ -71,22 +71,22 @@ int main(int argc, char** argv) {
   p.stride[0] = p.stride[1] = s;
   p.padding[0] = ph;
   p.padding[1] = pw;
-  p.groups = 1;
+  p.groups = getenv("CONV_GROUPS") ? atol(getenv("CONV_GROUPS")) : 1;
   p.has_min = true;
   p.min = 0;
   const int64_t OH = (H + 2 * ph - KH) / s + 1, OW = (W + 2 * pw - KW) / s + 1;
-  std::vector<float> in(C * H * W), w(Co * C * KH * KW), out(Co * OH * OW), bias(Co);
+  std::vector<float> in(C * H * W), w(Co * C / p.groups * KH * KW), out(Co * OH * OW), bias(Co);
   for (auto& v : in) v = (rand() % 2001 - 1000) / 1000.0f;
   for (auto& v : w) v = (rand() % 2001 - 1000) / 10000.0f;
   conv2d::Problem pb;
   Status st;
   const Layout lb = contiguous({Co});
-  if (!conv2d::make_problem(in.data(), contiguous({1, C, H, W}), w.data(), contiguous({Co, C, KH, KW}), bias.data(), &lb,
+  if (!conv2d::make_problem(in.data(), contiguous({1, C, H, W}), w.data(), contiguous({Co, C / p.groups, KH, KW}), bias.data(), &lb,
                             out.data(), contiguous({1, Co, OH, OW}), p, pb, st)) {
     std::fprintf(stderr, "%s\n", st.msg);
     return 1;
   }
-  const double macs = double(Co) * OH * OW * C * KH * KW;
+  const double macs = double(Co) * OH * OW * C / p.groups * KH * KW;
   for (int split = 0; split < 2; ++split) {
     if (mode >= 0 && mode != split) continue;
     for (int round = 0; round < 2; ++round) {
