@@ -18,6 +18,12 @@ from fusion_helpers import edge_program, eval_with_bn_stats, op_names
 ops = torch.ops.etfuse
 TOL = dict(rtol=1e-4, atol=1e-4)
 
+
+@pytest.fixture(scope="module", autouse=True)
+def loaded():
+    """The C++ kernels on the `.out` ops: without them `.out` runs the pattern, whatever the order."""
+    return kernels.load()
+
 # N, C, H, W, Cout, KH, KW, stride, padding, dilation, groups: one case per conv path of
 # kernels/csrc/core/conv2d.h (run_paths), each of which adds the residual its own way
 CASES = {
