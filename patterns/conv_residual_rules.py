@@ -23,8 +23,9 @@ import torch.nn.functional as F
 from etfuse.backend_ops import CONV2D_ACT, CONV2D_BN_ACT
 
 from .constraints import all_of, tensors
-from .gemm_conv_rules import (_BN_SCALARS, _CONV_BN_CHECK, _CONV_CHECK, _CONV_SCALARS, _bn, _bn_arguments, _bn_stats,
-                              _conv, _conv_inputs)
+from .gemm_conv_rules import (_BN_SCALARS, _CONV_BN_CHECK, _CONV_CHECK, _CONV_SCALARS, _bn, _bn_stats, _conv,
+                              _conv2d_bn_arguments, _conv_arguments, _conv_inputs)
+from .linear_residual_rules import _dims
 from .rule import Match, Rule
 
 aten = torch.ops.aten
@@ -71,21 +72,18 @@ def _conv_bn_examples():
 def _residual_shape(m: Match):
     """r is the add's output shape, which is the conv's: the add broadcasts nothing."""
     r, out = m.value("residual"), m.anchor_value
-    if tuple(r.shape) != tuple(out.shape):
+    if _dims(r.shape) != _dims(out.shape):
         return (f"residual {tuple(r.shape)} is not the conv's output shape {tuple(out.shape)}: the epilogue adds "
                 "one residual value per output element")
     return None
 
 
-def _conv_scalars(b: dict) -> tuple:
-    return [b["s0"], b["s1"]], [b["p0"], b["p1"]], [b["d0"], b["d1"]], b["groups"]
-
-
 def _arguments(bn: bool, relu: bool):
+    conv_arguments = (_conv2d_bn_arguments if bn else _conv_arguments)("none")  # ..., groups, min, max
+
     def arguments(m: Match):
-        b = m.bindings
-        head = (b["input"], b["weight"], b.get("bias"), *(_bn_arguments(m) if bn else ()), *_conv_scalars(b))
-        return (*head, 0.0 if relu else None, None, "none", b["residual"]), {}
+        args, _ = conv_arguments(m)
+        return (*args[:-2], 0.0 if relu else None, None, "none", m.bindings["residual"]), {}
 
     return arguments
 

@@ -337,30 +337,6 @@ ETFUSE_ALWAYS_INLINE void zero_row(float* dst, int64_t n) {
   }
 }
 
-// dst[j] = clamp(src[j] + res[j], lo, hi) for j < n, by copy_row's moves (the last vector
-// overlaps the one before: dst aliases neither src nor res, so the overlap writes the same values).
-template <int W>
-ETFUSE_ALWAYS_INLINE void add_clamp_vector(float* dst, const float* src, const float* res,
-                                           const typename gemm::detail::Vec<W>::type& lo,
-                                           const typename gemm::detail::Vec<W>::type& hi) {
-  typename gemm::detail::Vec<W>::type x = gemm::detail::load<W>(src) + gemm::detail::load<W>(res);
-  gemm::detail::store<W>(dst, x < lo ? lo : (x > hi ? hi : x));  // clamp_act lane by lane (NaN kept)
-}
-template <int W>
-ETFUSE_ALWAYS_INLINE void add_clamp_row(float* dst, const float* src, const float* res, int64_t n, float lo, float hi) {
-  typedef typename gemm::detail::Vec<W>::type vf;
-  if (n >= W) {
-    const vf vlo = vf{} + lo, vhi = vf{} + hi;
-    int64_t j = 0;
-    for (; j + W <= n; j += W) add_clamp_vector<W>(dst + j, src + j, res + j, vlo, vhi);
-    if (j < n) add_clamp_vector<W>(dst + n - W, src + n - W, res + n - W, vlo, vhi);
-  } else if constexpr (W > 4) {
-    add_clamp_row<W / 2>(dst, src, res, n, lo, hi);
-  } else {
-    for (int64_t j = 0; j < n; ++j) dst[j] = gemm::clamp_act(src[j] + res[j], lo, hi);
-  }
-}
-
 // The phase planes' geometry (direct_planes): SH x SW planes, sh * sw of them per input channel.
 struct PhaseGeom {
   int64_t SH, SW, plane, channel;
@@ -1173,8 +1149,8 @@ ETFUSE_ALWAYS_INLINE void tap_tile(const TapTask& t, const TapRuns<NR>& runs, in
     float* plane = pb.out + at;
     for (int r = 0; r < runs.n; ++r) {
       if (pb.residual && ws == 1) {  // the skip connection added on the way out, then the clamp
-        add_clamp_row<W>(plane + runs.to[r], row + runs.from[r], pb.residual + at + runs.to[r], runs.len[r], lo_s,
-                         hi_s);
+        gemm::detail::add_clamp_row<W>(plane + runs.to[r], row + runs.from[r], pb.residual + at + runs.to[r],
+                                       runs.len[r], lo_s, hi_s);
       } else if (pb.residual) {
         for (int64_t c = 0; c < runs.len[r]; ++c) {
           const int64_t o = runs.to[r] + c * ws;

@@ -122,21 +122,30 @@ ETFUSE_ALWAYS_INLINE void copy_floats(float* dst, const float* src) {
   }
 }
 
-// dst = clamp(src + res) (clamp_act lane by lane, when `clamp`) for N floats, by copy_floats' moves:
-// a transposed tile's column with the residual added after the sums (conv2d's run_packed).
-template <int N>
-ETFUSE_ALWAYS_INLINE void add_clamp_floats(float* dst, const float* src, const float* res, bool clamp, float lo,
-                                           float hi) {
-  constexpr int W = N >= 16 ? 16 : N >= 8 ? 8 : N >= 4 ? 4 : 1;
-  if constexpr (W > 1) {
-    typedef typename Vec<W>::type vf;
-    vf x = load<W>(src) + load<W>(res);
-    if (clamp) x = x < lo ? vf{} + lo : (x > hi ? vf{} + hi : x);
-    store<W>(dst, x);
-  } else if constexpr (N >= 1) {
-    *dst = clamp ? clamp_act(*src + *res, lo, hi) : *src + *res;
+// dst[j] = clamp(src[j] + res[j], lo, hi) for j < n (a residual added where a tile is stored:
+// conv2d's phase-plane rows, the transposed epilogue's columns), by whole vectors, the last one
+// overlapping the one before (dst aliases neither src nor res, so the overlap writes the same
+// values), narrower ones under W.
+template <int W>
+ETFUSE_ALWAYS_INLINE void add_clamp_vector(float* dst, const float* src, const float* res,
+                                           const typename Vec<W>::type& lo,
+                                           const typename Vec<W>::type& hi) {
+  typename Vec<W>::type x = load<W>(src) + load<W>(res);
+  store<W>(dst, x < lo ? lo : (x > hi ? hi : x));  // clamp_act lane by lane (NaN kept)
+}
+template <int W>
+ETFUSE_ALWAYS_INLINE void add_clamp_row(float* dst, const float* src, const float* res, int64_t n, float lo, float hi) {
+  typedef typename Vec<W>::type vf;
+  if (n >= W) {
+    const vf vlo = vf{} + lo, vhi = vf{} + hi;
+    int64_t j = 0;
+    for (; j + W <= n; j += W) add_clamp_vector<W>(dst + j, src + j, res + j, vlo, vhi);
+    if (j < n) add_clamp_vector<W>(dst + n - W, src + n - W, res + n - W, vlo, vhi);
+  } else if constexpr (W > 4) {
+    add_clamp_row<W / 2>(dst, src, res, n, lo, hi);
+  } else {
+    for (int64_t j = 0; j < n; ++j) dst[j] = clamp_act(src[j] + res[j], lo, hi);
   }
-  if constexpr (N > W) add_clamp_floats<N - W>(dst + W, src + W, res + W, clamp, lo, hi);
 }
 
 // v[r][c] -> v[c][r] for a W x W block (W a power of 2): log2(W) rounds of zipping row i with
@@ -375,6 +384,7 @@ ETFUSE_ALWAYS_INLINE void micro_to_c_transposed(const Args& g, int64_t kc, const
   const vf lo = vf{} + g.act_min, hi = vf{} + g.act_max;
   // A residual (laid out as C) is added to each column after the transpose, then the clamp.
   const bool clamp_sums = g.clamp && !g.residual;
+  const float res_lo = g.clamp ? g.act_min : -__builtin_inff(), res_hi = g.clamp ? g.act_max : __builtin_inff();
   // Each column of the tile is MR contiguous floats of C. With MR <= W the tile's W columns of a
   // vector are transposed in registers (rows past MR zero) and each column copied as whole
   // vectors; element by element the columns took a fifth of a 64 -> 64 1x1 conv's time on 25x5
@@ -404,7 +414,7 @@ ETFUSE_ALWAYS_INLINE void micro_to_c_transposed(const Args& g, int64_t kc, const
       for (int j = 0; j < W; ++j) {
         const int64_t at = i0 + (j0 + v * W + j) * g.c_cs;
         if (g.residual) {
-          add_clamp_floats<MR>(g.C + at, cols[j], g.residual + at, g.clamp, g.act_min, g.act_max);
+          add_clamp_row<W>(g.C + at, cols[j], g.residual + at, MR, res_lo, res_hi);
         } else {
           copy_floats<MR>(g.C + at, cols[j]);
         }
@@ -415,8 +425,7 @@ ETFUSE_ALWAYS_INLINE void micro_to_c_transposed(const Args& g, int64_t kc, const
   for (int64_t j = 0; j < NR; ++j) {
     float* c = g.C + i0 + (j0 + j) * g.c_cs;
     for (int i = 0; i < MR; ++i) {
-      const float x = g.residual ? tile[i][j] + g.residual[i0 + (j0 + j) * g.c_cs + i] : tile[i][j];
-      c[i] = g.residual && g.clamp ? clamp_act(x, g.act_min, g.act_max) : x;
+      c[i] = g.residual ? clamp_act(tile[i][j] + g.residual[i0 + (j0 + j) * g.c_cs + i], res_lo, res_hi) : tile[i][j];
     }
   }
 }
