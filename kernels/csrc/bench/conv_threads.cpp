@@ -3,7 +3,8 @@
 // adapter.h's `Parallel` cuts jobs. Built by hand, never by etfuse.kernels:
 //
 //   g++ -O3 -DNDEBUG -w -I kernels/csrc kernels/csrc/bench/conv_threads.cpp -o /tmp/conv_threads -lpthread
-//   /tmp/conv_threads C Cout H W KH stride [KW PH PW]     (env: REPS, MODE=0 serial only / 1 split only, ISA, CONV_GROUPS)
+//   /tmp/conv_threads C Cout H W KH stride [KW PH PW]     (env: REPS, MODE=0 serial only / 1 split only, ISA, CONV_GROUPS,
+//                                                           PACKED=1 the fuse-time packed weight)
 //
 // e.g. ResNet8's 16 -> 16 3x3 on 32x32: `/tmp/conv_threads 16 16 32 32 3 1`; DS-CNN's stem:
 // `/tmp/conv_threads 1 64 49 10 10 2 4 5 1`. The numbers in kernels/README.md's phase-plane GEMM
@@ -85,6 +86,16 @@ int main(int argc, char** argv) {
                             out.data(), contiguous({1, Co, OH, OW}), p, pb, st)) {
     std::fprintf(stderr, "%s\n", st.msg);
     return 1;
+  }
+  // PACKED=1: the weight packed as at fuse time (pack_gemm_weight: panels of gemm::kPanel output
+  // channels, [K][kPanel] each), the path conv2d_packed_act takes
+  std::vector<float> packed;
+  if (getenv("PACKED") && atoi(getenv("PACKED"))) {
+    const int64_t K = C / p.groups * KH * KW, P = gemm::kPanel, panels = gemm::packed_panels(Co);
+    packed.assign(static_cast<size_t>(panels * K * P), 0.0f);
+    for (int64_t co = 0; co < Co; ++co)
+      for (int64_t k = 0; k < K; ++k) packed[(co / P) * K * P + k * P + co % P] = w[co * K + k];
+    pb.packed = packed.data();
   }
   const double macs = double(Co) * OH * OW * C / p.groups * KH * KW;
   for (int split = 0; split < 2; ++split) {
