@@ -96,6 +96,9 @@ CONV_CASES = [
     # bands); a 5x3 at stride 2 x 1 (each band reads 2 phase rows past its own)
     (1, 16, 64, 40, 32, 3, 3, (2, 2), (2, 2), (2, 2), 1),
     (1, 12, 70, 33, 20, 5, 3, (2, 1), (2, 0), (1, 1), 1),
+    # SqueezeNet 1.1's stem (unpadded, stride 2): output rows 47 wide on a pitch of 48, so the
+    # runs start at every offset of the 16-float vectors (tap_tile_masked's pieces)
+    (1, 3, 96, 96, 64, 3, 3, (2, 2), (0, 0), (1, 1), 1),
     # depthwise on the small maps of a network's tail, odd strides, padding wider than the taps
     (1, 24, 3, 3, 24, 3, 3, (1, 1), (1, 1), (1, 1), 24),
     (2, 16, 6, 6, 16, 3, 3, (2, 2), (1, 1), (1, 1), 16),

@@ -503,14 +503,23 @@ ETFUSE_ALWAYS_INLINE void tiles_impl(const Args& g, int64_t t0, int64_t t1, int6
   const bool rows_outer = mblocks < 0;  // run() passes -mblocks for that order
   if (rows_outer) mblocks = -mblocks;
   const int64_t gp = group_panels(panels);
-  alignas(64) float pack[kKC * NR];
+  alignas(64) float stack_pack[kKC * NR];
   alignas(64) float tile[MR][NR];
   // Prefetch a prepacked B that will not sit in this core's L2 (a weight that does is read from
   // cache anyway: there the extra load per k step cost 4-8% on 1x1 convs of 128-512 channels).
   const bool prefetch_b = g.packed_b && NR == kPanel && g.K * g.N * int64_t(sizeof(float)) >= kPrefetchMinBytes;
   // K in equal slices of at most kKC (K = 288 is 2 x 144, not 256 + a 32-long tail pass over C).
-  const int64_t nslices = (g.K + kKC - 1) / kKC;
-  const int64_t kstep = nslices > 1 ? (g.K + nslices - 1) / nslices : kKC;
+  // A transposed problem with a prepacked B (conv2d's run_packed: C's rows one float apart) takes
+  // its whole K in one slice: its epilogue then stays on the registers (micro_to_c_transposed
+  // takes only a whole K), where every slice went through store_tile's strided loops over C.
+  // One thread, us (slices of 256 -> whole K): SqueezeNet's 64 -> 256 3x3 on 5x5 (K = 576) 84 ->
+  // 65, 512 -> 1000 1x1 on 5x5 334 -> 196, MobileNetV2's 384 -> 64 on 12x12 91 -> 43-61.
+  const bool whole_k = g.packed_b && g.c_rs == 1 && g.c_cs != 1;
+  const int64_t nslices = whole_k ? 1 : (g.K + kKC - 1) / kKC;
+  const int64_t kstep = whole_k ? std::max(g.K, kKC) : nslices > 1 ? (g.K + nslices - 1) / nslices : kKC;
+  // the panels copied out of the prepacked ones (copy_packed: a last odd 16-wide panel on AVX-512)
+  thread_local std::vector<float> long_pack;
+  float* const pack = kstep > kKC ? aligned_floats(long_pack, static_cast<size_t>(kstep * NR)) : stack_pack;
   for (int64_t t = t0; t < t1; ++t) {
     int64_t panel = t / mblocks, block = t % mblocks;
     if (rows_outer) {
