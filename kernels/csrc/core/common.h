@@ -305,25 +305,6 @@ inline bool same_strides(const Layout& a, const Layout& b) {
   return true;
 }
 
-// Asks for the cache lines of [p, p + bytes) in this core's cache, writable (PREFETCHW), before an
-// op that runs on the calling thread alone writes them. The memory planner gives an output the
-// bytes of tensors that are dead, often written by the other core (its half of a split conv),
-// and each of the op's stores then waited for one line from the other core's cache; asked for
-// together, they arrive in parallel. ResNet8 on the runtime, 2 threads (ETDump, us): its two
-// 1x1 stride-2 convs, which run on one thread, 16.8 -> 9.6-10.1 and 9.5 -> 6.2-6.9. (Small
-// elementwise ops gained nothing: ResNet8's residual adds even, MobileNetV3-small 2% slower.)
-// Every CPU with AVX-512 has PREFETCHW; elsewhere this does nothing.
-inline void claim_lines(void* p, int64_t bytes) {
-#if ETFUSE_HAVE_X86_DISPATCH
-  if (!cpu_has_avx512()) return;
-  const char* c = static_cast<const char*>(p);
-  for (int64_t b = 0; b < bytes; b += 64) __asm__ volatile("prefetchw %0" : : "m"(c[b]));
-#else
-  (void)p;
-  (void)bytes;
-#endif
-}
-
 // Force "baseline", "avx2" (no AVX-512 anywhere) or "avx512" (if the CPU has them), or "auto".
 // Returns false for an unknown or unsupported name. For tests and benchmarks; not meant to
 // race with running kernels.

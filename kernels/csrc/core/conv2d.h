@@ -1753,7 +1753,6 @@ inline void run(const Problem& pb, Par&& par) {
   const int64_t work = N * OH * OW * weights * (dw ? 4 : 1) + kMacsPerElement * weights +
       (dw && OH * OW <= kChannelsMaxPixels ? 64 * inputs : 0);
   const bool serial = work < (uses_phase_gemm(pb) ? kPhaseParallelMinMacs : kParallelMinMacs);
-  if (serial && is_contiguous(pb.lo)) claim_lines(pb.out, pb.lo.numel() * static_cast<int64_t>(sizeof(float)));
   if (pb.residual && !adds_residual(pb)) {
     Problem sums = pb;  // the conv alone, then the residual and the clamp
     sums.residual = nullptr;
