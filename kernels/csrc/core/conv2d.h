@@ -1736,7 +1736,11 @@ inline void run_paths(const Problem& pb, Par&& par) {
 // moves no more data between the cores than the op after it would anyway. Measured on ResNet8
 // (3 -> 16 stem on 32x32, 0.44 M multiply-adds: 13.6 us on one thread, 12.3 split; the forward on
 // 2 threads, us, eight runs each alternated: 191-211, median 203, before; 193-215, median 198).
-constexpr int64_t kPhaseParallelMinMacs = int64_t(1) << 18;
+// Below 384 K the split loses: DS-CNN's 1 -> 64 10x4 stem (work 361 K) on one thread leaves its
+// output in the caller's cache for the serial depthwise conv after it, which read half of it out
+// of the other core's (6.2 us against 4.2 for the other three): the forward 63.9 -> 60.7 us
+// (medians of 7 alternated runs), while ResNet8's stem (449 K) kept on two threads 183 vs 188.
+constexpr int64_t kPhaseParallelMinMacs = int64_t(3) << 17;
 
 // The conv (every path above), on the calling thread alone when it is small (kParallelMinMacs).
 template <class Par>
