@@ -43,6 +43,12 @@ struct Params {
   float min = 0.0f, max = 0.0f;
 };
 
+// The output clamp's bounds (none: +-inf).
+inline void clamp_bounds(const Params& p, float& lo, float& hi) {
+  lo = p.has_min ? p.min : -__builtin_inff();
+  hi = p.has_max ? p.max : __builtin_inff();
+}
+
 // Reads an int[2] argument (1 value means both dims, like torch).
 template <class T>
 inline bool pair(const char* what, const T* v, int64_t n, int64_t (&out)[2], Status& st) {
@@ -535,7 +541,8 @@ ETFUSE_ALWAYS_INLINE void direct_planes(const Problem& pb, int64_t t0, int64_t t
   const int64_t Cout = pb.lo.sizes[1], OH = pb.lo.sizes[2], OW = pb.lo.sizes[3];
   const int64_t KH = pb.lw.sizes[2], KW = pb.lw.sizes[3];
   const int64_t mult = Cout / p.groups, Cg = pb.li.sizes[1] / p.groups;
-  const float lo_v = p.has_min ? p.min : -__builtin_inff(), hi_v = p.has_max ? p.max : __builtin_inff();
+  float lo_v, hi_v;
+  clamp_bounds(p, lo_v, hi_v);
   const PhaseGeom geom(pb);
   const int64_t SW = geom.SW, channel = geom.channel;
   const int64_t L = (OH - 1) * SW + OW;    // flat outputs q = oh * SW + ow, ow < OW kept
@@ -685,7 +692,8 @@ ETFUSE_ALWAYS_INLINE void depthwise_channels(const Problem& pb, int64_t t0, int6
   const int64_t H = pb.li.sizes[2], Wd = pb.li.sizes[3], KH = pb.lw.sizes[2], KW = pb.lw.sizes[3];
   const int64_t PH = H + 2 * p.padding[0], PW = Wd + 2 * p.padding[1], taps = KH * KW;
   const int64_t blocks = (C + W - 1) / W;
-  const float lo_v = p.has_min ? p.min : -__builtin_inff(), hi_v = p.has_max ? p.max : __builtin_inff();
+  float lo_v, hi_v;
+  clamp_bounds(p, lo_v, hi_v);
   // whole vectors at 64-byte steps: aligned, or every load splits across two cache lines
   std::vector<float> buf_v, sums_v, wv_v;
   float* const buf = aligned_floats(buf_v, static_cast<size_t>(PH * PW * W));
@@ -840,8 +848,9 @@ ETFUSE_TARGET_AVX512 void depthwise_blocks_avx512(const Problem& pb, int64_t t0,
     for (int64_t kw = 0; kw < KW; ++kw) off[kh * KW + kw] = (kh * p.dilation[0] * PW + kw * p.dilation[1]) * 16;
   for (int64_t oh = 0, q = 0; oh < OH; ++oh)
     for (int64_t ow = 0; ow < OW; ++ow, ++q) base[q] = (oh * p.stride[0] * PW + ow * p.stride[1]) * 16;
-  const __m512 vlo = _mm512_set1_ps(p.has_min ? p.min : -__builtin_inff());
-  const __m512 vhi = _mm512_set1_ps(p.has_max ? p.max : __builtin_inff());
+  float lo_s, hi_s;
+  clamp_bounds(p, lo_s, hi_s);
+  const __m512 vlo = _mm512_set1_ps(lo_s), vhi = _mm512_set1_ps(hi_s);
   const bool flat_w = taps <= 16 && pb.lw.strides[3] == 1 && pb.lw.strides[2] == KW;
   const __mmask16 tap_lanes = static_cast<__mmask16>((1u << std::min<int64_t>(16, taps)) - 1u);
   for (int64_t t = t0; t < t1; ++t) {
@@ -965,7 +974,8 @@ ETFUSE_ALWAYS_INLINE void depthwise_flat(const Problem& pb, int64_t t0, int64_t 
   const int64_t C = pb.lo.sizes[1], OH = pb.lo.sizes[2], OW = pb.lo.sizes[3], P = OH * OW;
   const int64_t H = pb.li.sizes[2], Wd = pb.li.sizes[3], KH = pb.lw.sizes[2], KW = pb.lw.sizes[3];
   const int64_t ph = p.padding[0], pw = p.padding[1], dh = p.dilation[0], dw = p.dilation[1];
-  const float lo_v = p.has_min ? p.min : -__builtin_inff(), hi_v = p.has_max ? p.max : __builtin_inff();
+  float lo_v, hi_v;
+  clamp_bounds(p, lo_v, hi_v);
   const int64_t LP = (P + W - 1) / W * W, A = ph * Wd + pw;  // A: where the plane starts in `buf`
   int64_t size = LP + slack + (KH - 1) * dh * Wd + (KW - 1) * dw;  // past the last tap read
   if (size < A + H * Wd) size = A + H * Wd;
@@ -1066,8 +1076,7 @@ inline void channels_out(const Problem& pb, int64_t n, int64_t co0, bool transpo
   a.scale_rs = transposed ? 0 : pb.scale_s;
   a.scale_cs = transposed ? pb.scale_s : 0;
   a.clamp = p.has_min || p.has_max;
-  a.act_min = p.has_min ? p.min : -__builtin_inff();
-  a.act_max = p.has_max ? p.max : __builtin_inff();
+  clamp_bounds(p, a.act_min, a.act_max);
   if (pb.residual) {  // laid out as out (Problem::residual)
     a.residual = pb.residual + (a.C - pb.out);
     a.residual_rs = a.c_rs;
@@ -1095,7 +1104,7 @@ struct TapTask {
 // per run and row cost more than the multiply-adds on DS-CNN's 5-wide maps). With 16-wide
 // vectors the runs are also cut at the vectors' edges into `pieces`: vector v's lanes `mask`
 // go to output offset `at` + lane (tap_tile's masked stores, straight from the registers).
-template <int NR>
+template <int NR, int W>
 struct TapRuns {
   int64_t from[NR], to[NR], len[NR];
   int n = 0;
@@ -1118,7 +1127,7 @@ struct TapRuns {
       }
       j += t.SW - ow;
     }
-    if constexpr (NR % 16 == 0) {
+    if constexpr (W == 16) {  // (only tap_tile_masked reads them)
       for (int r = 0; r < n; ++r) {
         for (int64_t c = from[r], end = from[r] + len[r]; c < end;) {
           const int v = static_cast<int>(c / 16);
@@ -1152,16 +1161,10 @@ ETFUSE_ALWAYS_INLINE void tap_sums(const TapTask& t, int64_t i0, int64_t q0, typ
   }
 }
 
-// The output clamp's bounds (none: +-inf).
-inline void clamp_bounds(const Params& p, float& lo, float& hi) {
-  lo = p.has_min ? p.min : -__builtin_inff();
-  hi = p.has_max ? p.max : __builtin_inff();
-}
-
 // Rows [i0, i0 + MR) of columns [q0, q0 + NR): the sums, the epilogue (per-channel scale, bias,
 // clamp), then each row's valid columns (`runs`) into the output plane.
 template <int MR, int NR, int W>
-ETFUSE_ALWAYS_INLINE void tap_tile(const TapTask& t, const TapRuns<NR>& runs, int64_t i0, int64_t q0) {
+ETFUSE_ALWAYS_INLINE void tap_tile(const TapTask& t, const TapRuns<NR, W>& runs, int64_t i0, int64_t q0) {
   typedef typename gemm::detail::Vec<W>::type vf;
   constexpr int NV = NR / W;
   const Problem& pb = *t.pb;
@@ -1208,7 +1211,7 @@ ETFUSE_ALWAYS_INLINE void tap_tile(const TapTask& t, const TapRuns<NR>& runs, in
 // (K = 27: SqueezeNet's 3 -> 64 on 96x96). Called per tile, not inlined: the masked moves are
 // AVX-512 intrinsics, which do not inline into the generic templates that call this.
 template <int MR, int NR>
-ETFUSE_TARGET_AVX512 void tap_tile_masked(const TapTask& t, const TapRuns<NR>& runs, int64_t i0, int64_t q0) {
+ETFUSE_TARGET_AVX512 void tap_tile_masked(const TapTask& t, const TapRuns<NR, 16>& runs, int64_t i0, int64_t q0) {
   typedef typename gemm::detail::Vec<16>::type vf;
   constexpr int NV = NR / 16;
   const Problem& pb = *t.pb;
@@ -1249,7 +1252,7 @@ ETFUSE_TARGET_AVX512 void tap_tile_masked(const TapTask& t, const TapRuns<NR>& r
 
 // rows_tile's dispatch: a tile of exactly mr <= MR rows
 template <int MR, int NR, int W>
-ETFUSE_ALWAYS_INLINE void tap_rows(const TapTask& t, const TapRuns<NR>& runs, int64_t mr, int64_t i0, int64_t q0) {
+ETFUSE_ALWAYS_INLINE void tap_rows(const TapTask& t, const TapRuns<NR, W>& runs, int64_t mr, int64_t i0, int64_t q0) {
   if constexpr (MR > 1) {
     if (mr < MR) {
       tap_rows<MR - 1, NR, W>(t, runs, mr, i0, q0);
@@ -1275,7 +1278,7 @@ ETFUSE_ALWAYS_INLINE void tap_panels(const TapTask& t, int64_t b, int64_t e) {
   // base ISA (its 64-byte vector code was emulated: 35x slower)
   const int64_t ntiles = (t.Mg + MR - 1) / MR, base = t.Mg / ntiles, taller = t.Mg % ntiles;
   for (int64_t panel = b; panel < e; ++panel) {
-    const TapRuns<NR> runs(t, panel * NR);
+    const TapRuns<NR, W> runs(t, panel * NR);
     for (int64_t tile = 0, i0 = 0; tile < ntiles; ++tile) {
       const int64_t mr = base + (tile < taller ? 1 : 0);
       tap_rows<MR, NR, W>(t, runs, mr, i0, panel * NR);
@@ -1495,7 +1498,8 @@ inline void run_packed(const Problem& pb, Par&& par) {
 // SSE2 baseline's direct kernel. The conv ran without its clamp.
 inline void add_residual(const Problem& pb) {
   const Params& p = pb.p;
-  const float lo = p.has_min ? p.min : -__builtin_inff(), hi = p.has_max ? p.max : __builtin_inff();
+  float lo, hi;
+  clamp_bounds(p, lo, hi);
   const Layout& l = pb.lo;
   for (int64_t n = 0; n < l.sizes[0]; ++n) {
     for (int64_t c = 0; c < l.sizes[1]; ++c) {
