@@ -4,7 +4,8 @@ Importing it registers etfuse's own ops only; `install()` (executorch_overrides.
 changes to executorch's registrations that fusing and running need.
 """
 
-from .registry import BackendOp, BackendOpError, register, registered_ops
+from .registry import SHARED_NAMESPACES, BackendOp, BackendOpError, register, registered_ops
+from .runtime_names import runtime_op
 from .float_ops import ADD, ADD_RELU, ADDMM_RELU, FLOAT_OPS, LINEAR_RELU, MUL
 from .prims import PRIMS, PrimOp
 from .gemm_conv_ops import CONV2D_ACT, CONV2D_BN_ACT, GEMM_CONV_OPS, LINEAR_ACT, LINEAR_BN_ACT
@@ -25,9 +26,13 @@ from .executorch_overrides import install, installed
 # Every record, whether registered yet or not (the quantized ones register in `install()`): what
 # etfuse.kernels derives its op lists and build sources from.
 CATALOG = [*FLOAT_OPS, *GEMM_CONV_OPS, *POOL_OPS, *ATTENTION_OPS, *NORM_OPS, *LAYOUT_OPS, *WEIGHT_ONLY_OPS, *CACHE_OPS, *ROPE_OPS, *PREPACKED_OPS, *QUANTIZED_GEMM_OPS, *QUANTIZED_OPS, PACK_EMBEDDING_WEIGHT, *QDQ_OPS]
+# The etfuse twins a .pte calls for the kernel-backed ops of namespaces executorch shares
+# (runtime_names.py), derived from the records above.
+RUNTIME_TWINS = [runtime_op(op) for op in CATALOG if runtime_op(op) is not op]
+CATALOG += RUNTIME_TWINS
 
 __all__ = [
-    "BackendOp", "BackendOpError", "register", "registered_ops",
+    "BackendOp", "BackendOpError", "register", "registered_ops", "SHARED_NAMESPACES", "runtime_op", "RUNTIME_TWINS",
     "ADD_RELU", "LINEAR_RELU", "ADDMM_RELU", "MUL", "ADD", "FLOAT_OPS", "PRIMS", "PrimOp", "CONV2D_ACT", "LINEAR_ACT", "CONV2D_BN_ACT", "LINEAR_BN_ACT", "GEMM_CONV_OPS",
     "MAX_POOL2D", "AVG_POOL2D", "MEAN_HW", "POOL_OPS", "SDPA", "ATTENTION_OPS", "RMS_NORM", "LAYER_NORM", "NORM_OPS", "PERMUTE_COPY", "LAYOUT_OPS", "LINEAR_QW", "PACK_INT4", "WEIGHT_ONLY_OPS", "UPDATE_CACHE", "CACHE_OPS", "ROPE", "ROPE_OPS",
     "LINEAR_PACKED_ACT", "CONV2D_PACKED_ACT", "CONV2D_BN_PACKED_ACT", "PACK_GEMM_WEIGHT", "PREPACKED_OPS",

@@ -1,16 +1,17 @@
 """`python -m etfuse.backend_ops`: the catalog as the README's op table (Markdown), derived from
 the `BackendOp` records; tests/test_backend_ops.py checks the README holds exactly this table."""
 
-from . import CATALOG
+from . import CATALOG, runtime_op
 
 
 def op_table() -> str:
-    rows = ["| backend op | kernel file (`kernels/csrc/ops/`) | runtime library | Triton | what it computes |",
+    rows = ["| backend op | kernel file (`kernels/csrc/ops/`) | a `.pte` calls | Triton | what it computes |",
             "|---|---|---|---|---|"]
     for op in CATALOG:
         kernel = f"`{op.kernel}.cpp`" if op.kernel else "reference only"
-        library = f"`libetfuse_{op.runtime_library}.so`" if op.kernel else ""
-        rows.append(f"| `{op.qualname}` | {kernel} | {library} | {'yes' if op.triton else ''} | {op.doc} |")
+        called = runtime_op(op)
+        emitted = f"`{called.namespace}::{called.out_name}`" if op.kernel else ""
+        rows.append(f"| `{op.qualname}` | {kernel} | {emitted} | {'yes' if op.triton else ''} | {op.doc} |")
     return "\n".join(rows)
 
 

@@ -106,8 +106,7 @@ def _record(name, pattern, what):
     out = "`dtype` (float32, float16, bfloat16; None: the scales')" if dtype else "the scales' dtype"
     doc = (f"embedding(dq(weight), indices): weight {what}, scales [N], [N, 1] or [N, G] (groupwise) "
            f"float32/float16/bfloat16, zero points None or the scales' shape; out {out}")
-    return BackendOp("quantized_decomposed", schema, pattern, doc=doc, kernel="embedding",
-                     runtime_library="quantized_runtime", triton="embedding_byte" if name == "embedding_byte" else None)
+    return BackendOp("quantized_decomposed", schema, pattern, doc=doc, kernel="embedding", triton="embedding_byte" if name == "embedding_byte" else None)
 
 
 _BYTE = "int8/uint8 [N, D]"
@@ -147,7 +146,7 @@ PACK_EMBEDDING_WEIGHT = BackendOp(
     "quant_fusion", "_pack_embedding_weight(Tensor weight, SymInt bitwidth) -> Tensor", _pack_embedding_weight,
     doc="executorch's packing of an int8 [N, D] table into embedding_4bit / embedding_2bit's uint8 layout "
         "(bitwidth 8: a copy); folded into a constant by etfuse.fuse / transform, run by the runtime otherwise",
-    kernel="pack_embedding_weight", runtime_library="runtime")
+    kernel="pack_embedding_weight")
 
 
 def install() -> None:

@@ -6,12 +6,13 @@ imported with `executorch.exir`); the registry reuses them. What etfuse adds:
 * a dtype-generic pattern (int8 and uint8; executorch's hard-codes uint8) bound as the
   CompositeImplicitAutograd kernel of add / add.scalar / add_relu, so retracing a fused program
   gives `dequantize_per_tensor -> add [-> relu] -> quantize_per_tensor` back;
-* the `.out` variants `to_executorch` needs (`add.out`, `add.scalar_out`, `add_relu.out`; executorch
-  has none of them) with reference and fake kernels; compiled kernels replace them.
+* the etfuse twins a lowered program calls (`etfuse::quantized_decomposed_add.out`, ...;
+  runtime_names.py), with reference and fake kernels; compiled kernels replace them.
 
-These ops live in a namespace executorch owns, and some of it replaces executorch's kernels, so
-importing this module declares the records and registers nothing: `install()` (called through
-`etfuse.backend_ops.install()`) does it all, once.
+These ops live in a namespace executorch owns, so importing this module declares the records and
+registers nothing: `install()` (called through `etfuse.backend_ops.install()`) does it all, once.
+etfuse defines no `.out` schema in that namespace: executorch's stock quantized library
+(`import executorch.kernels.quantized`) defines several, and may be imported before or after.
 
 Semantics, bit for bit (what the kernels implement): dequantize is `(float(q) - float(zp)) * float(scale)`,
 quantize is `clamp(rint(x * float(1.0 / scale)) + float(zp), qmin, qmax)` in float32 (round half to even).
@@ -22,14 +23,12 @@ embedding_ops.py and listed in QUANTIZED_OPS with the others.
 
 from __future__ import annotations
 
-import sys
-import types
-
 import torch
 
 from . import embedding_ops, registry
 from .embedding_ops import EMBEDDING_BYTE, EMBEDDING_OPS  # noqa: F401 (EMBEDDING_BYTE is imported from here too)
 from .registry import BackendOp, library, register
+from .runtime_names import runtime_op
 
 aten = torch.ops.aten
 qd = torch.ops.quantized_decomposed
@@ -84,24 +83,22 @@ _BINARY_ARGS = ("Tensor a, float a_scale, int a_zero_point, int a_quant_min, int
 QUANTIZED_ADD = BackendOp(
     "quantized_decomposed", f"add({_BINARY_ARGS}) -> Tensor qc", _add,
     doc="q(dq(a) + dq(b)), per-tensor qparams, int8 or uint8 (a, b and the result share the dtype), broadcasting",
-    kernel="quantized_add", runtime_library="quantized_runtime", triton="quantized_add_op")
+    kernel="quantized_add", triton="quantized_add_op")
 QUANTIZED_ADD_RELU = BackendOp(
     "quantized_decomposed", f"add_relu({_BINARY_ARGS}) -> Tensor qc", _add_relu,
-    doc="q(relu(dq(a) + dq(b))), like add", kernel="quantized_add", runtime_library="quantized_runtime",
+    doc="q(relu(dq(a) + dq(b))), like add", kernel="quantized_add",
     triton="quantized_add_relu_op")
 QUANTIZED_ADD_SCALAR = BackendOp(
     "quantized_decomposed",
     "add.scalar(Tensor qa, float a_scale, int a_zero_point, int a_quant_min, int a_quant_max, ScalarType a_dtype, "
     "Scalar b, float out_scale, int out_zero_point, int out_quant_min, int out_quant_max, ScalarType out_dtype) -> Tensor",
-    _add_scalar, doc="q(dq(qa) + b), b a Python scalar (float32 arithmetic)", kernel="quantized_add",
-    runtime_library="quantized_runtime")
+    _add_scalar, doc="q(dq(qa) + b), b a Python scalar (float32 arithmetic)", kernel="quantized_add")
 QUANTIZED_OPS = [QUANTIZED_ADD, QUANTIZED_ADD_RELU, QUANTIZED_ADD_SCALAR, *EMBEDDING_OPS]
 
 
 # The per-tensor quantize/dequantize that fused programs keep at their edges. torch.ao defines
-# the functional ops; their `.out` variants (which `to_executorch` emits) exist only once
-# executorch's stock quantized library is loaded, and that library cannot share a process with
-# etfuse's quantized runtime kernels. So etfuse declares the same `.out` schemas itself.
+# the functional ops; a lowered program calls their etfuse twins (runtime_names.py), so a fused
+# int8 program runs on etfuse's kernels alone, with or without executorch's stock quantized ones.
 def _quantize_per_tensor(input, scale, zero_point, quant_min, quant_max, dtype):
     return qd.quantize_per_tensor.default(input, scale, zero_point, quant_min, quant_max, dtype)
 
@@ -114,13 +111,13 @@ QUANTIZE_PER_TENSOR = BackendOp(
     "quantized_decomposed",
     "quantize_per_tensor(Tensor input, float scale, int zero_point, int quant_min, int quant_max, ScalarType dtype) -> Tensor",
     _quantize_per_tensor, doc="torch.ao's op; etfuse adds the .out variant and kernels",
-    kernel="quantize_per_tensor", runtime_library="quantized_runtime")
+    kernel="quantize_per_tensor")
 DEQUANTIZE_PER_TENSOR = BackendOp(
     "quantized_decomposed",
     "dequantize_per_tensor(Tensor input, float scale, int zero_point, int quant_min, int quant_max, ScalarType dtype, "
     "*, ScalarType? out_dtype=None) -> Tensor",
     _dequantize_per_tensor, doc="torch.ao's op; etfuse adds the .out variant and kernels",
-    kernel="dequantize_per_tensor", runtime_library="quantized_runtime")
+    kernel="dequantize_per_tensor")
 
 def _dequantize_per_channel(input, scales, zero_points, axis, quant_min, quant_max, dtype, out_dtype=None):
     return qd.dequantize_per_channel.default(input, scales, zero_points, axis, quant_min, quant_max, dtype,
@@ -133,7 +130,7 @@ DEQUANTIZE_PER_CHANNEL = BackendOp(
     "dequantize_per_channel(Tensor input, Tensor scales, Tensor? zero_points, int axis, int quant_min, int quant_max, "
     "ScalarType dtype, *, ScalarType? out_dtype=None) -> Tensor",
     _dequantize_per_channel, doc="torch.ao's op; etfuse adds the .out variant and kernels",
-    kernel="dequantize_per_channel", runtime_library="quantized_runtime")
+    kernel="dequantize_per_channel")
 
 QDQ_OPS = [QUANTIZE_PER_TENSOR, DEQUANTIZE_PER_TENSOR, DEQUANTIZE_PER_CHANNEL]
 
@@ -145,32 +142,6 @@ def decompositions() -> dict:
     return {op.aten: op.pattern for op in QUANTIZED_OPS}
 
 
-# executorch's stock quantized library (`import executorch.kernels.quantized`) *defines* add.out,
-# quantize_per_tensor.out, ... in a C++ static initializer. Imported after `install()` defined the
-# same schemas, that definition throws inside dlopen and the process aborts. Imported before, its
-# schemas are identical to etfuse's and are reused. So `install()` gives the module name a
-# stand-in: a later `import executorch.kernels.quantized` does nothing instead of aborting.
-# (Import it before `install()` to use the stock kernels; etfuse.kernels then leaves its own
-# quantized runtime kernels out and says why.)
-STOCK_QUANTIZED_MODULE = "executorch.kernels.quantized"
-
-
-class StockQuantizedStandIn(types.ModuleType):
-    """Stands in for `executorch.kernels.quantized`, imported after etfuse defined the same
-    quantized_decomposed schemas (`etfuse.backend_ops.install()`): loading the real library now
-    would abort the process (duplicate schema definitions, then duplicate runtime kernels).
-    etfuse's kernels cover add/add_relu/add.scalar, the embeddings and the per-tensor
-    quantize/dequantize. To use executorch's stock quantized kernels instead, import them first."""
-
-    __etfuse_guard__ = True
-
-
-def stock_quantized_loaded() -> bool:
-    """True when executorch's real stock quantized library was imported (before `install()`)."""
-    mod = sys.modules.get(STOCK_QUANTIZED_MODULE)
-    return mod is not None and not getattr(mod, "__etfuse_guard__", False)
-
-
 def install() -> None:
     """Register the quantized ops and make etfuse's kernels theirs (not idempotent on its own:
     `etfuse.backend_ops.install()` calls it once)."""
@@ -179,5 +150,5 @@ def install() -> None:
     for op in QDQ_OPS:
         register(op)
     embedding_ops.install()
-    if STOCK_QUANTIZED_MODULE not in sys.modules:
-        sys.modules[STOCK_QUANTIZED_MODULE] = StockQuantizedStandIn(STOCK_QUANTIZED_MODULE, StockQuantizedStandIn.__doc__)
+    for op in (*QUANTIZED_OPS, *QDQ_OPS):
+        register(runtime_op(op))

@@ -33,6 +33,12 @@ class BackendOpError(EtfuseError, RuntimeError):
     """A backend op cannot be declared or registered as asked."""
 
 
+# Namespaces whose `.out` kernels executorch's own libraries register (its stock quantized
+# kernels): etfuse defines no `.out` variant there; a program calls the etfuse twin of such an op
+# (runtime_names.py), so etfuse's kernels and executorch's live in one process and one app.
+SHARED_NAMESPACES = ("quantized_decomposed",)
+
+
 @dataclasses.dataclass(frozen=True)
 class BackendOp:
     namespace: str
@@ -41,12 +47,10 @@ class BackendOp:
     doc: str = ""
     # Kernel metadata: etfuse.kernels derives its op lists, build sources and Triton
     # registrations from it. `kernel`: the C++ file kernels/csrc/ops/<kernel>.cpp that holds the
-    # `.out` kernel (None: the reference kernel only). `runtime_library`: which ExecuTorch runtime
-    # library registers it ("runtime", or "quantized_runtime" for names executorch's stock
-    # quantized kernels also register). `triton`: the launcher in kernels/triton/launch.py that
-    # serves CUDA tensors, or None.
+    # `.out` kernel (None: the reference kernel only; for an op of a namespace executorch's own
+    # kernels share, the file registers the op's etfuse twin, runtime_names.py). `triton`: the
+    # launcher in kernels/triton/launch.py that serves CUDA tensors, or None.
     kernel: Optional[str] = None
-    runtime_library: str = "runtime"
     triton: Optional[str] = None
     # `inplace`: the op also gets an in-place form, `<name>_(Tensor(a!) self, ...) -> Tensor(a!)`
     # (the first argument must be `Tensor self`), which the runtime kernel file registers too;
@@ -196,6 +200,9 @@ def register(op: BackendOp) -> BackendOp:
     # bind_pattern_to_op installs the pattern as the CompositeImplicitAutograd kernel unless the
     # op already has one (or an explicit/Meta kernel); it always makes the backend-dialect handle.
     bind_pattern_to_op(lib, op.name)(op.pattern)
+    if op.namespace in SHARED_NAMESPACES:
+        _REGISTERED[op.qualname] = op
+        return op
 
     _define(lib, op, op.out_schema)
     out_qualname = f"{op.namespace}::{op.out_name}"

@@ -29,25 +29,20 @@ from .build import BuildResult, KernelBuildError, KernelCacheWarning, cache_root
 
 __all__ = ["KernelInfo", "KernelBuildError", "KernelCacheWarning", "load", "is_loaded", "info", "build", "cache_root", "set_isa", "current_isa", "RUNTIME_OPS"]
 
-# The op lists are derived from the catalog's kernel metadata (BackendOp.kernel and
-# .runtime_library), computed on first use so that importing etfuse.kernels imports no torch:
-#   RUNTIME_OPS            `.out` ops (and in-place forms, `BackendOp.inplace`) registered by
-#                          libetfuse_runtime.so
-#   QUANTIZED_RUNTIME_OPS  by libetfuse_quantized_runtime.so (executorch's stock quantized
-#                          kernels register add.out, embedding_byte.out and the per-tensor
-#                          quantize/dequantize .out too; add_relu.out and add.scalar_out are
-#                          etfuse's alone, so their presence means "ours, already loaded")
-#   EAGER_OPS              `.out` ops with a CPU kernel in libetfuse_eager.so (all of them)
-_DERIVED = ("RUNTIME_OPS", "EAGER_OPS", "QUANTIZED_RUNTIME_OPS", "STOCK_QUANTIZED_MODULE")
+# The op lists are derived from the catalog's kernel metadata (BackendOp.kernel), computed on
+# first use so that importing etfuse.kernels imports no torch:
+#   RUNTIME_OPS  `.out` ops (and in-place forms, `BackendOp.inplace`) registered by
+#                libetfuse_runtime.so: all `etfuse::` (quantized_decomposed ops as their twins,
+#                backend_ops/runtime_names.py) but executorch's `quant_fusion::_pack_embedding_weight.out`
+#   EAGER_OPS    `.out` ops with a CPU kernel in libetfuse_eager.so (the same ops)
+_DERIVED = ("RUNTIME_OPS", "EAGER_OPS")
 
 
 def _op_lists() -> dict:
     ops = build.kernel_ops()
     out_name = lambda op: f"{op.namespace}::{op.out_name}"  # noqa: E731
     return {
-        "RUNTIME_OPS": tuple(out_name(op) for op in ops if op.runtime_library == "runtime")
-        + tuple(f"{op.namespace}::{op.inplace_name}" for op in ops if op.inplace and op.runtime_library == "runtime"),
-        "QUANTIZED_RUNTIME_OPS": tuple(out_name(op) for op in ops if op.runtime_library == "quantized_runtime"),
+        "RUNTIME_OPS": tuple(out_name(op) for op in ops) + tuple(f"{op.namespace}::{op.inplace_name}" for op in ops if op.inplace),
         "EAGER_OPS": tuple(out_name(op) for op in ops),
     }
 
@@ -58,10 +53,6 @@ def _ensure_op_lists() -> None:
 
 
 def __getattr__(name: str):
-    if name == "STOCK_QUANTIZED_MODULE":
-        from etfuse.backend_ops.quantized_ops import STOCK_QUANTIZED_MODULE
-
-        return STOCK_QUANTIZED_MODULE
     if name in _DERIVED:
         _ensure_op_lists()
         return globals()[name]
@@ -76,12 +67,7 @@ class KernelInfo:
     built: bool  # compiled by this process (False: found in the cache)
     isa: str  # what the dispatched loops picked at load: "avx512" (AVX-512 GEMM), "avx2" or "baseline"
     runtime_threads: int
-    # None when the quantized_decomposed runtime kernels could not be registered; then
-    # `quantized_problem` says why (executorch's stock quantized kernels were loaded first).
-    quantized_runtime_library: Optional[Path] = None
-    quantized_problem: Optional[str] = None
     runtime: Optional[ctypes.CDLL] = dataclasses.field(default=None, repr=False, compare=False)
-    quantized_runtime: Optional[ctypes.CDLL] = dataclasses.field(default=None, repr=False, compare=False)
     eager: Optional[ctypes.CDLL] = dataclasses.field(default=None, repr=False, compare=False)
 
 
@@ -133,8 +119,6 @@ def load(verbose: bool = False) -> KernelInfo:
             if missing:
                 raise RuntimeError(f"{res.runtime} loaded but did not register {sorted(missing)}")
 
-        quantized_lib, quantized_problem = _load_quantized_runtime(res)
-
         # Already loaded by torch: dlopen hands back the same library, for its C entry points.
         eager_lib = ctypes.CDLL(str(res.eager))
         eager_lib.etfuse_eager_isa.restype = ctypes.c_char_p
@@ -147,48 +131,10 @@ def load(verbose: bool = False) -> KernelInfo:
             built=res.built,
             isa=eager_lib.etfuse_eager_isa().decode(),
             runtime_threads=int(runtime_lib.etfuse_runtime_thread_count()) if runtime_lib is not None else 0,
-            quantized_runtime_library=res.quantized_runtime if quantized_lib is not None else None,
-            quantized_problem=quantized_problem,
             runtime=runtime_lib,
-            quantized_runtime=quantized_lib,
             eager=eager_lib,
         )
         return _INFO
-
-
-def _load_quantized_runtime(res: BuildResult) -> tuple[Optional[ctypes.CDLL], Optional[str]]:
-    """Register the quantized_decomposed runtime kernels unless someone else's are there."""
-    registered = {n for n in _all_runtime_ops() if n.startswith("quantized_decomposed::")}
-    from etfuse.backend_ops.quantized_ops import STOCK_QUANTIZED_MODULE
-
-    _ensure_op_lists()
-    ours = set(QUANTIZED_RUNTIME_OPS)
-    if "quantized_decomposed::add_relu.out" in registered and ours <= registered:
-        # Loaded by this process before (importlib.reload). Not dlopen'ed again: after a source
-        # change the cache holds a different file, whose registrations would abort the process.
-        return None, None
-    clash = sorted(ours & registered)
-    if clash:
-        problem = (
-            f"executorch's stock quantized kernels (`import {STOCK_QUANTIZED_MODULE}`) are already registered in this "
-            f"process ({', '.join(clash)}); etfuse's quantized_decomposed kernels cannot be registered next to them "
-            "(the ExecuTorch runtime aborts on a duplicate), so fused quantized programs run the stock kernels, whose "
-            "add.out aborts on int8 ranges and which lack add_relu.out / add.scalar_out. Do not import "
-            f"{STOCK_QUANTIZED_MODULE} in a process that runs etfuse-fused quantized programs."
-        )
-        warnings.warn(problem, RuntimeWarning, stacklevel=3)
-        return None, problem
-    lib = ctypes.CDLL(str(res.quantized_runtime), mode=os.RTLD_GLOBAL)
-    missing = ours - set(_all_runtime_ops())
-    if missing:
-        raise RuntimeError(f"{res.quantized_runtime} loaded but did not register {sorted(missing)}")
-    return lib, None
-
-
-def _all_runtime_ops() -> list[str]:
-    from executorch.extension.pybindings import portable_lib
-
-    return list(portable_lib._get_operator_names())
 
 
 def is_loaded() -> bool:
@@ -205,8 +151,7 @@ def set_isa(name: str = "auto") -> None:
     ETFUSE_KERNELS_ISA=baseline|avx2 also narrows it).
     For tests and benchmarks: do not call while kernels run on other threads."""
     info = load()
-    for lib, fn in ((info.eager, "etfuse_eager_set_isa"), (info.runtime, "etfuse_runtime_set_isa"),
-                    (info.quantized_runtime, "etfuse_quantized_runtime_set_isa")):
+    for lib, fn in ((info.eager, "etfuse_eager_set_isa"), (info.runtime, "etfuse_runtime_set_isa")):
         if lib is not None and not getattr(lib, fn)(name.encode()):
             raise ValueError(f"unknown ISA {name!r} or not supported by this CPU (use 'baseline', 'avx2', 'avx512' or 'auto')")
 
@@ -217,7 +162,4 @@ def current_isa() -> dict:
     out = {"eager": info.eager.etfuse_eager_isa().decode()}
     if info.runtime is not None:
         out["runtime"] = info.runtime.etfuse_runtime_isa().decode()
-    if info.quantized_runtime is not None:
-        info.quantized_runtime.etfuse_quantized_runtime_isa.restype = ctypes.c_char_p
-        out["quantized_runtime"] = info.quantized_runtime.etfuse_quantized_runtime_isa().decode()
     return out

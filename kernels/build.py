@@ -1,10 +1,10 @@
-"""Build the etfuse C++ kernels: one shared library for torch eager, two for the ExecuTorch runtime.
+"""Build the etfuse C++ kernels: one shared library for torch eager, one for the ExecuTorch runtime.
 
 Each kernel-backed op is one file under `csrc/ops/` (its core call and both registrations,
 through `csrc/adapter.h`), compiled twice: with -DETFUSE_EAGER into the eager library and with
--DETFUSE_RUNTIME into the runtime library its catalog record names (`BackendOp.runtime_library`:
-"runtime", or "quantized_runtime" for the quantized_decomposed kernels that executorch's stock
-quantized library also registers). Which files go where is derived from the catalog
+-DETFUSE_RUNTIME into the runtime library. Every name the runtime library registers is etfuse's
+(`etfuse::*`; quantized_decomposed ops as their twins, backend_ops/runtime_names.py), so it can
+share a process with executorch's stock quantized kernels. The files are derived from the catalog
 (`library_sources()`), and every file under csrc/ops must belong to a record and vice versa.
 
 Compiling is ninja's job (the `ninja` package, or ninja on PATH): a stable build directory per
@@ -16,7 +16,6 @@ libraries relinked. The finished libraries are then copied into the cache:
         <key>/                          key: hash of the sources, flags, torch/executorch versions
             libetfuse_eager.so
             libetfuse_runtime.so
-            libetfuse_quantized_runtime.so
             BUILD_INFO                  the ninja file that built them
             MANIFEST.json               written last: key, build inputs, compiler identity,
                                         size and sha256 of each library
@@ -75,12 +74,8 @@ import filelock
 CSRC = Path(__file__).resolve().parent / "csrc"
 EAGER_LIB = "libetfuse_eager.so"
 RUNTIME_LIB = "libetfuse_runtime.so"
-# The quantized_decomposed runtime kernels are a library of their own: executorch's stock
-# quantized kernels register some of the same names, and the runtime aborts on duplicates, so
-# etfuse.kernels loads this one only when those names are free (see __init__.py).
-QUANTIZED_RUNTIME_LIB = "libetfuse_quantized_runtime.so"
-_CACHE_LAYOUT_VERSION = "4"
-LIBRARIES = (EAGER_LIB, RUNTIME_LIB, QUANTIZED_RUNTIME_LIB)
+_CACHE_LAYOUT_VERSION = "5"
+LIBRARIES = (EAGER_LIB, RUNTIME_LIB)
 MANIFEST = "MANIFEST.json"
 _MANIFEST_FORMAT = 1
 # Temporary (.<key>.tmp-*), replaced (.<key>.old-*) and, from older versions, .<key>.<random>
@@ -96,19 +91,12 @@ def _lock_timeout() -> float:
         return float(os.environ.get("ETFUSE_KERNEL_LOCK_TIMEOUT", "3600"))
     except ValueError:
         return 3600.0
-LIBRARY_FLAVOURS = {EAGER_LIB: "eager", RUNTIME_LIB: "runtime", QUANTIZED_RUNTIME_LIB: "runtime"}
+LIBRARY_FLAVOURS = {EAGER_LIB: "eager", RUNTIME_LIB: "runtime"}
 # The per-library C entry points (csrc/entry.cpp): <prefix>_isa, <prefix>_set_isa, ...
-ENTRY_PREFIX = {EAGER_LIB: "etfuse_eager", RUNTIME_LIB: "etfuse_runtime",
-                QUANTIZED_RUNTIME_LIB: "etfuse_quantized_runtime"}
-# BackendOp.runtime_library -> the runtime library file
-RUNTIME_LIBRARIES = {"runtime": RUNTIME_LIB, "quantized_runtime": QUANTIZED_RUNTIME_LIB}
+ENTRY_PREFIX = {EAGER_LIB: "etfuse_eager", RUNTIME_LIB: "etfuse_runtime"}
 # The benchmark-only library (memory-bandwidth probe): built on demand, never in the cache entry.
 PROBE_LIB = "libetfuse_probe.so"
 
-
-# Translation units per library: the eager library, and extra units linked into a runtime one.
-EAGER_SOURCES = ("eager_ops.cpp", "quantized_eager.cpp", "conv_eager.cpp")
-RUNTIME_EXTRA_SOURCES = {"runtime_ops.cpp": ("conv_runtime.cpp",)}
 
 
 class KernelBuildError(EtfuseError, RuntimeError):
@@ -127,10 +115,6 @@ class BuildResult:
     runtime: Path
     key: str
     built: bool  # False when found in the cache
-
-    @property
-    def quantized_runtime(self) -> Path:
-        return self.directory / QUANTIZED_RUNTIME_LIB
 
 
 def default_cache_root() -> Path:
@@ -167,34 +151,28 @@ def sources() -> list[Path]:
 
 
 def kernel_ops() -> list:
-    """The catalog's kernel-backed ops (BackendOp records whose `kernel` names a file of csrc/ops)."""
-    from etfuse.backend_ops import CATALOG
+    """The catalog's ops whose `.out` kernels the libraries register (records whose `kernel` names
+    a file of csrc/ops; for an op of a shared namespace, its etfuse twin, not the op)."""
+    from etfuse.backend_ops import CATALOG, SHARED_NAMESPACES
 
-    return [op for op in CATALOG if op.kernel]
+    return [op for op in CATALOG if op.kernel and op.namespace not in SHARED_NAMESPACES]
 
 
 def library_sources() -> dict[str, list[str]]:
     """Op files (relative to csrc) per library, derived from the catalog: every file goes into
-    the eager library and into the runtime library its records name. Checks that every file
-    under csrc/ops has a record and every record's file exists."""
+    both libraries. Checks that every file under csrc/ops has a record and every record's file
+    exists."""
     files = {p.stem for p in (CSRC / "ops").glob("*.cpp")}
-    by_file: dict[str, set] = {}
-    for op in kernel_ops():
-        by_file.setdefault(op.kernel, set()).add(op.runtime_library)
+    named = {op.kernel for op in kernel_ops()}
     problems = []
-    if files - set(by_file):
-        problems.append(f"kernel files without a catalog record: {sorted(f'ops/{f}.cpp' for f in files - set(by_file))}")
-    if set(by_file) - files:
-        problems.append(f"catalog records naming missing kernel files: {sorted(f'ops/{f}.cpp' for f in set(by_file) - files)}")
-    for f, libs in by_file.items():
-        if len(libs) != 1 or not libs <= set(RUNTIME_LIBRARIES):
-            problems.append(f"ops/{f}.cpp: its records name runtime libraries {sorted(libs)} (one of {sorted(RUNTIME_LIBRARIES)})")
+    if files - named:
+        problems.append(f"kernel files without a catalog record: {sorted(f'ops/{f}.cpp' for f in files - named)}")
+    if named - files:
+        problems.append(f"catalog records naming missing kernel files: {sorted(f'ops/{f}.cpp' for f in named - files)}")
     if problems:
         raise KernelBuildError("etfuse kernels: the catalog and csrc/ops do not match: " + "; ".join(problems))
-    out = {EAGER_LIB: [f"ops/{f}.cpp" for f in sorted(by_file)]}
-    for name, lib in RUNTIME_LIBRARIES.items():
-        out[lib] = [f"ops/{f}.cpp" for f in sorted(by_file) if by_file[f] == {name}]
-    return out
+    ops = [f"ops/{f}.cpp" for f in sorted(named)]
+    return {EAGER_LIB: ops, RUNTIME_LIB: list(ops)}
 
 
 _COMMON = ["-O3", "-fPIC", "-DNDEBUG", "-fvisibility=hidden", "-fvisibility-inlines-hidden", "-Wno-psabi"]

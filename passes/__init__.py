@@ -16,6 +16,7 @@ from .prepack_weights import PrepackWeightsPass
 from .drop_identity_copies import DropIdentityCopiesPass
 from .common_subexpressions import CommonSubexpressionPass
 from .unit_dim_views import UnitDimViewsPass
+from .runtime_names import EmitRuntimeNamesPass
 from .fused_program import FusedEdgeProgramManager
 from .verify import verify_written_nodes
 from .replace_pattern import replace_pattern, replace_patterns
@@ -27,5 +28,5 @@ __all__ = [
     "SymIntLoweringError", "SymIntToPrimsPass", "LoopLoweringError", "LoopLoweringPass", "MapToScanPass",
     "SpecialisedShapeError", "refuse_specialised", "CondOutputCopyPass", "CondViewCopyPass", "default_passes",
     "correctness_passes", "fuse", "to_edge", "copy_graph_module",
-    "FoldPackedWeightsPass", "GatedLinearsPass", "PrepackWeightsPass", "DropIdentityCopiesPass", "CommonSubexpressionPass", "UnitDimViewsPass", "FusedEdgeProgramManager", "verify_written_nodes", "replace_pattern", "replace_patterns",
+    "FoldPackedWeightsPass", "GatedLinearsPass", "PrepackWeightsPass", "DropIdentityCopiesPass", "CommonSubexpressionPass", "UnitDimViewsPass", "EmitRuntimeNamesPass", "FusedEdgeProgramManager", "verify_written_nodes", "replace_pattern", "replace_patterns",
 ]

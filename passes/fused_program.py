@@ -11,7 +11,9 @@ This subclass lowers a copy of its graph modules (weights are shared, not copied
     fused.exported_program().run_decompositions()   # still the fused program, retraceable
 
 works in any order. The copies run etfuse's in-place forms where executorch allows
-(passes/inplace_updates.py: a KV-cache write lands in the cache buffer, with no write-back copy).
+(passes/inplace_updates.py: a KV-cache write lands in the cache buffer, with no write-back copy)
+and call the quantized_decomposed ops etfuse has kernels for by their etfuse names
+(passes/runtime_names.py: the `.pte` runs beside executorch's stock quantized kernels).
 Lowering runs under `torch.no_grad()` (an inference program; executorch's
 retrace of a loop whose carry depends on a parameter fails in autograd otherwise). Everything else
 is executorch's `EdgeProgramManager`.
@@ -26,8 +28,9 @@ import torch
 from executorch.exir import EdgeProgramManager, ExecutorchProgramManager
 from torch.export import ExportedProgram
 
-from .graph_copy import copy_graph_module, program_with
+from .graph_copy import program_with
 from .inplace_updates import run_inplace_updates
+from .runtime_names import EmitRuntimeNamesPass
 
 
 class FusedEdgeProgramManager(EdgeProgramManager):
@@ -45,7 +48,7 @@ class FusedEdgeProgramManager(EdgeProgramManager):
 
     def to_executorch(self, config=None) -> ExecutorchProgramManager:
         # KV-cache writes and other etfuse ops with in-place forms run in place on the copies
-        own_graphs = {name: run_inplace_updates(program_with(ep, copy_graph_module(ep.graph_module),
+        own_graphs = {name: run_inplace_updates(program_with(ep, EmitRuntimeNamesPass()(ep.graph_module).graph_module,
                                                              signature=copy.deepcopy(ep.graph_signature)))
                       for name, ep in self._edge_programs.items()}
         lowering = EdgeProgramManager.__new__(EdgeProgramManager)

@@ -38,6 +38,7 @@ from .unit_dim_views import UnitDimViewsPass
 from .fold_packed_weights import FoldPackedWeightsPass
 from .gated_linears import GatedLinearsPass
 from .prepack_weights import PrepackWeightsPass
+from .runtime_names import EmitRuntimeNamesPass
 from .fused_program import FusedEdgeProgramManager
 from .fusion_pass import BesideXnnpackFusionPass, FusionPass
 from .graph_copy import copy_graph_module, graph_modules, has_hop, program_with
@@ -64,11 +65,14 @@ def default_passes() -> list:
     3. `CondOutputCopyPass`, `CondViewCopyPass`: they copy results read by the final ops, so they
        run once those ops exist.
     4. `SymIntToPrimsPass`: the builtins of every pass before it (loop bounds included) become prims.
+    5. `EmitRuntimeNamesPass`: the quantized_decomposed ops etfuse has kernels for are called by their
+       etfuse names, so the `.pte` runs beside executorch's stock quantized kernels. A lowering step:
+       `fuse` leaves it out of the program it returns and runs it in that program's `to_executorch()`.
     """
     install_typed_pass_errors()  # so `edge.transform(default_passes())` raises etfuse's errors as themselves
     return [LoopLoweringPass(), FusionPass(), DropIdentityCopiesPass(), CommonSubexpressionPass(), UnitDimViewsPass(),
             FoldPackedWeightsPass(), GatedLinearsPass(), PrepackWeightsPass(), CondOutputCopyPass(), CondViewCopyPass(),
-            SymIntToPrimsPass()]
+            SymIntToPrimsPass(), EmitRuntimeNamesPass()]
 
 
 def passes_beside_xnnpack() -> list:
@@ -136,7 +140,8 @@ def fuse(program: Program, passes: Optional[Sequence] = None) -> Program:
     error leaves the caller's program as it was.
     """
     install()
-    passes = list(default_passes() if passes is None else passes)
+    # the emission names are the lowering's business (FusedEdgeProgramManager.to_executorch)
+    passes = [p for p in default_passes() if not isinstance(p, EmitRuntimeNamesPass)] if passes is None else list(passes)
     if isinstance(program, EdgeProgramManager):
         manager = program
     elif isinstance(program, ExportedProgram):

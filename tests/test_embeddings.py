@@ -14,8 +14,9 @@ from executorch.exir import EdgeCompileConfig, ExecutorchBackendConfig, to_edge
 import etfuse
 import etfuse.backend_ops as bo
 import etfuse.kernels
+from etfuse.backend_ops import runtime_op
 from etfuse.backend_ops import embedding_ops as E
-from etfuse.passes import FoldPackedWeightsPass, QuantFusionPass, default_passes
+from etfuse.passes import EmitRuntimeNamesPass, FoldPackedWeightsPass, QuantFusionPass, default_passes
 from etfuse.runtime import run
 from fusion_helpers import op_names
 
@@ -60,9 +61,9 @@ def test_opcheck():
         args = (w, s, z, *RANGE[bits], idx)
         plain, dtyped = RECORD[bits]
         torch.library.opcheck(plain.aten, args, test_utils=utils)
-        torch.library.opcheck(plain.aten_out, args, {"out": torch.empty(2, 2, 64, dtype=F16)}, test_utils=utils)
+        torch.library.opcheck(runtime_op(plain).aten_out, args, {"out": torch.empty(2, 2, 64, dtype=F16)}, test_utils=utils)
         torch.library.opcheck(dtyped.aten, args, {"dtype": BF16}, test_utils=utils)
-        torch.library.opcheck(dtyped.aten_out, args, {"dtype": BF16, "out": torch.empty(2, 2, 64, dtype=BF16)},
+        torch.library.opcheck(runtime_op(dtyped).aten_out, args, {"dtype": BF16, "out": torch.empty(2, 2, 64, dtype=BF16)},
                               test_utils=utils)
     v = torch.randint(-8, 8, (6, 8), dtype=I8)
     torch.library.opcheck(E.PACK_EMBEDDING_WEIGHT.aten, (v, 4), test_utils=utils)
@@ -81,11 +82,11 @@ def test_eager_kernel_bit_exact(bits):
             for sdt in (F32, F16, BF16):
                 v, w, s, z = table(bits, groups=groups, sdt=sdt, zp=zp, seed=groups + 7 * zp)
                 args = (w, s, z, *RANGE[bits], idx)
-                got = plain.aten_out(*args, out=torch.empty(0, dtype=sdt))
+                got = runtime_op(plain).aten_out(*args, out=torch.empty(0, dtype=sdt))
                 assert torch.equal(got, plain.pattern(*args)), (groups, zp, sdt)
                 assert torch.equal(got, chain(v, s, z, bits, sdt)(idx)), (groups, zp, sdt)
                 for out_dtype in (F32, F16, BF16):
-                    got = dtyped.aten_out(*args, dtype=out_dtype, out=torch.empty(0, dtype=out_dtype))
+                    got = runtime_op(dtyped).aten_out(*args, dtype=out_dtype, out=torch.empty(0, dtype=out_dtype))
                     assert torch.equal(got, dtyped.pattern(*args, dtype=out_dtype)), (groups, zp, sdt, out_dtype)
                     assert torch.equal(got, chain(v, s, z, bits, out_dtype)(idx)), (groups, zp, sdt, out_dtype)
 
@@ -99,19 +100,19 @@ def test_eager_kernel_layouts_and_isas():
     strided = torch.empty(9, 96, dtype=U8)[:, ::2]
     strided.copy_(w)
     assert not strided.is_contiguous()
-    assert torch.equal(qd.embedding_4bit.out(strided, s, z, -8, 7, idx.int(), out=torch.empty(0)), want)
-    assert torch.equal(qd.embedding_4bit.out(w, s, z.float(), -8, 7, idx, out=torch.empty(0)), want)
-    assert torch.equal(qd.embedding_4bit.out(w, s.t().contiguous().t(), z.long(), -8, 7, idx, out=torch.empty(0)), want)
+    assert torch.equal(torch.ops.etfuse.quantized_decomposed_embedding_4bit.out(strided, s, z, -8, 7, idx.int(), out=torch.empty(0)), want)
+    assert torch.equal(torch.ops.etfuse.quantized_decomposed_embedding_4bit.out(w, s, z.float(), -8, 7, idx, out=torch.empty(0)), want)
+    assert torch.equal(torch.ops.etfuse.quantized_decomposed_embedding_4bit.out(w, s.t().contiguous().t(), z.long(), -8, 7, idx, out=torch.empty(0)), want)
     u = torch.randint(0, 256, (5, 24), dtype=U8)
     su, zu = torch.rand(5, 2), torch.randint(0, 256, (5, 2), dtype=U8)
-    assert torch.equal(qd.embedding_byte.out(u.t().contiguous().t(), su, zu, 0, 255, idx[1:3], out=torch.empty(0)),
+    assert torch.equal(torch.ops.etfuse.quantized_decomposed_embedding_byte.out(u.t().contiguous().t(), su, zu, 0, 255, idx[1:3], out=torch.empty(0)),
                        E._embedding_byte(u, su, zu, 0, 255, idx[1:3]))
     etfuse.kernels.set_isa("baseline")
     try:
         for bits in (8, 4, 2):
             v, w, s, z = table(bits, groups=2)
             args = (w, s, z, *RANGE[bits], idx)
-            assert torch.equal(RECORD[bits][0].aten_out(*args, out=torch.empty(0)), RECORD[bits][0].pattern(*args))
+            assert torch.equal(runtime_op(RECORD[bits][0]).aten_out(*args, out=torch.empty(0)), RECORD[bits][0].pattern(*args))
     finally:
         etfuse.kernels.set_isa("auto")
 
@@ -119,20 +120,20 @@ def test_eager_kernel_layouts_and_isas():
 def test_eager_errors():
     _, w, s, z = table(4)
     with pytest.raises(RuntimeError, match=r"embedding_4bit.out: index 12 is out of range for 12 rows"):
-        qd.embedding_4bit.out(w, s, z, -8, 7, torch.tensor([0, 12]), out=torch.empty(0))
+        torch.ops.etfuse.quantized_decomposed_embedding_4bit.out(w, s, z, -8, 7, torch.tensor([0, 12]), out=torch.empty(0))
     with pytest.raises(RuntimeError, match=r"embedding_2bit.dtype_out: index -1 is out of range for 12 rows"):
-        qd.embedding_2bit.dtype_out(pack(torch.zeros(12, 8, dtype=I8), 2), s, None, -2, 1, torch.tensor([-1]),
+        torch.ops.etfuse.quantized_decomposed_embedding_2bit.dtype_out(pack(torch.zeros(12, 8, dtype=I8), 2), s, None, -2, 1, torch.tensor([-1]),
                                     dtype=F16, out=torch.empty(0, dtype=F16))
     with pytest.raises(RuntimeError, match=r"weight must be uint8 \(2 values packed per byte\), got Char"):
-        qd.embedding_4bit.out(w.view(I8), s, z, -8, 7, torch.tensor([0]), out=torch.empty(0))
+        torch.ops.etfuse.quantized_decomposed_embedding_4bit.out(w.view(I8), s, z, -8, 7, torch.tensor([0]), out=torch.empty(0))
     with pytest.raises(RuntimeError, match=r"quant range \[-128, 127\] is not inside \[-8, 7\]"):
-        qd.embedding_4bit.out(w, s, z, -128, 127, torch.tensor([0]), out=torch.empty(0))
+        torch.ops.etfuse.quantized_decomposed_embedding_4bit.out(w, s, z, -128, 127, torch.tensor([0]), out=torch.empty(0))
     with pytest.raises(RuntimeError, match=r"5 scale groups do not divide D = 64"):
-        qd.embedding_4bit.out(w, torch.ones(12, 5), None, -8, 7, torch.tensor([0]), out=torch.empty(0))
+        torch.ops.etfuse.quantized_decomposed_embedding_4bit.out(w, torch.ones(12, 5), None, -8, 7, torch.tensor([0]), out=torch.empty(0))
     with pytest.raises(RuntimeError, match=r"weight_zero_points must be \[N\], \[N, 1\] or \[N, G\]"):
-        qd.embedding_4bit.out(w, torch.ones(12, 2), torch.zeros(12, 4), -8, 7, torch.tensor([0]), out=torch.empty(0))
+        torch.ops.etfuse.quantized_decomposed_embedding_4bit.out(w, torch.ones(12, 2), torch.zeros(12, 4), -8, 7, torch.tensor([0]), out=torch.empty(0))
     with pytest.raises(RuntimeError, match=r"out must have dtype Half, got Float"):
-        qd.embedding_byte.out(torch.zeros(3, 4, dtype=I8), torch.ones(3, dtype=F16), None, -128, 127,
+        torch.ops.etfuse.quantized_decomposed_embedding_byte.out(torch.zeros(3, 4, dtype=I8), torch.ones(3, dtype=F16), None, -128, 127,
                               torch.tensor([0]), out=torch.empty(0))
 
 
@@ -158,12 +159,15 @@ def test_runtime_matches_eager_and_refuses_bad_indices():
               torch.tensor([[3, 15, 0], [7, 7, 1]]))
     m = DirectOps()
     ep = to_edge(torch.export.export(m, inputs), compile_config=EdgeCompileConfig(_check_ir_validity=False))
-    program = ep.to_executorch()
+    # the lowering step that calls etfuse's kernels by their own names (passes/runtime_names.py)
+    program = ep.to_executorch(ExecutorchBackendConfig(passes=[EmitRuntimeNamesPass()]))
     names = {o.name + "." + o.overload for o in program.executorch_program.execution_plan[0].operators}
-    assert names == {"quant_fusion::_pack_embedding_weight.out", "quantized_decomposed::embedding_byte.out",
-                     "quantized_decomposed::embedding_byte.dtype_out", "quantized_decomposed::embedding_4bit.out",
-                     "quantized_decomposed::embedding_4bit.dtype_out", "quantized_decomposed::embedding_2bit.out",
-                     "quantized_decomposed::embedding_2bit.dtype_out"}
+    assert names == {"quant_fusion::_pack_embedding_weight.out", "etfuse::quantized_decomposed_embedding_byte.out",
+                     "etfuse::quantized_decomposed_embedding_byte.dtype_out",
+                     "etfuse::quantized_decomposed_embedding_4bit.out",
+                     "etfuse::quantized_decomposed_embedding_4bit.dtype_out",
+                     "etfuse::quantized_decomposed_embedding_2bit.out",
+                     "etfuse::quantized_decomposed_embedding_2bit.dtype_out"}
     got = run(program, inputs)
     for a, b in zip(got, m(*inputs)):
         assert a.dtype == b.dtype and torch.equal(a, b)

@@ -16,6 +16,7 @@ from executorch.exir.dialects.edge._ops import EdgeOpOverload
 from expecttest import TestCase
 
 import etfuse.kernels
+from etfuse.backend_ops import runtime_op
 from etfuse.backend_ops.quantized_ops import (
     DEQUANTIZE_PER_TENSOR, EMBEDDING_BYTE, QUANTIZE_PER_TENSOR, QUANTIZED_ADD, QUANTIZED_ADD_RELU,
     QUANTIZED_ADD_SCALAR, decompositions,
@@ -67,19 +68,20 @@ def run_both(edge, fused, inputs):
     return run(copy.deepcopy(edge).to_executorch(), inputs), run(copy.deepcopy(fused).to_executorch(), inputs)
 
 
-# Everything that needs executorch's stock quantized kernels runs in one subprocess (they cannot
-# be loaded once etfuse is imported: duplicate definitions abort), once per test session:
-# 1. the stock kernels are loaded before etfuse (etfuse must reuse their schemas and report that
-#    its runtime kernels stay out, not abort);
-# 2. executorch's QuantFusionPass binds its uint8-only patterns before etfuse is imported;
+# What needs executorch's stock quantized kernels loaded *before* etfuse runs in one subprocess,
+# once per test session (in this process etfuse is imported first, and its `install()` imports
+# them after itself):
+# 1. executorch's QuantFusionPass binds its uint8-only patterns before etfuse is imported;
+# 2. the stock kernels are loaded first, then etfuse's: both register (no name is shared), and a
+#    fused int8 program with add_relu runs on etfuse's kernels beside them;
 # 3. the unfused embedding programs run on the stock runtime (only it has dequantize_per_channel.out).
 _STOCK_PROCESS = r"""
 import os, sys, warnings, torch
 result = {}
-import executorch.kernels.quantized  # the real stock library: only possible before etfuse is imported
+import executorch.kernels.quantized  # the real stock library, before etfuse
 from executorch.exir.passes._quant_patterns_and_replacements import get_quant_patterns_and_replacements
 get_quant_patterns_and_replacements({})  # binds executorch's uint8-only patterns as the ops' kernels
-import etfuse.backend_ops, etfuse.backend_ops.quantized_ops as q
+import etfuse, etfuse.backend_ops, etfuse.backend_ops.quantized_ops as q
 etfuse.backend_ops.install()
 a = torch.randint(-128, 127, (64,), dtype=torch.int8)
 args = (a, 0.1, 3, -128, 127, a.flip(0), 0.2, -4, -128, 127, 0.3, 1, -128, 127)
@@ -89,14 +91,23 @@ import etfuse.kernels
 with warnings.catch_warnings(record=True) as caught:
     warnings.simplefilter("always")
     info = etfuse.kernels.load()
-result["stock_first"] = {
-    "quantized_library_loaded": info.quantized_runtime_library is not None,
-    "float_library_loaded": info.runtime_library is not None,
-    "problem": info.quantized_problem or "",
-    "warned": any("stock quantized kernels" in str(w.message) for w in caught),
-}
+from executorch.extension.pybindings import portable_lib
+names = set(portable_lib._get_operator_names())
 sys.path.insert(0, os.path.dirname(sys.argv[1]))
 import test_quant_fusion as t
+from etfuse.runtime import run
+cal = t.calibration((4, 8), (8,))
+edge = t.pt2e_int8(t.AddModel(), cal[0], cal)
+fused = etfuse.fuse(edge)
+et = fused.to_executorch()
+result["stock_first"] = {
+    "etfuse_runtime_loaded": info.runtime_library is not None,
+    "warnings": [str(w.message) for w in caught],
+    "both_registered": {"quantized_decomposed::add.out", "etfuse::quantized_decomposed_add.out",
+                        "etfuse::quantized_decomposed_add_relu.out"} <= names,
+    "fused_ops": t.op_names(et.exported_program().graph_module),
+    "fused_vs_unfused": [(f, u) for f, u in zip(run(et, cal[1]), t.run(t.copy.deepcopy(edge).to_executorch(), cal[1]))],
+}
 from executorch.runtime import Runtime
 outs = []
 for dt, zp in t.STOCK_EMBEDDING_CASES:
@@ -238,7 +249,9 @@ return [quantized_decomposed_dequantize_per_tensor_default_5, quantized_decompos
         # (to_executorch with config passes rewrites the program it is given: use a copy)
         et = copy.deepcopy(self.edge).to_executorch(ExecutorchBackendConfig(passes=[QuantFusionPass()]))
         ops = op_names(et.exported_program().graph_module)
-        self.assertIn("quantized_decomposed.add_relu.out", ops)
+        # add_relu has no stock `.out`: it lowers to etfuse's (backend_ops/executorch_overrides.py);
+        # add keeps executorch's stock kernel in this route of executorch's own
+        self.assertIn("etfuse.quantized_decomposed_add_relu.out", ops)
         self.assertEqual(ops.count("quantized_decomposed.add.out"), 2)
         inputs = self.cal[2]
         for u, f in zip(run(copy.deepcopy(self.edge).to_executorch(), inputs), run(et, inputs)):
@@ -578,18 +591,19 @@ class OpsTest(TestCase):
                               (QUANTIZED_ADD_SCALAR, scalar, torch.empty(3, 4, dtype=I8)),
                               (EMBEDDING_BYTE, emb, torch.empty(2, 6))]:
             torch.library.opcheck(op.aten, args)
-            torch.library.opcheck(op.aten_out, args, {"out": out}, test_utils=utils)
-        torch.library.opcheck(QUANTIZE_PER_TENSOR.aten_out, (torch.randn(5), 0.1, 2, -128, 127, I8),
+            torch.library.opcheck(runtime_op(op).aten, args)
+            torch.library.opcheck(runtime_op(op).aten_out, args, {"out": out}, test_utils=utils)
+        torch.library.opcheck(runtime_op(QUANTIZE_PER_TENSOR).aten_out, (torch.randn(5), 0.1, 2, -128, 127, I8),
                               {"out": torch.empty(5, dtype=I8)}, test_utils=utils)
-        torch.library.opcheck(DEQUANTIZE_PER_TENSOR.aten_out, (a, 0.1, 2, -128, 127, I8),
+        torch.library.opcheck(runtime_op(DEQUANTIZE_PER_TENSOR).aten_out, (a, 0.1, 2, -128, 127, I8),
                               {"out": torch.empty(3, 4)}, test_utils=utils)
 
     def test_out_schemas(self):
-        self.assertEqual(str(QUANTIZED_ADD_SCALAR.aten_out._schema), (
-            "quantized_decomposed::add.scalar_out(Tensor qa, float a_scale, int a_zero_point, int a_quant_min, "
+        self.assertEqual(str(runtime_op(QUANTIZED_ADD_SCALAR).aten_out._schema), (
+            "etfuse::quantized_decomposed_add.scalar_out(Tensor qa, float a_scale, int a_zero_point, int a_quant_min, "
             "int a_quant_max, ScalarType a_dtype, Scalar b, float out_scale, int out_zero_point, int out_quant_min, "
             "int out_quant_max, ScalarType out_dtype, *, Tensor(a!) out) -> Tensor(a!)"))
-        self.assertTrue(str(QUANTIZED_ADD_RELU.aten_out._schema).endswith(
+        self.assertTrue(str(runtime_op(QUANTIZED_ADD_RELU).aten_out._schema).endswith(
             "int out_quant_max, *, Tensor(a!) out) -> Tensor(a!)"))
 
     def test_executorch_patterns_bound_first(self):
@@ -597,16 +611,25 @@ class OpsTest(TestCase):
         # happens before etfuse is imported, etfuse's int8-capable pattern must still win.
         self.assertTrue(stock_process()["patterns_first"])
 
-    def test_stock_kernels_loaded_first_is_reported_not_fatal(self):
+    def test_stock_kernels_loaded_first_live_beside_etfuse(self):
         r = stock_process()["stock_first"]
-        self.assertEqual((r["quantized_library_loaded"], r["float_library_loaded"], r["warned"]), (False, True, True))
-        self.assertIn("executorch.kernels.quantized", r["problem"])
+        self.assertEqual((r["etfuse_runtime_loaded"], r["both_registered"], r["warnings"]), (True, True, []))
+        # the .pte calls etfuse's names for what etfuse fused and for the edges' quantize/dequantize
+        self.assertIn("etfuse.quantized_decomposed_add_relu.out", r["fused_ops"])
+        self.assertEqual(r["fused_ops"].count("etfuse.quantized_decomposed_add.out"), 2)
+        self.assertFalse([o for o in r["fused_ops"] if o.startswith("quantized_decomposed.")], r["fused_ops"])
+        for f, u in r["fused_vs_unfused"]:
+            torch.testing.assert_close(f, u, rtol=0, atol=0)
 
-    def test_stock_quantized_import_is_guarded(self):
-        # Importing executorch's stock quantized kernels now would define add.out a second time
-        # and abort the process; importing etfuse's quantized ops left a stand-in in its place.
-        import importlib
+    def test_stock_kernels_imported_after_etfuse(self):
+        # etfuse.backend_ops.install() imported the real stock library after its own ops; both
+        # libraries' kernels are in the runtime, under different names.
+        import sys
 
-        mod = importlib.import_module(etfuse.kernels.STOCK_QUANTIZED_MODULE)
-        self.assertTrue(getattr(mod, "__etfuse_guard__", False))
-        self.assertIsNone(etfuse.kernels.info().quantized_problem)
+        from executorch.extension.pybindings import portable_lib
+
+        self.assertTrue(hasattr(sys.modules["executorch.kernels.quantized"], "__file__"))
+        names = set(portable_lib._get_operator_names())
+        self.assertLessEqual({"quantized_decomposed::add.out", "quantized_decomposed::embedding_byte.out",
+                              "etfuse::quantized_decomposed_add.out",
+                              "etfuse::quantized_decomposed_embedding_byte.out"}, names)

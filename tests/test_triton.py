@@ -325,8 +325,8 @@ def quantized_qparams_checked_in_float32():
     assert got.tolist() == [0] * 40
     if _cpp_loaded():  # the same text from the C++ kernel
         try:
-            torch.ops.quantized_decomposed.add_relu.out(a, 0.1, 0, -128, 127, a, 0.1, 0, -128, 127, 1e-45, 0, -128, 127,
-                                                        out=torch.empty(0, dtype=torch.int8))
+            torch.ops.etfuse.quantized_decomposed_add_relu.out(a, 0.1, 0, -128, 127, a, 0.1, 0, -128, 127, 1e-45, 0,
+                                                               -128, 127, out=torch.empty(0, dtype=torch.int8))
             raise AssertionError("expected a RuntimeError")
         except RuntimeError as e:
             assert want.replace("add_relu", "add_relu.out") in str(e), str(e)
@@ -410,15 +410,19 @@ def registered_at_cuda_keys_only():
     etfuse.backend_ops.install()  # the quantized_decomposed ops (importing the catalog registers etfuse's only)
     cpu_before = {}
     names = ["etfuse::add_relu", "etfuse::linear_relu", "etfuse::addmm_relu", "quantized_decomposed::add",
-             "quantized_decomposed::add_relu", "quantized_decomposed::embedding_byte"]
-    outs = ["etfuse::add_relu.out", "etfuse::linear_relu.out", "etfuse::addmm_relu.out", "quantized_decomposed::add.out",
-            "quantized_decomposed::add_relu.out", "quantized_decomposed::embedding_byte.out"]
+             "quantized_decomposed::add_relu", "quantized_decomposed::embedding_byte",
+             "etfuse::quantized_decomposed_add", "etfuse::quantized_decomposed_add_relu",
+             "etfuse::quantized_decomposed_embedding_byte"]
+    # the quantized ops' `.out` kernels are their etfuse twins' (backend_ops/runtime_names.py)
+    outs = ["etfuse::add_relu.out", "etfuse::linear_relu.out", "etfuse::addmm_relu.out",
+            "etfuse::quantized_decomposed_add.out", "etfuse::quantized_decomposed_add_relu.out",
+            "etfuse::quantized_decomposed_embedding_byte.out"]
     for n in names + outs:
         cpu_before[n] = [torch._C._dispatch_has_kernel_for_dispatch_key(n, k) for k in ("CPU", "CompositeImplicitAutograd",
                                                                                        "CompositeExplicitAutograd")]
     got = kt.register()
     assert kt.register() == got and kt.is_registered()
-    assert len(got) == 18, got
+    assert len(got) == 24, got  # 9 functional ops x (CUDA, AutogradCUDA) + 6 `.out` x CUDA
     for n in names:
         assert torch._C._dispatch_has_kernel_for_dispatch_key(n, "CUDA"), n
         assert torch._C._dispatch_has_kernel_for_dispatch_key(n, "AutogradCUDA"), n
@@ -515,13 +519,13 @@ def cpp_kernels_reference_outputs():
     dump = {}
     for key, dtype, relu, qp in _exhaustive_cases():
         a, b = _exhaustive(dtype)
-        out_op = torch.ops.quantized_decomposed.add_relu.out if relu else torch.ops.quantized_decomposed.add.out
+        out_op = torch.ops.etfuse.quantized_decomposed_add_relu.out if relu else torch.ops.etfuse.quantized_decomposed_add.out
         dump[key] = out_op(a, *qp[:4], b, *qp[4:], out=torch.empty(0, dtype=dtype))
     # the Triton launcher's errors use the C++ kernels' words
     a = torch.zeros(4, dtype=torch.int8)
     try:
-        torch.ops.quantized_decomposed.add.out(a, 0.1, 200, -128, 127, a, 0.1, 0, -128, 127, 0.1, 0, -128, 127,
-                                               out=torch.empty(0, dtype=torch.int8))
+        torch.ops.etfuse.quantized_decomposed_add.out(a, 0.1, 200, -128, 127, a, 0.1, 0, -128, 127, 0.1, 0, -128,
+                                                      127, out=torch.empty(0, dtype=torch.int8))
         raise AssertionError("the C++ kernel accepted a zero point outside the range")
     except RuntimeError as e:
         assert "a_zero_point 200 is outside the quant range [-128, 127]" in str(e), str(e)

@@ -32,6 +32,8 @@ import torch
 from torch.library import Library
 
 
+from etfuse.backend_ops import SHARED_NAMESPACES
+
 from . import launch
 
 # Libraries must stay alive: a collected Library takes its registrations with it.
@@ -109,5 +111,6 @@ def register_all() -> list[str]:
         out_qualname = f"{op.namespace}::{op.out_name}"
         _impl(lib, op.qualname, op.name, _functional(op, launcher), "CUDA")
         _impl(lib, op.qualname, op.name, _autograd(op), "AutogradCUDA")
-        _impl(lib, out_qualname, op.out_name, _out(op, launcher), "CUDA")
+        if op.namespace not in SHARED_NAMESPACES:  # their `.out` is executorch's; the twin's is ours
+            _impl(lib, out_qualname, op.out_name, _out(op, launcher), "CUDA")
     return list(REGISTERED)

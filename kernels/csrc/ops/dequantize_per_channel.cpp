@@ -1,6 +1,6 @@
 // quantized_decomposed::dequantize_per_channel.out: (q - zp[c]) * scale[c] along `axis`, int8/uint8
 // in, float32 out: what a PT2E weight leaves where no quantized rule fused its conv/linear.
-// In the quantized runtime library (see quantized_add.cpp).
+// Registered as etfuse::quantized_decomposed_* (see quantized_add.cpp).
 #include <vector>
 
 #include "ops/quantized_args.h"
@@ -67,4 +67,4 @@ Tensor& dequantize_per_channel_out(Context& ctx, const Tensor& input, const Tens
 
 }  // namespace
 
-ETFUSE_REGISTER(quantized_decomposed, "dequantize_per_channel.out", dequantize_per_channel_out);
+ETFUSE_REGISTER(etfuse, "quantized_decomposed_dequantize_per_channel.out", dequantize_per_channel_out);

@@ -1,5 +1,5 @@
 // quantized_decomposed::dequantize_per_tensor.out: (q - zp) * scale, int8/uint8 in, float32 out
-// (core/quantized.h). In the quantized runtime library (see quantized_add.cpp).
+// (core/quantized.h). Registered as etfuse::quantized_decomposed_* (see quantized_add.cpp).
 #include "ops/quantized_args.h"
 
 namespace {
@@ -35,4 +35,4 @@ Tensor& dequantize_per_tensor_out(Context& ctx, const Tensor& input, double scal
 
 }  // namespace
 
-ETFUSE_REGISTER(quantized_decomposed, "dequantize_per_tensor.out", dequantize_per_tensor_out);
+ETFUSE_REGISTER(etfuse, "quantized_decomposed_dequantize_per_tensor.out", dequantize_per_tensor_out);

@@ -1,7 +1,7 @@
 // quantized_decomposed::embedding_byte / embedding_4bit / embedding_2bit, `.out` and `.dtype_out`:
 // rows of a quantized [N, D] table (8 bits, or 4 / 2 bits packed into uint8), dequantized per row
 // or per group of columns, float32 / float16 / bfloat16 out (core/embedding.h, one core for the
-// three widths). In the quantized runtime library (see quantized_add.cpp).
+// three widths). Registered as etfuse::quantized_decomposed_* (see quantized_add.cpp).
 #include <optional>
 #include <vector>
 
@@ -169,9 +169,9 @@ ETFUSE_EMBEDDING(embedding_2bit, 2)
 
 }  // namespace
 
-ETFUSE_REGISTER(quantized_decomposed, "embedding_byte.out", embedding_byte_out);
-ETFUSE_REGISTER(quantized_decomposed, "embedding_byte.dtype_out", embedding_byte_dtype_out);
-ETFUSE_REGISTER(quantized_decomposed, "embedding_4bit.out", embedding_4bit_out);
-ETFUSE_REGISTER(quantized_decomposed, "embedding_4bit.dtype_out", embedding_4bit_dtype_out);
-ETFUSE_REGISTER(quantized_decomposed, "embedding_2bit.out", embedding_2bit_out);
-ETFUSE_REGISTER(quantized_decomposed, "embedding_2bit.dtype_out", embedding_2bit_dtype_out);
+ETFUSE_REGISTER(etfuse, "quantized_decomposed_embedding_byte.out", embedding_byte_out);
+ETFUSE_REGISTER(etfuse, "quantized_decomposed_embedding_byte.dtype_out", embedding_byte_dtype_out);
+ETFUSE_REGISTER(etfuse, "quantized_decomposed_embedding_4bit.out", embedding_4bit_out);
+ETFUSE_REGISTER(etfuse, "quantized_decomposed_embedding_4bit.dtype_out", embedding_4bit_dtype_out);
+ETFUSE_REGISTER(etfuse, "quantized_decomposed_embedding_2bit.out", embedding_2bit_out);
+ETFUSE_REGISTER(etfuse, "quantized_decomposed_embedding_2bit.dtype_out", embedding_2bit_dtype_out);

@@ -1,5 +1,5 @@
 // quantized_decomposed::quantize_per_tensor.out: clamp(rint(x / scale) + zp), float32 in,
-// int8/uint8 out (core/quantized.h). In the quantized runtime library (see quantized_add.cpp).
+// int8/uint8 out (core/quantized.h). Registered as etfuse::quantized_decomposed_* (see quantized_add.cpp).
 #include "ops/quantized_args.h"
 
 namespace {
@@ -32,4 +32,4 @@ Tensor& quantize_per_tensor_out(Context& ctx, const Tensor& input, double scale,
 
 }  // namespace
 
-ETFUSE_REGISTER(quantized_decomposed, "quantize_per_tensor.out", quantize_per_tensor_out);
+ETFUSE_REGISTER(etfuse, "quantized_decomposed_quantize_per_tensor.out", quantize_per_tensor_out);

@@ -1,6 +1,8 @@
 // quantized_decomposed::add.out, add_relu.out and add.scalar_out: q(dq(a) + dq(b)) [relu],
-// per-tensor qparams, broadcasting, int8/uint8 (core/quantized.h). In the quantized runtime
-// library: executorch's stock quantized kernels register add.out too (see etfuse.kernels).
+// per-tensor qparams, broadcasting, int8/uint8 (core/quantized.h). Registered under etfuse's own
+// names (etfuse::quantized_decomposed_add.out, ...), which a .pte calls (backend_ops/runtime_names.py):
+// executorch's stock quantized kernels register quantized_decomposed::add.out and the runtime aborts
+// on a duplicate, so both libraries can be linked into one app.
 #include "ops/quantized_args.h"
 
 namespace {
@@ -89,6 +91,6 @@ Tensor& add_scalar_out(Context& ctx, const Tensor& qa, double a_scale, int64_t a
 
 }  // namespace
 
-ETFUSE_REGISTER(quantized_decomposed, "add.out", add_out);
-ETFUSE_REGISTER(quantized_decomposed, "add_relu.out", add_relu_out);
-ETFUSE_REGISTER(quantized_decomposed, "add.scalar_out", add_scalar_out);
+ETFUSE_REGISTER(etfuse, "quantized_decomposed_add.out", add_out);
+ETFUSE_REGISTER(etfuse, "quantized_decomposed_add_relu.out", add_relu_out);
+ETFUSE_REGISTER(etfuse, "quantized_decomposed_add.scalar_out", add_scalar_out);
