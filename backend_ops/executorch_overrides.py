@@ -9,11 +9,11 @@ else. What replaces or shadows executorch's registrations happens here, once per
   (runtime_names.py); then executorch's stock quantized library (`executorch.kernels.quantized`),
   whose `.out` schemas lower the quantized ops etfuse does not fuse, and whose runtime kernels run
   them (it registers no name etfuse's kernels do);
-* executorch's functional -> `.out` table (`exir.operator.convert`) maps the fused quantized ops
-  executorch has no `.out` variant for (add_relu, add.scalar) to their etfuse twins' `.out`, so
-  a program fused with `QuantFusionPass` alone (executorch's own pass lists, `transform` then
-  executorch's `to_executorch`) still lowers, and calls etfuse's kernels for them; ops with a stock
-  `.out` keep it there (etfuse's routes call the twins, passes/runtime_names.py);
+* the backend-dialect handles of the fused quantized ops (what etfuse's and executorch's
+  QuantFusionPass write) lower to their etfuse twins' `.out` (a handle keeps its own out variant),
+  so a program fused by `QuantFusionPass` alone and lowered by executorch's own `to_executorch`
+  calls etfuse's kernels too (executorch has no add_relu.out, and its add.out aborts on a
+  broadcast); the edge-dialect handles that unfused programs hold keep executorch's kernels;
 * the `executorch_prim` ops (prims.py): symbolic-safe CompositeImplicitAutograd kernels, so a
   program holding prims retraces without specialising.
 
@@ -42,20 +42,17 @@ def install() -> None:
             return
         quantized_ops.install()
         import executorch.kernels.quantized  # noqa: F401
-        _lower_fused_ops_without_stock_out_to_twins()
+        _lower_fused_quantized_ops_to_twins()
         prims.ensure_registered()
         _INSTALLED = True
 
 
-def _lower_fused_ops_without_stock_out_to_twins() -> None:
-    from executorch.exir.operator import convert
-
-    from . import CATALOG, registry, runtime_op
+def _lower_fused_quantized_ops_to_twins() -> None:
+    from . import CATALOG, runtime_op
 
     for op in CATALOG:
-        twin = runtime_op(op)
-        if twin is not op and registry._existing_schema(op.namespace, op.out_name) is None:
-            convert._func_to_out_variant_map[op.aten] = twin.aten_out
+        if runtime_op(op) is not op:
+            op.backend._out_variant = runtime_op(op).aten_out
 
 
 def installed() -> bool:

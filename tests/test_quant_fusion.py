@@ -26,6 +26,8 @@ from etfuse.runtime import run
 from fusion_helpers import op_names
 
 qd = torch.ops.quantized_decomposed
+# the etfuse twins of the quantized ops: their `.out` kernels are etfuse's (backend_ops/runtime_names.py)
+etq = torch.ops.etfuse
 I8, U8 = torch.int8, torch.uint8
 RANGES = {I8: (-128, 127), U8: (0, 255)}
 
@@ -102,7 +104,7 @@ fused = etfuse.fuse(edge)
 et = fused.to_executorch()
 result["stock_first"] = {
     "etfuse_runtime_loaded": info.runtime_library is not None,
-    "warnings": [str(w.message) for w in caught],
+    "warnings": [str(w.message) for w in caught if issubclass(w.category, RuntimeWarning)],  # etfuse's kind
     "both_registered": {"quantized_decomposed::add.out", "etfuse::quantized_decomposed_add.out",
                         "etfuse::quantized_decomposed_add_relu.out"} <= names,
     "fused_ops": t.op_names(et.exported_program().graph_module),
@@ -249,10 +251,11 @@ return [quantized_decomposed_dequantize_per_tensor_default_5, quantized_decompos
         # (to_executorch with config passes rewrites the program it is given: use a copy)
         et = copy.deepcopy(self.edge).to_executorch(ExecutorchBackendConfig(passes=[QuantFusionPass()]))
         ops = op_names(et.exported_program().graph_module)
-        # add_relu has no stock `.out`: it lowers to etfuse's (backend_ops/executorch_overrides.py);
-        # add keeps executorch's stock kernel in this route of executorch's own
+        # executorch's own lowering: the fused ops lower to etfuse's kernels
+        # (backend_ops/executorch_overrides.py), the program's quantize/dequantize to the stock ones
         self.assertIn("etfuse.quantized_decomposed_add_relu.out", ops)
-        self.assertEqual(ops.count("quantized_decomposed.add.out"), 2)
+        self.assertEqual(ops.count("etfuse.quantized_decomposed_add.out"), 2)
+        self.assertIn("quantized_decomposed.quantize_per_tensor.out", ops)
         inputs = self.cal[2]
         for u, f in zip(run(copy.deepcopy(self.edge).to_executorch(), inputs), run(et, inputs)):
             torch.testing.assert_close(f, u, rtol=0, atol=0)
@@ -448,9 +451,9 @@ class BadQparamsAtRuntimeTest(TestCase):
             run(fused.to_executorch(), (qa, qa))
         # eager kernel: a RuntimeError naming the problem
         with self.assertRaisesRegex(RuntimeError, "a_scale must be finite and > 0"):
-            qd.add.out(qa, -1.0, 0, -128, 127, qa, 0.1, 0, -128, 127, 0.1, 0, -128, 127, out=torch.empty(4, dtype=I8))
+            etq.quantized_decomposed_add.out(qa, -1.0, 0, -128, 127, qa, 0.1, 0, -128, 127, 0.1, 0, -128, 127, out=torch.empty(4, dtype=I8))
         with self.assertRaisesRegex(RuntimeError, "zero_point 300 is outside"):
-            qd.add_relu.out(qa, 0.1, 300, -128, 127, qa, 0.1, 0, -128, 127, 0.1, 0, -128, 127,
+            etq.quantized_decomposed_add_relu.out(qa, 0.1, 300, -128, 127, qa, 0.1, 0, -128, 127, 0.1, 0, -128, 127,
                             out=torch.empty(4, dtype=I8))
 
 
@@ -469,7 +472,7 @@ class Float32QparamsTest(TestCase):
     def test_eager_kernels_name_the_op_and_parameter(self):
         qa, o = torch.zeros(4, dtype=I8), torch.empty(4, dtype=I8)
         tail = (0, -128, 127)
-        for op, name in ((qd.add.out, "add.out"), (qd.add_relu.out, "add_relu.out")):
+        for op, name in ((etq.quantized_decomposed_add.out, "add.out"), (etq.quantized_decomposed_add_relu.out, "add_relu.out")):
             with self.assertRaisesRegex(RuntimeError, rf"quantized_decomposed::{name}: out_scale 1e-45 is too small: "
                                                       r"1/scale = 1e\+45 overflows float32"):
                 op(qa, 0.1, *tail, qa, 0.1, *tail, 1e-45, *tail, out=o)
@@ -481,13 +484,13 @@ class Float32QparamsTest(TestCase):
             with self.assertRaisesRegex(RuntimeError, rf"{name}: a_scale 1e-46 is not a finite float32 > 0"):
                 op(qa, 1e-46, *tail, qa, 0.1, *tail, 0.1, *tail, out=o)
         with self.assertRaisesRegex(RuntimeError, "quantize_per_tensor.out: input_scale 1e-45 is too small"):
-            qd.quantize_per_tensor.out(torch.zeros(4), 1e-45, 0, -128, 127, I8, out=o)
+            etq.quantized_decomposed_quantize_per_tensor.out(torch.zeros(4), 1e-45, 0, -128, 127, I8, out=o)
         with self.assertRaisesRegex(RuntimeError, r"add.scalar_out: out_scale 1e-45 is too small"):
-            qd.add.scalar_out(qa, 0.1, 0, -128, 127, I8, 1.0, 1e-45, 0, -128, 127, I8, out=o)
+            etq.quantized_decomposed_add.scalar_out(qa, 0.1, 0, -128, 127, I8, 1.0, 1e-45, 0, -128, 127, I8, out=o)
         with self.assertRaisesRegex(RuntimeError, r"add.scalar_out: b is NaN"):
-            qd.add.scalar_out(qa, 0.1, 0, -128, 127, I8, float("nan"), 0.1, 0, -128, 127, I8, out=o)
+            etq.quantized_decomposed_add.scalar_out(qa, 0.1, 0, -128, 127, I8, float("nan"), 0.1, 0, -128, 127, I8, out=o)
         # the smallest scale whose reciprocal is a finite float32 still works
-        qd.add_relu.out(qa, 0.1, *tail, qa, 0.1, *tail, 3e-39, *tail, out=o)
+        etq.quantized_decomposed_add_relu.out(qa, 0.1, *tail, qa, 0.1, *tail, 3e-39, *tail, out=o)
         self.assertEqual(o.tolist(), [0, 0, 0, 0])
 
     def test_runtime_kernel_fails_the_method_instead_of_minus_128(self):

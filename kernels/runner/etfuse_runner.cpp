@@ -11,11 +11,12 @@
 //   output <i>: dtype=<name> sizes=[...]
 //
 // Any failure is ONE line on stderr, `etfuse_runner: error: ...`, and exit
-// status 2 (usage) or 1 (everything else). The runtime's own log: info and
-// debug lines are dropped; error lines written while the program and the
-// method load are held back and folded into that one line on failure (printed
-// once the load succeeds); other error lines pass through.
-// ETFUSE_RUNNER_VERBOSE=1 passes every runtime log line straight through.
+// status 2 (usage) or 1 (everything else), also when the runtime aborts.
+// The runtime's own log: info and debug lines are dropped; error lines are
+// held back while the program loads, the method loads and the method runs,
+// folded into that one line on failure and printed on success; a fatal line
+// goes into the abort's error line. ETFUSE_RUNNER_VERBOSE=1 passes every
+// runtime log line straight through.
 
 #include <algorithm>
 #include <cctype>
@@ -161,15 +162,20 @@ void on_runtime_log(et_timestamp_t /*timestamp*/, et_pal_log_level_t level,
                           msg.back() == ' ')) {
     msg.pop_back();
   }
-  const char* base = filename ? std::strrchr(filename, '/') : nullptr;
-  std::string text = std::string(base ? base + 1 : (filename ? filename : "?")) +
-                     ":" + std::to_string(line) + "] " + msg;
+  const char* file = filename ? filename : "?";
+  const char* base = std::strrchr(file, '/');
+  std::string text = std::string(base ? base + 1 : file) + ":" +
+                     std::to_string(line) + "] " + msg;
   if (level == kError || level == kFatal) {
     state.last_error = msg;
   }
   // Info and debug lines (the thread pool's cpuinfo probing, "Resetting
   // threadpool to N threads", ...) are noise around a benchmark line.
   if ((level == kInfo || level == kDebug) && !state.verbose) {
+    return;
+  }
+  // A fatal line comes right before an abort, whose one error line carries it.
+  if (level == kFatal && !state.verbose) {
     return;
   }
   if (state.capture && !state.verbose) {
@@ -209,15 +215,22 @@ class LogCapture {
     }
     state.captured.clear();
   }
-  // The last error the runtime logged while capturing, or "".
-  static std::string last_error() {
-    const auto& captured = log_state().captured;
-    for (auto it = captured.rbegin(); it != captured.rend(); ++it) {
-      if (it->level == kError || it->level == kFatal) {
-        return it->message;
+  // What the runtime said while capturing, for the one error line: its first
+  // error (usually the cause), plus the line naming the failing instruction
+  // when that came later. "" when it logged no error.
+  static std::string errors_summary() {
+    std::string first, instruction;
+    for (const LogLine& line : log_state().captured) {
+      if (line.level != kError && line.level != kFatal) continue;
+      if (first.empty()) {
+        first = line.message;
+      } else if (instruction.empty() &&
+                 line.message.find("failed at instruction") !=
+                     std::string::npos) {
+        instruction = line.message;
       }
     }
-    return "";
+    return instruction.empty() ? first : first + "; " + instruction;
   }
 };
 
@@ -235,7 +248,7 @@ void install_pal() {
 std::string runtime_detail(const char* what, Error error) {
   std::string detail = std::string(what) + ": " +
                        executorch::runtime::to_string(error);
-  std::string said = LogCapture::last_error();
+  std::string said = LogCapture::errors_summary();
   if (!said.empty()) {
     detail += " (runtime: " + said + ")";
   }
@@ -661,6 +674,8 @@ std::string explain_missing(const Options& options, const MethodMeta& meta) {
       if (by_ns.count(ns) == 0) order.push_back(ns);
       by_ns[ns].push_back(op);
     }
+    std::stable_partition(order.begin(), order.end(),
+                          [](const std::string& ns) { return ns == "etfuse"; });
     for (const std::string& ns : order) {
       const auto& names = by_ns[ns];
       clauses.push_back("calls " + join(names) + ", which this runner was " +
@@ -752,6 +767,7 @@ struct PreparedInputs {
   std::vector<std::unique_ptr<AlignedBuffer>> buffers;
   std::vector<TensorPtr> tensors;
   std::vector<EValue> values;
+  std::vector<std::string> lines; // "input <i>: ...", printed once loaded
 };
 
 // Copies `path` into `dest`, which must be exactly `expected` bytes.
@@ -791,6 +807,10 @@ PreparedInputs prepare_inputs(const Options& options, const MethodMeta& meta) {
   for (size_t i = 0; i < num_inputs; ++i) {
     const bool from_file = i < options.inputs.size();
     const std::string source = from_file ? options.inputs[i] : "random";
+    auto describe = [&](const std::string& dtype, const std::string& sizes) {
+      prepared.lines.push_back("input " + std::to_string(i) + ": dtype=" +
+                               dtype + " sizes=" + sizes + " source=" + source);
+    };
     auto tag = meta.input_tag(i);
     if (!tag.ok()) {
       fail("cannot read the type of input " + std::to_string(i) + ": " +
@@ -820,9 +840,7 @@ PreparedInputs prepare_inputs(const Options& options, const MethodMeta& meta) {
             sizes, buffer->data(), dim_order, /*strides=*/{}, type));
         prepared.values.emplace_back(*prepared.tensors.back());
         prepared.buffers.push_back(std::move(buffer));
-        std::printf("input %zu: dtype=%s sizes=%s source=%s\n", i,
-                    dtype_name(type).c_str(), sizes_string(sizes).c_str(),
-                    source.c_str());
+        describe(dtype_name(type), sizes_string(sizes));
         break;
       }
       case Tag::Int: {
@@ -832,8 +850,7 @@ PreparedInputs prepare_inputs(const Options& options, const MethodMeta& meta) {
                           reinterpret_cast<uint8_t*>(&value));
         }
         prepared.values.emplace_back(value);
-        std::printf("input %zu: dtype=int64 sizes=[] source=%s\n", i,
-                    source.c_str());
+        describe("int64", "[]");
         break;
       }
       case Tag::Double: {
@@ -843,8 +860,7 @@ PreparedInputs prepare_inputs(const Options& options, const MethodMeta& meta) {
                           reinterpret_cast<uint8_t*>(&value));
         }
         prepared.values.emplace_back(value);
-        std::printf("input %zu: dtype=float64 sizes=[] source=%s\n", i,
-                    source.c_str());
+        describe("float64", "[]");
         break;
       }
       case Tag::Bool: {
@@ -853,8 +869,7 @@ PreparedInputs prepare_inputs(const Options& options, const MethodMeta& meta) {
           load_input_file(source, i, "bool scalar", 1, &byte);
         }
         prepared.values.emplace_back(byte != 0);
-        std::printf("input %zu: dtype=bool sizes=[] source=%s\n", i,
-                    source.c_str());
+        describe("bool", "[]");
         break;
       }
       case Tag::None:
@@ -863,7 +878,7 @@ PreparedInputs prepare_inputs(const Options& options, const MethodMeta& meta) {
                "' is None and takes no --input file");
         }
         prepared.values.emplace_back();
-        std::printf("input %zu: none\n", i);
+        prepared.lines.push_back("input " + std::to_string(i) + ": none");
         break;
       default:
         fail("input " + std::to_string(i) + " of method '" + options.method +
@@ -954,8 +969,9 @@ void report_and_write_outputs(const Options& options,
                               ("output_" + std::to_string(i) + ".bin"))
                                  .string();
     std::ofstream out(path, std::ios::binary | std::ios::trunc);
-    if (!out || (nbytes > 0 && !out.write(static_cast<const char*>(data),
-                                          static_cast<std::streamsize>(nbytes)))) {
+    const auto size = static_cast<std::streamsize>(nbytes);
+    if (!out ||
+        (nbytes > 0 && !out.write(static_cast<const char*>(data), size))) {
       fail("cannot write " + path + ": " + errno_text());
     }
   }
@@ -1010,16 +1026,17 @@ int run(const Options& options) {
     }
     capture.release();
   }
-  log_state().last_error.clear();
+  for (const std::string& line : inputs.lines) {
+    std::printf("%s\n", line.c_str());
+  }
 
+  LogCapture capture; // until the runs are done
   auto run_once = [&](const char* phase) {
     auto result = module.execute(options.method, inputs.values);
     if (!result.ok()) {
-      std::string said = log_state().last_error;
       fail(std::string("method '") + options.method + "' of " + options.model +
            " failed during " + phase + ": " +
-           executorch::runtime::to_string(result.error()) +
-           (said.empty() ? "" : " (runtime: " + said + ")"));
+           runtime_detail("execute", result.error()));
     }
     return std::move(*result);
   };
@@ -1037,6 +1054,7 @@ int run(const Options& options) {
     times_ms.push_back(
         std::chrono::duration<double, std::milli>(stop - start).count());
   }
+  capture.release();
 
   std::vector<double> sorted = times_ms;
   std::sort(sorted.begin(), sorted.end());

@@ -1,0 +1,167 @@
+"""The deployment cases (tests/deploy_models.py): each fused `.pte` against eager PyTorch on the
+Python ExecuTorch runtime, then through the C++ runner, natively on x86 and on aarch64 under qemu.
+
+The runner tests take the runner's command from the environment for now:
+ETFUSE_TEST_RUNNER_X86 (a command, split like a shell does) and ETFUSE_TEST_RUNNER_AARCH64 (the
+aarch64 binary, run under qemu-aarch64 for each CPU model); unset, they skip."""
+
+from __future__ import annotations
+
+import os
+import shlex
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+from deploy_models import CASES, DeployCase, read_outputs, write_case
+from etfuse.runtime import run
+
+NAMES = list(CASES)
+
+# The kernels each program needs from etfuse: what the runner must have registered, and proof
+# that each model fused the way it is meant to.
+ETFUSE_OPS = {
+    "cnn": {"etfuse::conv2d_bn_act.out", "etfuse::max_pool2d.out", "etfuse::mean_hw.out", "etfuse::linear_act.out"},
+    "depthwise_separable": {"etfuse::conv2d_bn_act.out", "etfuse::conv2d_bn_packed_act.out", "etfuse::mean_hw.out",
+                            "etfuse::linear_act.out"},
+    "transformer_block": {"etfuse::layer_norm.out", "etfuse::linear_packed_act.out", "etfuse::permute_copy.out",
+                          "etfuse::sdpa.out"},
+    "int8_pt2e_cnn": {"etfuse::quantized_decomposed_quantize_per_tensor.out", "etfuse::quantized_conv2d.out",
+                      "etfuse::quantized_decomposed_add.out", "etfuse::max_pool2d.out", "etfuse::mean_hw.out",
+                      "etfuse::quantized_linear_packed.out", "etfuse::quantized_decomposed_dequantize_per_tensor.out"},
+    "int4_llama_decode": {"etfuse::rms_norm.out", "etfuse::linear_qw.out", "etfuse::rope.out",
+                          "etfuse::update_cache_", "etfuse::sdpa.out"},
+    # one program: both branches' ops are in its plan
+    "cond_then": {"etfuse::add_relu.out", "etfuse::linear_relu.out"},
+    "cond_else": {"etfuse::add_relu.out", "etfuse::linear_relu.out"},
+}
+
+
+def _assert_matches(got: list[torch.Tensor], case: DeployCase):
+    assert len(got) == len(case.expected), case.name
+    for g, want in zip(got, case.expected):
+        assert g.dtype == want.dtype and g.shape == want.shape, (case.name, g.dtype, g.shape)
+        torch.testing.assert_close(g, want, atol=case.atol, rtol=case.rtol, msg=lambda m: f"{case.name}: {m}")
+
+
+def test_every_case_has_its_ops():
+    assert set(NAMES) == set(ETFUSE_OPS)
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_cases_hold_their_fused_ops(name):
+    case = CASES[name]()
+    assert case.etfuse_ops == ETFUSE_OPS[name]
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_cases_run_on_the_python_runtime(name):
+    case = CASES[name]()
+    _assert_matches(run(case.pte_bytes, case.inputs), case)
+
+
+def test_cond_cases_take_both_branches():
+    """One program; the inputs pick the branch, so the two expectations differ in kind: the then
+    branch keeps relu(x + y) and the else branch relu(fc(x))."""
+    then, other = CASES["cond_then"](), CASES["cond_else"]()
+    assert then.pte_bytes == other.pte_bytes
+    assert then.inputs[0].sum() > 0 > other.inputs[0].sum()
+    torch.testing.assert_close(then.expected[0], torch.relu(then.inputs[0] + then.inputs[1]))
+    assert not torch.equal(other.expected[0], torch.relu(other.inputs[0] + other.inputs[1]))
+
+
+def read_outputs_as(path: Path, like: torch.Tensor) -> torch.Tensor:
+    return torch.frombuffer(bytearray(path.read_bytes()), dtype=like.dtype).reshape(like.shape)
+
+
+def test_case_files_round_trip(tmp_path):
+    """write_case's inputs read back as the tensors they came from (int64 too), and read_outputs
+    gives the expected dtypes and shapes, refusing a file of the wrong size."""
+    case = CASES["int4_llama_decode"]()
+    folder = write_case(case, tmp_path)
+    assert (folder / "model.pte").read_bytes() == case.pte_bytes
+    for i, t in enumerate(case.inputs):
+        assert torch.equal(read_outputs_as(folder / f"input_{i}.bin", t), t)
+    for i, t in enumerate(case.expected):
+        (folder / f"output_{i}.bin").write_bytes(t.contiguous().numpy().tobytes())
+    got = read_outputs(folder, case.expected)
+    assert all(torch.equal(g, w) for g, w in zip(got, case.expected))
+    (folder / "output_0.bin").write_bytes(b"\0" * 12)
+    with pytest.raises(AssertionError, match="output_0.bin: 12 bytes"):
+        read_outputs(folder, case.expected)
+
+
+# ---- the C++ runner --------------------------------------------------------------------------
+
+def run_runner(runner: list[str], case: DeployCase, tmp_path: Path) -> list[torch.Tensor]:
+    """The case through the runner once (no warm-up): its outputs, read back like `expected`."""
+    folder = write_case(case, tmp_path / case.name)
+    out = folder / "out"
+    out.mkdir()
+    inputs = [a for i in range(len(case.inputs)) for a in ("--input", str(folder / f"input_{i}.bin"))]
+    cmd = [*runner, str(folder / "model.pte"), *inputs, "--output-dir", str(out), "--iterations", "1", "--warmup", "0"]
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, (f"{shlex.join(cmd)} exited {proc.returncode}\n"
+                                  f"stdout:\n{proc.stdout[-3000:]}\nstderr:\n{proc.stderr[-3000:]}")
+    assert not (out / f"output_{len(case.expected)}.bin").exists(), "more outputs than the program has"
+    return read_outputs(out, case.expected)
+
+
+def check_runner(runner: list[str], name: str, tmp_path: Path):
+    case = CASES[name]()
+    _assert_matches(run_runner(runner, case, tmp_path), case)
+
+
+# The runner's CLI on the Python runtime: checks run_runner itself while the C++ runner is not built.
+_STAND_IN = r"""
+import argparse, pathlib, torch
+from etfuse.runtime import input_specs, run
+p = argparse.ArgumentParser()
+p.add_argument("model")
+p.add_argument("--input", action="append", default=[])
+p.add_argument("--output-dir", default=".")
+for flag in ("--iterations", "--threads", "--warmup"):
+    p.add_argument(flag, type=int)
+a = p.parse_args()
+pte = pathlib.Path(a.model).read_bytes()
+inputs = [torch.frombuffer(bytearray(pathlib.Path(f).read_bytes()), dtype=s.dtype).reshape(s.sizes)
+          for f, s in zip(a.input, input_specs(pte), strict=True)]
+for i, t in enumerate(run(pte, inputs)):
+    (pathlib.Path(a.output_dir) / f"output_{i}.bin").write_bytes(t.contiguous().numpy().tobytes())
+"""
+
+
+def test_run_runner_with_a_stand_in_runner(tmp_path):
+    check_runner([sys.executable, "-c", _STAND_IN], "int4_llama_decode", tmp_path)  # two int64 inputs, a KV cache
+    with pytest.raises(AssertionError, match="exited 3"):
+        run_runner([sys.executable, "-c", "raise SystemExit(3)"], CASES["cond_then"](), tmp_path / "failing")
+
+
+class TestX86Runner:
+    @pytest.fixture(scope="module")
+    def runner(self) -> list[str]:
+        command = os.environ.get("ETFUSE_TEST_RUNNER_X86")
+        if not command:
+            pytest.skip("ETFUSE_TEST_RUNNER_X86 is not set")
+        return shlex.split(command)
+
+    @pytest.mark.parametrize("name", NAMES)
+    def test_runner_matches_eager(self, runner, name, tmp_path):
+        check_runner(runner, name, tmp_path)
+
+
+class TestAarch64Runner:
+    # neoverse-n1: Armv8.2 with dot products; cortex-a53: Armv8.0, the kernels' plain NEON paths
+    @pytest.fixture(scope="module", params=["neoverse-n1", "cortex-a53"])
+    def runner(self, request) -> list[str]:
+        binary = os.environ.get("ETFUSE_TEST_RUNNER_AARCH64")
+        if not binary:
+            pytest.skip("ETFUSE_TEST_RUNNER_AARCH64 is not set")
+        return ["qemu-aarch64", "-L", "/usr/aarch64-linux-gnu", "-cpu", request.param, binary]
+
+    @pytest.mark.parametrize("name", NAMES)
+    def test_runner_matches_eager(self, runner, name, tmp_path):
+        check_runner(runner, name, tmp_path)
