@@ -99,6 +99,8 @@ class SpinPool {
   static void pause() {
 #if defined(__x86_64__) || defined(__i386__)
     __builtin_ia32_pause();
+#elif defined(__aarch64__)
+    __asm__ __volatile__("yield");  // the spin-wait hint (x86's pause)
 #endif
   }
 

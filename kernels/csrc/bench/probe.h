@@ -16,15 +16,21 @@ ETFUSE_ALWAYS_INLINE void stream_add_impl(const float* a, const float* b, float*
 inline void stream_add_baseline(const float* a, const float* b, float* c, int64_t e0, int64_t e1) {
   stream_add_impl(a, b, c, e0, e1);
 }
+#if ETFUSE_HAVE_X86_DISPATCH
 ETFUSE_TARGET_AVX2 inline void stream_add_avx2(const float* a, const float* b, float* c, int64_t e0, int64_t e1) {
   stream_add_impl(a, b, c, e0, e1);
 }
+#endif
 
 }  // namespace detail
 
 template <class Par>
 inline void stream_add(const float* a, const float* b, float* c, int64_t n, Par&& par) {
+#if ETFUSE_HAVE_X86_DISPATCH
   auto* fn = selected_isa() == Isa::kAvx2 ? &detail::stream_add_avx2 : &detail::stream_add_baseline;
+#else
+  auto* fn = &detail::stream_add_baseline;
+#endif
   for_elements(n, par, [&](int64_t begin, int64_t end) { fn(a, b, c, begin, end); });
 }
 

@@ -151,18 +151,24 @@ template <Kind K>
 ETFUSE_NO_TRAPPING_MATH void range_baseline(float* p, int64_t n) {
   for (int64_t i = 0; i < n; ++i) p[i] = apply<K>(p[i]);
 }
+#if ETFUSE_HAVE_X86_DISPATCH
 template <Kind K>
 ETFUSE_TARGET_AVX2 ETFUSE_NO_TRAPPING_MATH void range_avx2(float* p, int64_t n) {
   for (int64_t i = 0; i < n; ++i) p[i] = apply<K>(p[i]);
 }
+#endif
 
 template <Kind K>
 inline void range(float* p, int64_t n) {
+#if ETFUSE_HAVE_X86_DISPATCH
   if (selected_isa() == Isa::kAvx2) {
     range_avx2<K>(p, n);
   } else {
     range_baseline<K>(p, n);
   }
+#else
+  range_baseline<K>(p, n);
+#endif
 }
 
 inline void dispatch(Kind kind, float* p, int64_t n) {

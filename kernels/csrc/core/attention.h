@@ -64,16 +64,24 @@ inline float row_max(const float* s, int64_t n, bool& all_masked) {
 // s[j] = exp(s[j] - m) (0 where s[j] is -inf) for j < n; returns their sum. Vectorised (the
 // polynomial exp of activation.h): softmax's exp is most of attention's time at long sequences.
 float exp_row_baseline(float* s, int64_t n, float m);
+#if ETFUSE_HAVE_X86_DISPATCH
 ETFUSE_TARGET_AVX2 float exp_row_avx2(float* s, int64_t n, float m);
+#endif
 
 inline float exp_row(float* s, int64_t n, float m) {
+#if ETFUSE_HAVE_X86_DISPATCH
   return selected_isa() == Isa::kAvx2 ? exp_row_avx2(s, n, m) : exp_row_baseline(s, n, m);
+#else
+  return exp_row_baseline(s, n, m);
+#endif
 }
 
 // Query-row blocks [begin, end) of the flattened (b, h, block) index; `scratch` holds
 // kRows * (S + Dv) floats.
 void blocks_baseline(const Args& a, int64_t begin, int64_t end, float* scratch);
+#if ETFUSE_HAVE_X86_DISPATCH
 ETFUSE_TARGET_AVX2 void blocks_avx2(const Args& a, int64_t begin, int64_t end, float* scratch);
+#endif
 
 #if defined(ETFUSE_CORE_KERNELS)
 namespace detail {
@@ -211,15 +219,17 @@ ETFUSE_ALWAYS_INLINE void blocks_impl(const Args& a, int64_t begin, int64_t end,
 ETFUSE_NO_TRAPPING_MATH float exp_row_baseline(float* s, int64_t n, float m) {
   return detail::exp_row<4>(s, n, m);
 }
-ETFUSE_TARGET_AVX2 ETFUSE_NO_TRAPPING_MATH float exp_row_avx2(float* s, int64_t n, float m) {
-  return detail::exp_row<8>(s, n, m);
-}
 void blocks_baseline(const Args& a, int64_t begin, int64_t end, float* scratch) {
   detail::blocks_impl<4>(a, begin, end, scratch);
+}
+#if ETFUSE_HAVE_X86_DISPATCH
+ETFUSE_TARGET_AVX2 ETFUSE_NO_TRAPPING_MATH float exp_row_avx2(float* s, int64_t n, float m) {
+  return detail::exp_row<8>(s, n, m);
 }
 ETFUSE_TARGET_AVX2 void blocks_avx2(const Args& a, int64_t begin, int64_t end, float* scratch) {
   detail::blocks_impl<8>(a, begin, end, scratch);
 }
+#endif
 #endif
 
 // Runs its range on the calling thread: the GEMMs inside one attention block (the blocks are
@@ -287,7 +297,11 @@ inline void run(const Args& a, Par&& par) {
     });
     return;
   }
+#if ETFUSE_HAVE_X86_DISPATCH
   auto blocks = selected_isa() == Isa::kAvx2 ? &blocks_avx2 : &blocks_baseline;
+#else
+  auto blocks = &blocks_baseline;
+#endif
   const int64_t n = a.B * a.H * ((a.L + kRows - 1) / kRows);
   const size_t scratch = static_cast<size_t>(kRows * (a.S + a.Dv));
   // about 256 KFLOP per parallel chunk

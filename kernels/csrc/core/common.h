@@ -25,14 +25,26 @@
 
 // Runtime ISA dispatch: the library is built for the x86-64 baseline (SSE2) and carries
 // extra copies of the hot loops compiled for AVX2+FMA(+F16C), picked by cpuid at first use.
+// Elsewhere (aarch64: the baseline's 4-wide vectors are NEON) there is only the baseline: the
+// x86 copies, their declarations and use_avx512() exist only under ETFUSE_HAVE_X86_DISPATCH,
+// so a dispatch left unguarded fails to compile there instead of failing to link.
 #if defined(__GNUC__) && (defined(__x86_64__) || defined(__i386__))
 #define ETFUSE_HAVE_X86_DISPATCH 1
 #define ETFUSE_TARGET_AVX2 __attribute__((target("avx2,fma,f16c")))
 #define ETFUSE_TARGET_AVX512 __attribute__((target("avx512f,avx2,fma,f16c")))
 #else
 #define ETFUSE_HAVE_X86_DISPATCH 0
-#define ETFUSE_TARGET_AVX2
-#define ETFUSE_TARGET_AVX512
+#endif
+
+// For the loops that must round every float32 step (the quantized ones, bit-exact with the
+// decomposed ops): GCC contracts a * b + c into an FMA even across statements, and aarch64's
+// baseline has FMA (x86 compiles those loops without FMA; Clang contracts only within one
+// expression). It goes on the outermost non-inline function holding the arithmetic: such a
+// function is not inlined into callers without it, and lambdas do not inherit it.
+#if defined(__GNUC__) && !defined(__clang__) && !ETFUSE_HAVE_X86_DISPATCH
+#define ETFUSE_NO_FP_CONTRACT __attribute__((optimize("fp-contract=off")))
+#else
+#define ETFUSE_NO_FP_CONTRACT
 #endif
 
 namespace etfuse {
@@ -212,22 +224,15 @@ ETFUSE_ALWAYS_INLINE float relu(float v) {
 
 enum class Isa { kBaseline = 0, kAvx2 = 1 };
 
-inline bool cpu_has_avx2() {
 #if ETFUSE_HAVE_X86_DISPATCH
+inline bool cpu_has_avx2() {
   __builtin_cpu_init();
   // F16C (half <-> float) comes with every AVX2 CPU; linear_qw's 4-bit unpacking uses it
   return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && __builtin_cpu_supports("f16c");
-#else
-  return false;
-#endif
 }
 
 inline bool cpu_has_avx512() {
-#if ETFUSE_HAVE_X86_DISPATCH
   return cpu_has_avx2() && __builtin_cpu_supports("avx512f");
-#else
-  return false;
-#endif
 }
 
 // AVX2+FMA when the CPU has it, unless the environment variable ETFUSE_KERNELS_ISA=baseline
@@ -275,6 +280,10 @@ inline bool use_avx512() {
   }
   return v == 1 && selected_isa() == Isa::kAvx2;
 }
+#else
+// One ISA: the baseline.
+inline Isa selected_isa() { return Isa::kBaseline; }
+#endif
 
 // Row-major contiguous: the numel() elements are the ones from the first on.
 inline bool is_contiguous(const Layout& l) {
@@ -309,6 +318,7 @@ inline bool same_strides(const Layout& a, const Layout& b) {
 // Returns false for an unknown or unsupported name. For tests and benchmarks; not meant to
 // race with running kernels.
 inline bool set_isa(const char* name) {
+#if ETFUSE_HAVE_X86_DISPATCH
   int v, wide = 0;
   if (name == nullptr || std::strcmp(name, "auto") == 0) {
     v = static_cast<int>(detect_isa());
@@ -326,11 +336,16 @@ inline bool set_isa(const char* name) {
   isa_state().store(v, std::memory_order_relaxed);
   avx512_state().store(wide, std::memory_order_relaxed);
   return true;
+#else
+  return name == nullptr || std::strcmp(name, "auto") == 0 || std::strcmp(name, "baseline") == 0;
+#endif
 }
 
 // "avx512" (AVX2 loops + AVX-512 GEMM), "avx2" or "baseline".
 inline const char* current_isa_name() {
+#if ETFUSE_HAVE_X86_DISPATCH
   if (use_avx512()) return "avx512";
+#endif
   return selected_isa() == Isa::kAvx2 ? "avx2" : "baseline";
 }
 

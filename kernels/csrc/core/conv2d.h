@@ -432,6 +432,7 @@ ETFUSE_ALWAYS_INLINE void split_phases(const Problem& pb, const PhaseGeom& g, in
   split_phase_rows<4>(pb, g, n, group, c0, c1, phases, PhaseRows{0, g.SH, g.plane, g.channel, false});
 }
 
+#if ETFUSE_HAVE_X86_DISPATCH
 // split_phase_rows for the phase-plane GEMM's tasks (AVX2 and up), in the selected ISA's
 // vectors (compiled once per library in core/kernels.cpp). In SSE2 moves it took a third of
 // ResNet8's phase-plane convs on the runtime (a task's 160 rows of 34 floats: 2.6 of 11 us).
@@ -449,7 +450,7 @@ ETFUSE_TARGET_AVX2 void split_rows_avx2(const Problem& pb, const PhaseGeom& g, i
 // permute for stride 2's even or odd columns) and one masked store per 16 columns. The generic
 // loop's per-row zeroing, tails and index math cost 4 ns a row, and its stride-2 copy 8 (GCC's
 // AVX-512 gather of even columns on rows of 8-16): ResNet8's 32 -> 64 stride-2 split 9.3 -> 2.4 us, 64 -> 64 on 8x8 2.5 -> 0.9.
-#if ETFUSE_HAVE_X86_DISPATCH
+//
 // The masks that move m <= 16 columns of a row: `out` the m columns written; at stride 2, `lo`
 // and `hi` the 2m - 1 input floats read, in two vectors.
 struct RowMasks {
@@ -461,16 +462,14 @@ struct RowMasks {
     hi = static_cast<__mmask16>((1u << (need > 16 ? need - 16 : 0)) - 1u);
   }
 };
-#endif
 ETFUSE_TARGET_AVX512 void split_rows_avx512(const Problem& pb, const PhaseGeom& g, int64_t n, int64_t group, float* phases,
                                             const PhaseRows& r) {
   const Params& p = pb.p;
   const int64_t Cg = pb.li.sizes[1] / p.groups;
-  if (!ETFUSE_HAVE_X86_DISPATCH || !r.pad || pb.li.strides[3] != 1 || p.stride[1] > 2) {
+  if (!r.pad || pb.li.strides[3] != 1 || p.stride[1] > 2) {
     split_phase_rows<16>(pb, g, n, group, 0, Cg, phases, r);
     return;
   }
-#if ETFUSE_HAVE_X86_DISPATCH
   const int64_t H = pb.li.sizes[2], Wd = pb.li.sizes[3];
   const int64_t sh = p.stride[0], sw = p.stride[1], ph = p.padding[0], pw = p.padding[1];
   const int64_t ihs = pb.li.strides[2];
@@ -518,9 +517,9 @@ ETFUSE_TARGET_AVX512 void split_rows_avx512(const Problem& pb, const PhaseGeom& 
       }
     }
   }
-#endif
 }
 #endif
+#endif  // ETFUSE_HAVE_X86_DISPATCH
 
 // Output planes [t0, t1) of a direct conv (plane t = image t / Cout, channel t % Cout, summing
 // over the Cg input channels of its group; Cg = 1 for a depthwise conv), by polyphase
@@ -627,14 +626,18 @@ ETFUSE_ALWAYS_INLINE void direct_planes(const Problem& pb, int64_t t0, int64_t t
 
 // Compiled once per library in core/kernels.cpp.
 void direct_baseline(const Problem& pb, int64_t t0, int64_t t1, const float* split);
+#if ETFUSE_HAVE_X86_DISPATCH
 ETFUSE_TARGET_AVX2 void direct_avx2(const Problem& pb, int64_t t0, int64_t t1, const float* split);
+#endif
 #if defined(ETFUSE_CORE_KERNELS)
 void direct_baseline(const Problem& pb, int64_t t0, int64_t t1, const float* split) {
   direct_planes<4>(pb, t0, t1, split);
 }
+#if ETFUSE_HAVE_X86_DISPATCH
 ETFUSE_TARGET_AVX2 void direct_avx2(const Problem& pb, int64_t t0, int64_t t1, const float* split) {
   direct_planes<8>(pb, t0, t1, split);
 }
+#endif
 #endif
 
 using gemm::detail::transpose_block;  // (gemm.h: the transposed problems' epilogue uses it too)
@@ -642,7 +645,9 @@ using gemm::detail::transpose_block;  // (gemm.h: the transposed problems' epilo
 // The first m < W floats at p as a vector (the rest 0), and back: one masked move with AVX-512
 // (element by element, a 3x3 map's 9 pixels of 16 planes took longer than its taps). Through
 // memory and a call: an always-inline AVX-512 function does not inline into the generic template.
+#if ETFUSE_HAVE_X86_DISPATCH
 ETFUSE_TARGET_AVX512 void move_first16(const float* from, float* to, int64_t m, bool zero_rest);
+#endif
 #if defined(ETFUSE_CORE_KERNELS) && ETFUSE_HAVE_X86_DISPATCH
 ETFUSE_TARGET_AVX512 void move_first16(const float* from, float* to, int64_t m, bool zero_rest) {
   const __mmask16 k = static_cast<__mmask16>((1u << m) - 1u);
@@ -808,18 +813,22 @@ ETFUSE_ALWAYS_INLINE void depthwise_channels(const Problem& pb, int64_t t0, int6
 
 // Compiled once per library in core/kernels.cpp.
 void depthwise_channels_baseline(const Problem& pb, int64_t t0, int64_t t1);
+#if ETFUSE_HAVE_X86_DISPATCH
 ETFUSE_TARGET_AVX2 void depthwise_channels_avx2(const Problem& pb, int64_t t0, int64_t t1);
 ETFUSE_TARGET_AVX512 void depthwise_channels_avx512(const Problem& pb, int64_t t0, int64_t t1);
+#endif
 #if defined(ETFUSE_CORE_KERNELS)
 void depthwise_channels_baseline(const Problem& pb, int64_t t0, int64_t t1) {
   depthwise_channels<4>(pb, t0, t1);
 }
+#if ETFUSE_HAVE_X86_DISPATCH
 ETFUSE_TARGET_AVX2 void depthwise_channels_avx2(const Problem& pb, int64_t t0, int64_t t1) {
   depthwise_channels<8>(pb, t0, t1);
 }
 ETFUSE_TARGET_AVX512 void depthwise_channels_avx512(const Problem& pb, int64_t t0, int64_t t1) {
   depthwise_channels<16>(pb, t0, t1);
 }
+#endif
 #endif
 
 // A depthwise conv (multiplier 1) on AVX-512, 16 channels a vector, planes flat in and out:
@@ -828,7 +837,9 @@ ETFUSE_TARGET_AVX512 void depthwise_channels_avx512(const Problem& pb, int64_t t
 // [PH][PW][16] buffer (written once per call around the interiors); an output pixel is one FMA
 // per tap for the 16 channels, 8 pixels at a time; the results go back by the same transpose.
 // Block t: image t / B, channels [t % B * 16, + 16), B = ceil(C / 16).
+#if ETFUSE_HAVE_X86_DISPATCH
 ETFUSE_TARGET_AVX512 void depthwise_blocks_avx512(const Problem& pb, int64_t t0, int64_t t1);
+#endif
 #if defined(ETFUSE_CORE_KERNELS) && ETFUSE_HAVE_X86_DISPATCH
 ETFUSE_TARGET_AVX512 void depthwise_blocks_avx512(const Problem& pb, int64_t t0, int64_t t1) {
   const Params& p = pb.p;
@@ -1049,14 +1060,18 @@ ETFUSE_ALWAYS_INLINE void depthwise_flat(const Problem& pb, int64_t t0, int64_t 
 
 // Compiled once per library in core/kernels.cpp.
 void depthwise_flat_baseline(const Problem& pb, int64_t t0, int64_t t1);
+#if ETFUSE_HAVE_X86_DISPATCH
 ETFUSE_TARGET_AVX2 void depthwise_flat_avx2(const Problem& pb, int64_t t0, int64_t t1);
+#endif
 #if defined(ETFUSE_CORE_KERNELS)
 void depthwise_flat_baseline(const Problem& pb, int64_t t0, int64_t t1) {
   depthwise_flat<4>(pb, t0, t1);
 }
+#if ETFUSE_HAVE_X86_DISPATCH
 ETFUSE_TARGET_AVX2 void depthwise_flat_avx2(const Problem& pb, int64_t t0, int64_t t1) {
   depthwise_flat<8>(pb, t0, t1);
 }
+#endif
 #endif
 
 // The GEMM's output side for output channels co0... of image n, with the per-channel scale, bias
@@ -1292,6 +1307,7 @@ ETFUSE_ALWAYS_INLINE void tap_panels(const TapTask& t, int64_t b, int64_t e) {
 // AVX-512, which compute fewer dropped columns on 8x8 maps, were slower there: 64 -> 64 46 ->
 // 50 us; 12 x 32 and 6 x 64 too.)
 constexpr int kTapPanelAvx2 = 16, kTapPanelAvx512 = 32, kTapRowsAvx2 = 6, kTapRowsAvx512 = 8;
+#if ETFUSE_HAVE_X86_DISPATCH  // (to run_phase_gemm: the phase-plane GEMM runs on AVX2 and up)
 ETFUSE_TARGET_AVX2 void tap_panels_avx2(const TapTask& t, int64_t b, int64_t e);
 ETFUSE_TARGET_AVX512 void tap_panels_avx512(const TapTask& t, int64_t b, int64_t e);
 #if defined(ETFUSE_CORE_KERNELS)
@@ -1375,6 +1391,7 @@ inline void run_phase_gemm(const Problem& pb, Par&& par) {
     }
   }
 }
+#endif  // ETFUSE_HAVE_X86_DISPATCH
 
 // A small output map (a network's last stages: 7x7, 6x6, 3x3, 1x1) whose pixels fill the
 // implicit GEMM's NR-wide panels badly (9 of 16 columns on a 3x3 map with AVX2) runs as the
@@ -1586,9 +1603,14 @@ inline bool use_flat_depthwise(const Problem& pb) {
 constexpr int64_t kBlocksMaxPixels = 576;
 
 inline bool uses_depthwise_blocks(const Problem& pb) {
+#if ETFUSE_HAVE_X86_DISPATCH
   return use_avx512() && is_depthwise(pb) && pb.lo.sizes[1] == pb.p.groups &&
       pb.lo.sizes[2] * pb.lo.sizes[3] <= kBlocksMaxPixels && pb.li.strides[3] == 1 &&
       pb.li.strides[2] == pb.li.sizes[3] && pb.lo.strides[3] == 1 && pb.lo.strides[2] == pb.lo.sizes[3];
+#else
+  (void)pb;
+  return false;
+#endif
 }
 
 // Whether run_paths' path adds Problem::residual in its epilogue: the GEMM's (gemm::Args::residual)
@@ -1629,6 +1651,7 @@ inline void run_paths(const Problem& pb, Par&& par) {
     detail::run_packed(pb, par);
     return;
   }
+#if ETFUSE_HAVE_X86_DISPATCH
   if (uses_depthwise_blocks(pb)) {
     const int64_t blocks = N * ((Cout + 15) / 16);
     // per block: a tap is one FMA for 16 channels, the transposes and stores about 16 an output
@@ -1638,27 +1661,43 @@ inline void run_paths(const Problem& pb, Par&& par) {
         int64_t(0), blocks, 1, [&](int64_t b, int64_t e) { detail::depthwise_blocks_avx512(pb, b, e); });
     return;
   }
+#endif
   if (use_flat_depthwise(pb)) {
+#if ETFUSE_HAVE_X86_DISPATCH
     auto fn = selected_isa() == Isa::kAvx2 ? &detail::depthwise_flat_avx2 : &detail::depthwise_flat_baseline;
+#else
+    auto fn = &detail::depthwise_flat_baseline;
+#endif
     detail::serial_or_parallel(N * Cout, detail::grain_for(int64_t(1) << 15, OH * OW * pb.lw.sizes[2] * pb.lw.sizes[3]),
                                par, [&](int64_t b, int64_t e) { fn(pb, b, e); });
     return;
   }
   if (is_depthwise(pb) && Cout == p.groups && OH * OW <= kChannelsMaxPixels) {
+#if ETFUSE_HAVE_X86_DISPATCH
     const int64_t W = use_avx512() ? 16 : selected_isa() == Isa::kAvx2 ? 8 : 4, blocks = N * ((Cout + W - 1) / W);
     auto fn = W == 16 ? &detail::depthwise_channels_avx512
                       : W == 8 ? &detail::depthwise_channels_avx2 : &detail::depthwise_channels_baseline;
+#else
+    const int64_t W = 4, blocks = N * ((Cout + W - 1) / W);
+    auto fn = &detail::depthwise_channels_baseline;
+#endif
     detail::serial_or_parallel(blocks, detail::grain_for(int64_t(1) << 15, W * OH * OW * pb.lw.sizes[2] * pb.lw.sizes[3]),
                                par, [&](int64_t b, int64_t e) { fn(pb, b, e); });
     return;
   }
+#if ETFUSE_HAVE_X86_DISPATCH
   if (uses_phase_gemm(pb)) {
     detail::run_phase_gemm(pb, par);
     return;
   }
+#endif
   if (is_direct(pb)) {
     int64_t grain = detail::grain_for(int64_t(1) << 16, OH * OW * pb.lw.sizes[1] * pb.lw.sizes[2] * pb.lw.sizes[3]);
+#if ETFUSE_HAVE_X86_DISPATCH
     auto fn = selected_isa() == Isa::kAvx2 ? &detail::direct_avx2 : &detail::direct_baseline;
+#else
+    auto fn = &detail::direct_baseline;
+#endif
     if (p.groups == 1 && Cout > 1) {
       // Every output plane reads all the input channels (a stem: 32 outputs from 3 inputs): they
       // are split into phase planes once per image, channel by channel in parallel, and shared

@@ -76,10 +76,12 @@ template <class F>
 inline void run_range_baseline(const broadcast::Plan& p, const Inner<F>& in, int64_t e0, int64_t e1) {
   broadcast::for_range(p, e0, e1, in);
 }
+#if ETFUSE_HAVE_X86_DISPATCH
 template <class F>
 ETFUSE_TARGET_AVX2 inline void run_range_avx2(const broadcast::Plan& p, const Inner<F>& in, int64_t e0, int64_t e1) {
   broadcast::for_range(p, e0, e1, in);
 }
+#endif
 
 }  // namespace detail
 
@@ -91,7 +93,11 @@ inline void run(
   const broadcast::Plan p = broadcast::make_plan(la, lb, lo);
   if (p.total == 0) return;
   const detail::Inner<F> in{a, b, out};
+#if ETFUSE_HAVE_X86_DISPATCH
   auto* fn = selected_isa() == Isa::kAvx2 ? &detail::run_range_avx2<F> : &detail::run_range_baseline<F>;
+#else
+  auto* fn = &detail::run_range_baseline<F>;
+#endif
   for_elements(p.total, par, [&](int64_t begin, int64_t end) { fn(p, in, begin, end); });
 }
 

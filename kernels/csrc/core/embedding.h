@@ -3,8 +3,8 @@
 //
 //   out[i, j] = to_out((float(q[idx[i], j]) - zp[r, j / gs]) * scale[r, j / gs])     r = idx[i]
 //
-// in float32, each step its own operation (no FMA: the loops are compiled for the baseline and
-// for AVX2 without FMA), rounded once to the output dtype (float32, float16 or bfloat16, round
+// in float32, each step its own operation (nothing to contract into an FMA: a subtraction then a
+// product), rounded once to the output dtype (float32, float16 or bfloat16, round
 // half to even). q is read from
 //   8 bits  an int8 or uint8 [N, D] table (any strides);
 //   4 bits  a packed uint8 [N, D / 2] table, element 2k in the high nibble of byte k, value = nibble - 8;
@@ -20,14 +20,9 @@
 
 #include "common.h"
 
-#if defined(__GNUC__) && (defined(__x86_64__) || defined(__i386__))
-#include <immintrin.h>
-#endif
-
 #if ETFUSE_HAVE_X86_DISPATCH
+#include <immintrin.h>
 #define ETFUSE_EMB_AVX2 __attribute__((target("avx2")))
-#else
-#define ETFUSE_EMB_AVX2
 #endif
 
 namespace etfuse {
@@ -235,10 +230,12 @@ struct Rows {
   }
 };
 
+#if ETFUSE_HAVE_X86_DISPATCH
 template <int Bits, class O, class TW>
 ETFUSE_EMB_AVX2 void rows_avx2(const Args& e, int64_t i0, int64_t i1) {
   Rows<Bits, O, TW>::run(e, i0, i1, true);
 }
+#endif
 
 template <int Bits, class O, class TW>
 void rows_base(const Args& e, int64_t i0, int64_t i1) {
@@ -247,11 +244,15 @@ void rows_base(const Args& e, int64_t i0, int64_t i1) {
 
 template <int Bits, class O, class TW>
 void rows(const Args& e, int64_t i0, int64_t i1) {
+#if ETFUSE_HAVE_X86_DISPATCH
   if (selected_isa() == Isa::kAvx2) {
     rows_avx2<Bits, O, TW>(e, i0, i1);
   } else {
     rows_base<Bits, O, TW>(e, i0, i1);
   }
+#else
+  rows_base<Bits, O, TW>(e, i0, i1);
+#endif
 }
 
 template <int Bits, class TW>

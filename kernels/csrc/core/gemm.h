@@ -590,18 +590,22 @@ struct Kernel {
 
 // Compiled once per library in core/kernels.cpp.
 void tiles_baseline(const Args& g, int64_t t0, int64_t t1, int64_t mblocks, int64_t mc);
+#if ETFUSE_HAVE_X86_DISPATCH
 ETFUSE_TARGET_AVX2 void tiles_avx2(const Args& g, int64_t t0, int64_t t1, int64_t mblocks, int64_t mc);
 ETFUSE_TARGET_AVX512 void tiles_avx512(const Args& g, int64_t t0, int64_t t1, int64_t mblocks, int64_t mc);
+#endif
 #if defined(ETFUSE_CORE_KERNELS)
 void tiles_baseline(const Args& g, int64_t t0, int64_t t1, int64_t mblocks, int64_t mc) {
   tiles_impl<4, 8, 4>(g, t0, t1, mblocks, mc);
 }
+#if ETFUSE_HAVE_X86_DISPATCH
 ETFUSE_TARGET_AVX2 void tiles_avx2(const Args& g, int64_t t0, int64_t t1, int64_t mblocks, int64_t mc) {
   tiles_impl<6, 16, 8>(g, t0, t1, mblocks, mc);
 }
 ETFUSE_TARGET_AVX512 void tiles_avx512(const Args& g, int64_t t0, int64_t t1, int64_t mblocks, int64_t mc) {
   tiles_impl<12, 32, 16>(g, t0, t1, mblocks, mc);
 }
+#endif
 #endif
 
 // Few rows, with A's rows and B's columns both contiguous along k (linear's [N, K] weight; a
@@ -683,12 +687,15 @@ ETFUSE_ALWAYS_INLINE void dot_cols_impl(const Args& g, int64_t j0, int64_t j1) {
 
 // Compiled once per library in core/kernels.cpp.
 void dot_cols_baseline(const Args& g, int64_t j0, int64_t j1);
+#if ETFUSE_HAVE_X86_DISPATCH
 ETFUSE_TARGET_AVX2 void dot_cols_avx2(const Args& g, int64_t j0, int64_t j1);
 ETFUSE_TARGET_AVX512 void dot_cols_avx512(const Args& g, int64_t j0, int64_t j1);
+#endif
 #if defined(ETFUSE_CORE_KERNELS)
 void dot_cols_baseline(const Args& g, int64_t j0, int64_t j1) {
   dot_cols_impl<4>(g, j0, j1);
 }
+#if ETFUSE_HAVE_X86_DISPATCH
 ETFUSE_TARGET_AVX2 void dot_cols_avx2(const Args& g, int64_t j0, int64_t j1) {
   dot_cols_impl<8>(g, j0, j1);
 }
@@ -696,10 +703,13 @@ ETFUSE_TARGET_AVX512 void dot_cols_avx512(const Args& g, int64_t j0, int64_t j1)
   dot_cols_impl<16>(g, j0, j1);
 }
 #endif
+#endif
 
 inline Kernel select_kernel() {
+#if ETFUSE_HAVE_X86_DISPATCH
   if (use_avx512()) return Kernel{12, 32, &tiles_avx512};
   if (selected_isa() == Isa::kAvx2) return Kernel{6, 16, &tiles_avx2};
+#endif
   return Kernel{4, 8, &tiles_baseline};
 }
 
@@ -710,8 +720,12 @@ template <class Par>
 inline void run(const Args& g, Par&& par) {
   if (g.M <= 0 || g.N <= 0) return;
   if (detail::use_dot(g)) {
+#if ETFUSE_HAVE_X86_DISPATCH
     auto dot = use_avx512() ? &detail::dot_cols_avx512
         : selected_isa() == Isa::kAvx2 ? &detail::dot_cols_avx2 : &detail::dot_cols_baseline;
+#else
+    auto dot = &detail::dot_cols_baseline;
+#endif
     // column blocks of ~256 KFLOP, a multiple of 4 columns, each column's weight read costed as
     // 8 rows' multiply-adds: a decoding step's GEMV (M = 1) streams its weight at about 2 flops
     // per byte, so its columns split across threads from 288 x 288 on, not from 288 x 576

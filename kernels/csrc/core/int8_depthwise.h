@@ -33,6 +33,8 @@ struct Problem : int8_epilogue::Geometry {
   uint8_t* out = nullptr;  // [N][C][OH][OW] bytes, contiguous
 };
 
+// Everything below is x86 (AVX-512BW); elsewhere the int8 depthwise convs take the float path.
+#if ETFUSE_HAVE_X86_DISPATCH
 // On when AVX-512 is (use_avx512) and the CPU has AVX-512BW/VL (the masked byte loads and
 // stores).
 inline bool available() {
@@ -48,7 +50,7 @@ ETFUSE_TARGET_AVX512BW void planes(const Problem& pb, int64_t t0, int64_t t1);
 // Blocks of 16 channels [b0, b1) (block b: image b / B, channels from b % B * 16; B = C16 / 16).
 ETFUSE_TARGET_AVX512BW void channel_blocks(const Problem& pb, int64_t b0, int64_t b1);
 
-#if defined(ETFUSE_CORE_KERNELS) && ETFUSE_HAVE_X86_DISPATCH
+#if defined(ETFUSE_CORE_KERNELS)
 // One input row as floats (x - x_zp) at dst[pad_w ..]; the zeros around it are written once
 // per call (a zeroing loop per row became a memset call per row).
 ETFUSE_TARGET_AVX512BW ETFUSE_ALWAYS_INLINE void convert_row(const Problem& pb, const uint8_t* src, float* dst) {
@@ -236,7 +238,6 @@ inline bool uses_channel_blocks(const Problem& pb) { return pb.OH * pb.OW <= kCh
 // The whole conv; `par` a parallel_for over planes.
 template <class Par>
 inline void run(const Problem& pb, Par&& par) {
-#if ETFUSE_HAVE_X86_DISPATCH
   const int64_t planes = pb.N * pb.C;
   if (planes == 0 || pb.OH == 0 || pb.OW == 0) return;
   if (uses_channel_blocks(pb)) {
@@ -255,11 +256,8 @@ inline void run(const Problem& pb, Par&& par) {
   SerialBelow<Par>{par, planes * per_plane < kParallelMinMacs}(
       int64_t(0), planes, std::max<int64_t>(1, (int64_t(1) << 15) / std::max<int64_t>(1, per_plane)),
       [&](int64_t b, int64_t e) { detail::planes(pb, b, e); });
-#else
-  (void)pb;
-  (void)par;
-#endif
 }
+#endif  // ETFUSE_HAVE_X86_DISPATCH
 
 }  // namespace int8_depthwise
 }  // namespace core

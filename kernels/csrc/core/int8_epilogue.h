@@ -13,8 +13,6 @@
 #if ETFUSE_HAVE_X86_DISPATCH
 #include <immintrin.h>
 #define ETFUSE_TARGET_AVX512BW __attribute__((target("avx512f,avx512bw,avx512vl,avx2,fma,f16c")))
-#else
-#define ETFUSE_TARGET_AVX512BW
 #endif
 
 namespace etfuse {
@@ -34,14 +32,12 @@ struct Requant {
   float inv = 1.0f, zp = 0.0f, lo = 0.0f, hi = 0.0f;
 };
 
-inline bool cpu_has_avx512bw() {
 #if ETFUSE_HAVE_X86_DISPATCH
+inline bool cpu_has_avx512bw() {
   __builtin_cpu_init();
   return __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512vl");
-#else
-  return false;
-#endif
 }
+#endif
 
 #if defined(ETFUSE_CORE_KERNELS) && ETFUSE_HAVE_X86_DISPATCH
 // 16 sums (exact integers in float32) with their scales and biases (`has_bias` false: none)

@@ -28,8 +28,6 @@
 
 #if ETFUSE_HAVE_X86_DISPATCH
 #define ETFUSE_TARGET_VNNI __attribute__((target("avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")))
-#else
-#define ETFUSE_TARGET_VNNI
 #endif
 
 namespace etfuse {
@@ -62,12 +60,10 @@ inline const int8_t* weight_of(const Problem& pb, int64_t c) {
 }
 inline int64_t weight_step(const Problem& pb) { return pb.quads ? 64 : 4; }
 
-inline bool cpu_has_vnni() {
+// Everything below is x86 (AVX-512 VNNI); elsewhere the int8 convs take the float path.
 #if ETFUSE_HAVE_X86_DISPATCH
+inline bool cpu_has_vnni() {
   return int8_epilogue::cpu_has_avx512bw() && __builtin_cpu_supports("avx512vnni");
-#else
-  return false;
-#endif
 }
 
 // On when AVX-512 is (use_avx512: not forced off by set_isa / ETFUSE_KERNELS_ISA) and the CPU
@@ -77,7 +73,6 @@ inline bool available() {
   return vnni && use_avx512();
 }
 
-#if ETFUSE_HAVE_X86_DISPATCH
 // Four rows of 16 bytes r[j][i] -> 16 groups of 4, dst[4 * i + j] (SSE2 unpacks): 4 k of 16
 // pixels (interleave) or of 16 channels (to_quads).
 ETFUSE_ALWAYS_INLINE void zip4(const __m128i (&r)[4], void* dst) {
@@ -89,7 +84,6 @@ ETFUSE_ALWAYS_INLINE void zip4(const __m128i (&r)[4], void* dst) {
   _mm_storeu_si128(out + 2, _mm_unpacklo_epi16(b, d));
   _mm_storeu_si128(out + 3, _mm_unpackhi_epi16(b, d));
 }
-#endif
 
 namespace detail {
 
@@ -99,7 +93,7 @@ ETFUSE_TARGET_VNNI void run_tile(const Problem& pb, const int32_t* wsum, int64_t
                                  int64_t c_end);
 ETFUSE_TARGET_VNNI void weight_sums(const Problem& pb, int32_t* sums);
 
-#if defined(ETFUSE_CORE_KERNELS) && ETFUSE_HAVE_X86_DISPATCH
+#if defined(ETFUSE_CORE_KERNELS)
 // x[k, p0 .. p0 + 48) for k in [0, K4) -> xq[K4 / 4][48][4], unsigned; pixels past P and rows
 // past K read as 0 (the padded weights are 0 there, and the pixels are not stored).
 // Only the tile's nv vectors are filled (a 3x3 map has 9 pixels: one).
@@ -210,7 +204,7 @@ using int8_epilogue::Geometry;
 
 namespace detail {
 ETFUSE_TARGET_VNNI void im2col(const Geometry& g, const uint8_t* x, uint8_t pad, uint8_t* padded, uint8_t* col);
-#if defined(ETFUSE_CORE_KERNELS) && ETFUSE_HAVE_X86_DISPATCH
+#if defined(ETFUSE_CORE_KERNELS)
 ETFUSE_TARGET_VNNI void im2col(const Geometry& g, const uint8_t* x, uint8_t pad, uint8_t* padded, uint8_t* col) {
   const int64_t Hp = g.H + 2 * g.padding[0], Wp = g.W + 2 * g.padding[1], P = g.OH * g.OW;
   // the input with its border of zero points, C x Hp x Wp bytes
@@ -250,7 +244,6 @@ ETFUSE_TARGET_VNNI void im2col(const Geometry& g, const uint8_t* x, uint8_t pad,
 // each 4 x 16 block of 4 k by 16 channels becomes 16 x 4, zero rows past K. Panels [p0, p1)
 // of `out`, which holds C16 * K4 bytes.
 inline void to_quads(const int8_t* panels, int64_t K, int64_t p0, int64_t p1, int8_t* out) {
-#if ETFUSE_HAVE_X86_DISPATCH
   const int64_t K4 = k_padded(K);
   for (int64_t p = p0; p < p1; ++p) {
     const int8_t* panel = panels + p * K * 16;
@@ -262,9 +255,6 @@ inline void to_quads(const int8_t* panels, int64_t K, int64_t p0, int64_t p1, in
       zip4(r, out + (p * K4 + k) * 16);
     }
   }
-#else
-  (void)panels, (void)K, (void)p0, (void)p1, (void)out;
-#endif
 }
 
 // The whole conv; `par` a parallel_for. Tasks are 48-pixel tiles (each interleaves its own
@@ -272,7 +262,6 @@ inline void to_quads(const int8_t* panels, int64_t K, int64_t p0, int64_t p1, in
 // output channels too.
 template <class Par>
 inline void run(const Problem& pb, Par&& par) {
-#if ETFUSE_HAVE_X86_DISPATCH
   if (pb.N == 0 || pb.C == 0 || pb.P == 0) return;
   const int64_t K4 = k_padded(pb.K);
   std::vector<int32_t> wsum(static_cast<size_t>(pb.C));
@@ -296,11 +285,8 @@ inline void run(const Problem& pb, Par&& par) {
       u = last;
     }
   });
-#else
-  (void)pb;
-  (void)par;
-#endif
 }
+#endif  // ETFUSE_HAVE_X86_DISPATCH
 
 }  // namespace int8_pointwise
 }  // namespace core

@@ -21,7 +21,7 @@
 #include "common.h"
 #include "gemm.h"
 
-#if defined(__GNUC__) && defined(__x86_64__)
+#if ETFUSE_HAVE_X86_DISPATCH
 // here, at file scope: linear_qw_dot.h is included inside a namespace, and its own include
 // would put the intrinsics' types there (and hide them from every header included later)
 #include <immintrin.h>
@@ -102,11 +102,13 @@ inline gemm::Args float_gemm(const Args& a) {
 }
 
 void dot_cols_baseline(const Args& a, int64_t j0, int64_t j1);
+void rows_cols_baseline(const Args& a, int64_t j0, int64_t j1);
+#if ETFUSE_HAVE_X86_DISPATCH
 ETFUSE_TARGET_AVX2 void dot_cols_avx2(const Args& a, int64_t j0, int64_t j1);
 ETFUSE_TARGET_AVX512 void dot_cols_avx512(const Args& a, int64_t j0, int64_t j1);
-void rows_cols_baseline(const Args& a, int64_t j0, int64_t j1);
 ETFUSE_TARGET_AVX2 void rows_cols_avx2(const Args& a, int64_t j0, int64_t j1);
 ETFUSE_TARGET_AVX512 void rows_cols_avx512(const Args& a, int64_t j0, int64_t j1);
+#endif
 void pack_panel(const void* ctx, int64_t k0, int64_t kc, int64_t j0, int64_t nr, int64_t NR, float* pack);
 
 #if defined(ETFUSE_CORE_KERNELS)
@@ -118,32 +120,26 @@ void pack_panel(const void* ctx, int64_t k0, int64_t kc, int64_t j0, int64_t nr,
 #undef ETFUSE_QW_NS
 #undef ETFUSE_QW_W
 
-#if defined(__GNUC__) && defined(__x86_64__)
+#if ETFUSE_HAVE_X86_DISPATCH
 #pragma GCC push_options
 #pragma GCC target("avx2,fma,f16c")
 #define ETFUSE_QW_AVX2 1
-#endif
 #define ETFUSE_QW_NS dot_avx2
 #define ETFUSE_QW_W 8
 #include "linear_qw_dot.h"
 #undef ETFUSE_QW_NS
 #undef ETFUSE_QW_W
-#if defined(__GNUC__) && defined(__x86_64__)
 #undef ETFUSE_QW_AVX2
 #pragma GCC pop_options
-#endif
 
-#if defined(__GNUC__) && defined(__x86_64__)
 #pragma GCC push_options
 #pragma GCC target("avx512f,avx2,fma,f16c")
 #define ETFUSE_QW_AVX512 1
-#endif
 #define ETFUSE_QW_NS dot_avx512
 #define ETFUSE_QW_W 16
 #include "linear_qw_dot.h"
 #undef ETFUSE_QW_NS
 #undef ETFUSE_QW_W
-#if defined(__GNUC__) && defined(__x86_64__)
 #undef ETFUSE_QW_AVX512
 #pragma GCC pop_options
 #endif
@@ -151,14 +147,15 @@ void pack_panel(const void* ctx, int64_t k0, int64_t kc, int64_t j0, int64_t nr,
 void dot_cols_baseline(const Args& a, int64_t j0, int64_t j1) {
   dot_baseline::dot_cols(a, j0, j1);
 }
+void rows_cols_baseline(const Args& a, int64_t j0, int64_t j1) {
+  dot_baseline::rows_cols(a, j0, j1);
+}
+#if ETFUSE_HAVE_X86_DISPATCH
 ETFUSE_TARGET_AVX2 void dot_cols_avx2(const Args& a, int64_t j0, int64_t j1) {
   dot_avx2::dot_cols(a, j0, j1);
 }
 ETFUSE_TARGET_AVX512 void dot_cols_avx512(const Args& a, int64_t j0, int64_t j1) {
   dot_avx512::dot_cols(a, j0, j1);
-}
-void rows_cols_baseline(const Args& a, int64_t j0, int64_t j1) {
-  dot_baseline::rows_cols(a, j0, j1);
 }
 ETFUSE_TARGET_AVX2 void rows_cols_avx2(const Args& a, int64_t j0, int64_t j1) {
   dot_avx2::rows_cols(a, j0, j1);
@@ -166,6 +163,7 @@ ETFUSE_TARGET_AVX2 void rows_cols_avx2(const Args& a, int64_t j0, int64_t j1) {
 ETFUSE_TARGET_AVX512 void rows_cols_avx512(const Args& a, int64_t j0, int64_t j1) {
   dot_avx512::rows_cols(a, j0, j1);
 }
+#endif
 
 // gemm::Args::pack: pack[k][j] = dequantized weight (j0 + j, k0 + k), zero past nr.
 void pack_panel(const void* ctx, int64_t k0, int64_t kc, int64_t j0, int64_t nr, int64_t NR, float* pack) {
@@ -200,10 +198,14 @@ inline void run(Args a, std::vector<float>& xsum, Par&& par) {
       for (int64_t k = 0; k < a.K; ++k) xsum[m * a.groups + k / G] += a.A[m * a.a_rs + k];
     a.xsum = xsum.data();
   }
+#if ETFUSE_HAVE_X86_DISPATCH
   // AVX-512 where the CPU has it: the 4-bit decode is bound by unpacking, not by memory
   const bool avx2 = selected_isa() == Isa::kAvx2, wide = use_avx512();
   auto dot = few ? (wide ? &dot_cols_avx512 : avx2 ? &dot_cols_avx2 : &dot_cols_baseline)
                  : (wide ? &rows_cols_avx512 : avx2 ? &rows_cols_avx2 : &rows_cols_baseline);
+#else
+  auto dot = few ? &dot_cols_baseline : &rows_cols_baseline;
+#endif
   // column blocks of about 64K multiply-adds, a multiple of 4 columns (256K kept the tiny
   // llama's 288 x 768 linears, 2.5x slower per weight than float ones, on one thread)
   int64_t grain = ((int64_t(1) << 16) / (a.M * a.K) + 3) / 4 * 4;

@@ -31,9 +31,11 @@ struct Args {
 };
 
 void rows_baseline(const Args& a, int64_t r0, int64_t r1);
-ETFUSE_TARGET_AVX2 void rows_avx2(const Args& a, int64_t r0, int64_t r1);
 void layer_rows_baseline(const Args& a, int64_t r0, int64_t r1);
+#if ETFUSE_HAVE_X86_DISPATCH
+ETFUSE_TARGET_AVX2 void rows_avx2(const Args& a, int64_t r0, int64_t r1);
 ETFUSE_TARGET_AVX2 void layer_rows_avx2(const Args& a, int64_t r0, int64_t r1);
+#endif
 
 #if defined(ETFUSE_CORE_KERNELS)
 namespace detail {
@@ -117,15 +119,17 @@ ETFUSE_ALWAYS_INLINE void layer_rows_impl(const Args& a, int64_t r0, int64_t r1)
 void rows_baseline(const Args& a, int64_t r0, int64_t r1) {
   detail::rows_impl<4>(a, r0, r1);
 }
-ETFUSE_TARGET_AVX2 void rows_avx2(const Args& a, int64_t r0, int64_t r1) {
-  detail::rows_impl<8>(a, r0, r1);
-}
 void layer_rows_baseline(const Args& a, int64_t r0, int64_t r1) {
   detail::layer_rows_impl<4>(a, r0, r1);
+}
+#if ETFUSE_HAVE_X86_DISPATCH
+ETFUSE_TARGET_AVX2 void rows_avx2(const Args& a, int64_t r0, int64_t r1) {
+  detail::rows_impl<8>(a, r0, r1);
 }
 ETFUSE_TARGET_AVX2 void layer_rows_avx2(const Args& a, int64_t r0, int64_t r1) {
   detail::layer_rows_impl<8>(a, r0, r1);
 }
+#endif
 #endif
 
 template <class Par>
@@ -142,12 +146,20 @@ inline void run_rows(const Args& a, void (*rows)(const Args&, int64_t, int64_t),
 
 template <class Par>
 inline void run(const Args& a, Par&& par) {
+#if ETFUSE_HAVE_X86_DISPATCH
   run_rows(a, selected_isa() == Isa::kAvx2 ? &rows_avx2 : &rows_baseline, par);
+#else
+  run_rows(a, &rows_baseline, par);
+#endif
 }
 
 template <class Par>
 inline void run_layer(const Args& a, Par&& par) {
+#if ETFUSE_HAVE_X86_DISPATCH
   run_rows(a, selected_isa() == Isa::kAvx2 ? &layer_rows_avx2 : &layer_rows_baseline, par);
+#else
+  run_rows(a, &layer_rows_baseline, par);
+#endif
 }
 
 }  // namespace norm

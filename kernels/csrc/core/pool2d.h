@@ -284,11 +284,13 @@ void planes_baseline(const float* in, float* out, const Plane& g, const Params& 
   pool_planes<kMax>(in, out, g, p, row_len, q0, q1);
 }
 
+#if ETFUSE_HAVE_X86_DISPATCH
 template <bool kMax>
 ETFUSE_TARGET_AVX2 void planes_avx2(const float* in, float* out, const Plane& g, const Params& p, int64_t row_len,
                                     int64_t q0, int64_t q1) {
   pool_planes<kMax>(in, out, g, p, row_len, q0, q1);
 }
+#endif
 
 }  // namespace detail
 
@@ -302,12 +304,14 @@ inline void run(const float* in, float* out, int64_t planes, int64_t h, int64_t 
   // the padded row: left padding, the input row, then whatever the last window reaches
   const int64_t reach = (ow - 1) * p.stride[1] + (p.kernel[1] - 1) * p.dilation[1] + 1;
   const int64_t row_len = std::max(p.padding[1] + w + p.padding[1], reach);
-  auto* fn = selected_isa() == Isa::kAvx2 ? &detail::planes_avx2<kMax> : &detail::planes_baseline<kMax>;
 #if ETFUSE_HAVE_X86_DISPATCH
+  auto* fn = selected_isa() == Isa::kAvx2 ? &detail::planes_avx2<kMax> : &detail::planes_baseline<kMax>;
   if (kMax && use_avx512() && (p.stride[1] == 1 || p.stride[1] == 2) && p.dilation[1] == 1 &&
       p.kernel[0] <= detail::kMaxRows) {
     fn = &detail::max_planes_avx512;
   }
+#else
+  auto* fn = &detail::planes_baseline<kMax>;
 #endif
   const int64_t work = std::max<int64_t>(1, h * w * p.kernel[0] + oh * ow * p.kernel[1]);
   const int64_t grain = std::max<int64_t>(1, kGrainSize / work);

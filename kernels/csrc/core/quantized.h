@@ -5,7 +5,8 @@
 //   dequantize(q)  = (float(q) - float(zp)) * float(scale)
 //   quantize(x)    = clamp(rint(x * float(1.0 / scale)) + float(zp), qmin, qmax)   (half to even)
 // Each step is its own float32 operation; no step may be contracted into an FMA, so the loops
-// are compiled for the baseline and for AVX2 *without* FMA (see kVecTarget).
+// are compiled for the baseline and for AVX2 *without* FMA (ETFUSE_TARGET_AVX2_NOFMA), and
+// where the baseline has FMA (aarch64) with contraction off (ETFUSE_NO_FP_CONTRACT).
 #pragma once
 
 #include <cmath>
@@ -17,14 +18,9 @@
 #include "broadcast.h"
 #include "common.h"
 
-#if defined(__GNUC__) && (defined(__x86_64__) || defined(__i386__))
-#include <immintrin.h>
-#endif
-
 #if ETFUSE_HAVE_X86_DISPATCH
+#include <immintrin.h>
 #define ETFUSE_TARGET_AVX2_NOFMA __attribute__((target("avx2")))
-#else
-#define ETFUSE_TARGET_AVX2_NOFMA
 #endif
 
 namespace etfuse {
@@ -213,13 +209,11 @@ ETFUSE_TARGET_AVX2_NOFMA int64_t binary_vec16(
   }
   return i;
 }
-#endif
 
 template <class TA, class TB, class TO, bool kRelu>
 ETFUSE_TARGET_AVX2_NOFMA void binary_inner_avx2(
     int64_t len, const TA* a, int64_t ia, const TB* b, int64_t ib, TO* o, int64_t io, const QParams& qa,
     const QParams& qb, const QParams& qo) {
-#if ETFUSE_HAVE_X86_DISPATCH
   if (std::is_same<TA, TO>::value && sizeof(TA) == 1 && io == 1) {
     using T = TA;
     const T* at = reinterpret_cast<const T*>(a);
@@ -241,12 +235,12 @@ ETFUSE_TARGET_AVX2_NOFMA void binary_inner_avx2(
       return;
     }
   }
-#endif
   BinaryLoop<TA, TB, TO, kRelu>::body(len, a, ia, b, ib, o, io, qa, qb, qo);
 }
+#endif
 
 template <class TA, class TB, class TO, bool kRelu>
-void binary_inner_base(
+ETFUSE_NO_FP_CONTRACT void binary_inner_base(
     int64_t len, const TA* a, int64_t ia, const TB* b, int64_t ib, TO* o, int64_t io, const QParams& qa,
     const QParams& qb, const QParams& qo) {
   BinaryLoop<TA, TB, TO, kRelu>::body(len, a, ia, b, ib, o, io, qa, qb, qo);
@@ -257,7 +251,12 @@ template <class TA, class TB, class TO, bool kRelu>
 void binary_range(
     const Plan& p, const TA* a, const TB* b, TO* o, int64_t e0, int64_t e1, const QParams& qa, const QParams& qb,
     const QParams& qo, bool avx2) {
+#if ETFUSE_HAVE_X86_DISPATCH
   auto inner = avx2 ? &binary_inner_avx2<TA, TB, TO, kRelu> : &binary_inner_base<TA, TB, TO, kRelu>;
+#else
+  (void)avx2;
+  auto inner = &binary_inner_base<TA, TB, TO, kRelu>;
+#endif
   broadcast::for_range(p, e0, e1, [&](int64_t len, int64_t oa, int64_t ia, int64_t ob, int64_t ib, int64_t oo, int64_t io) {
     inner(len, a + oa, ia, b + ob, ib, o + oo, io, qa, qb, qo);
   });
@@ -312,33 +311,43 @@ struct QdqLoop {
   }
 };
 
+#if ETFUSE_HAVE_X86_DISPATCH
 template <class TQ>
 ETFUSE_TARGET_AVX2_NOFMA void quantize_avx2(int64_t n, const float* x, TQ* q, const QParams& p) {
-  QdqLoop<TQ>::quantize(n, x, q, p);
-}
-template <class TQ>
-void quantize_base(int64_t n, const float* x, TQ* q, const QParams& p) {
   QdqLoop<TQ>::quantize(n, x, q, p);
 }
 template <class TQ>
 ETFUSE_TARGET_AVX2_NOFMA void dequantize_avx2(int64_t n, const TQ* q, float* x, const QParams& p) {
   QdqLoop<TQ>::dequantize(n, q, x, p);
 }
+#endif
 template <class TQ>
-void dequantize_base(int64_t n, const TQ* q, float* x, const QParams& p) {
+ETFUSE_NO_FP_CONTRACT void quantize_base(int64_t n, const float* x, TQ* q, const QParams& p) {
+  QdqLoop<TQ>::quantize(n, x, q, p);
+}
+template <class TQ>
+ETFUSE_NO_FP_CONTRACT void dequantize_base(int64_t n, const TQ* q, float* x, const QParams& p) {
   QdqLoop<TQ>::dequantize(n, q, x, p);
 }
 
 // Contiguous tensors of n elements.
 template <class TQ, class Par>
 void quantize(const float* x, TQ* q, int64_t n, const QParams& p, Par&& par) {
+#if ETFUSE_HAVE_X86_DISPATCH
   auto f = selected_isa() == Isa::kAvx2 ? &quantize_avx2<TQ> : &quantize_base<TQ>;
+#else
+  auto f = &quantize_base<TQ>;
+#endif
   for_quantized(n, par, [&](int64_t e0, int64_t e1) { f(e1 - e0, x + e0, q + e0, p); });
 }
 
 template <class TQ, class Par>
 void dequantize(const TQ* q, float* x, int64_t n, const QParams& p, Par&& par) {
+#if ETFUSE_HAVE_X86_DISPATCH
   auto f = selected_isa() == Isa::kAvx2 ? &dequantize_avx2<TQ> : &dequantize_base<TQ>;
+#else
+  auto f = &dequantize_base<TQ>;
+#endif
   for_quantized(n, par, [&](int64_t e0, int64_t e1) { f(e1 - e0, q + e0, x + e0, p); });
 }
 

@@ -7,7 +7,8 @@
 //   y = acc * float32(input_scale * weight_scale[c]); y = y + bias[c]
 //   out = clamp(rint(y * float(1 / output_scale)) + output_zp, output_min, output_max)
 // one float32 operation at a time, never contracted into an FMA (compiled for AVX2 without FMA,
-// like core/quantized.h), so it is bit-exact with the op's pattern.
+// or with contraction off where the baseline has FMA, like core/quantized.h), so it is bit-exact
+// with the op's pattern. The int8 kernels (VNNI, AVX-512 depthwise) are x86 only.
 #pragma once
 
 #include <algorithm>
@@ -250,8 +251,8 @@ ETFUSE_TARGET_AVX2_NOFMA void requant_rows_avx2(const float* acc, int64_t rows, 
 #endif
 
 template <class T, bool kPer>
-void requant_rows_base(const float* acc, int64_t rows, int64_t inner, int64_t row0, int64_t channels,
-                       const Requant& r, T* q) {
+ETFUSE_NO_FP_CONTRACT void requant_rows_base(const float* acc, int64_t rows, int64_t inner, int64_t row0,
+                                             int64_t channels, const Requant& r, T* q) {
   for (int64_t i = 0; i < rows; ++i) {
     requant_loop<T, kPer>(acc + i * inner, inner, kPer ? 0 : (row0 + i) % channels, r, q + i * inner);
   }
@@ -345,6 +346,7 @@ inline void panels_rows(const float* x, int64_t M, int64_t x_rs, int64_t K, cons
 }
 
 // ---- a conv on VNNI: int8 in, int32 sums, int8 out (core/int8_pointwise.h) --------------------
+#if ETFUSE_HAVE_X86_DISPATCH
 
 inline core::int8_epilogue::Geometry geometry(const Layout& li, const Layout& lw, const Layout& lo,
                                               const core::conv2d::Params& p) {
@@ -473,6 +475,7 @@ inline void run_int8_depthwise(const Tensor& input, const Tensor& weight, const 
   }
   dw::run(pb, Parallel{});
 }
+#endif  // ETFUSE_HAVE_X86_DISPATCH
 
 // ---- the ops' bodies --------------------------------------------------------------------------
 
@@ -501,6 +504,7 @@ inline Tensor& conv2d_into(Context& ctx, const char* op, const Tensor& input, do
                     output_scale, output_zero_point, output_min, output_max, out, li, lw, ops, st, packed) &&
       conv::out_shape(li, lw, nullptr, p, ndim, sizes, st) && o.resize(op, ndim, sizes, st) &&
       o.open({&input, &weight}, false, is_contiguous(o.layout()), st);
+#if ETFUSE_HAVE_X86_DISPATCH
   if (ok && vnni_conv(p, ops)) {
     run_vnni_conv(input, weight, packed, li, lw, o.layout(), p, ops, o);
     return o.finish();
@@ -509,6 +513,7 @@ inline Tensor& conv2d_into(Context& ctx, const char* op, const Tensor& input, do
     run_int8_depthwise(input, weight, li, lw, o.layout(), p, ops, o);
     return o.finish();
   }
+#endif
   if (ok) read_as_floats(input, weight, li, lw, ops, packed);
   Floats acc(Slot::kAcc);
   acc.resize(ok ? o.layout().numel() : 0);

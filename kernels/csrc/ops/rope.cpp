@@ -24,7 +24,8 @@ bool angle_strides(const char* op, const char* name, const Layout& l, const Layo
   return true;
 }
 
-Tensor& rope_out(Context& ctx, const Tensor& x, const Tensor& cos, const Tensor& sin, Tensor& out) {
+// bit for bit with the pattern: no fused multiply-add where the compiler would contract (ARM)
+ETFUSE_NO_FP_CONTRACT Tensor& rope_out(Context& ctx, const Tensor& x, const Tensor& cos, const Tensor& sin, Tensor& out) {
   constexpr const char* op = "etfuse::rope.out";
   Status st;
   Layout lx, lc, ls;
