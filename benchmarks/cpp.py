@@ -1,0 +1,118 @@
+"""Latency as a C++ app sees it: the model zoo through `etfuse_runner` (executorch's Module API,
+etfuse::kernels + executorch::kernels_optimized + kernels_quantized + the XNNPACK delegate, all
+linked into one binary built with etfuse's CMake package), four programs per model, 1 and 2
+threads.
+
+    python benchmarks/cpp.py [--models resnet8,ds_cnn,...] [--threads 1,2] [--rounds 3]
+                             [--iterations 20] [--build-dir DIR]
+
+Programs (benchmarks/models.py's `lowered`): stock (portable ops on executorch::kernels_optimized),
+etfuse, XNNPACK, XNNPACK + etfuse. Each round runs every program once per thread count, in turn
+(interleaved, so load drifts hit all alike); a run is one runner process that reports the median
+of --iterations forwards after one warm-up; the table gives the median over rounds and ratios
+against XNNPACK at the same thread count. Prints the machine's load before and after.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import re
+import statistics
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import models as zoo  # noqa: E402  (benchmarks/models.py: the zoo and its lowering)
+
+import torch  # noqa: E402
+
+import etfuse.kernels  # noqa: E402
+
+PROGRAMS = ("stock", "etfuse", "xnnpack", "xnnpack+etfuse")
+_CONSUMER = """\
+cmake_minimum_required(VERSION 3.28)
+project(bench LANGUAGES CXX)
+find_package(executorch CONFIG REQUIRED)
+find_package(etfuse CONFIG REQUIRED)
+"""
+
+
+def build_runner(build_dir: Path) -> Path:
+    """etfuse_runner from the package (-DETFUSE_BUILD_RUNNER=ON), Release, built once per folder."""
+    import executorch
+
+    et_cmake = next(Path(p) / "share" / "cmake" for p in executorch.__path__ if (Path(p) / "share" / "cmake").is_dir())
+    src = build_dir / "src"
+    src.mkdir(parents=True, exist_ok=True)
+    (src / "CMakeLists.txt").write_text(_CONSUMER)
+    subprocess.run(["cmake", "-S", str(src), "-B", str(build_dir / "build"), "-DCMAKE_BUILD_TYPE=Release",
+                    "-DETFUSE_BUILD_RUNNER=ON", f"-DCMAKE_PREFIX_PATH={etfuse.kernels.cmake_prefix_path};{et_cmake}"],
+                   check=True, stdout=subprocess.DEVNULL)
+    subprocess.run(["cmake", "--build", str(build_dir / "build"), "-j2", "--target", "etfuse_runner"], check=True,
+                   stdout=subprocess.DEVNULL)
+    return build_dir / "build" / "etfuse_runner"
+
+
+def runner_ms(runner: Path, pte: Path, inputs: list, threads: int, iterations: int, workdir: Path) -> float:
+    """The runner's median ms per forward (its own timing: no process start, no program load)."""
+    args = [str(runner), str(pte), "--iterations", str(iterations), "--warmup", "1", "--threads", str(threads)]
+    for i, t in enumerate(inputs):
+        path = workdir / f"input_{i}.bin"
+        path.write_bytes(t.contiguous().numpy().tobytes())
+        args += ["--input", str(path)]
+    out = subprocess.run(args, capture_output=True, text=True)
+    if out.returncode != 0:
+        raise RuntimeError(f"{pte.name}: {out.stderr.strip()}")
+    return float(re.search(r"median=([0-9.]+)", out.stdout).group(1))
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--models", default=",".join(zoo.ZOO))
+    ap.add_argument("--threads", default="1,2")
+    ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--iterations", type=int, default=20)
+    ap.add_argument("--build-dir", default=str(Path(tempfile.gettempdir()) / "etfuse-bench-runner"))
+    args = ap.parse_args(argv)
+    names = [m for m in args.models.split(",") if m]
+    unknown = [m for m in names if m not in zoo.ZOO]
+    if unknown:
+        ap.error(f"unknown models {unknown}; the zoo has {list(zoo.ZOO)}")
+    threads = [int(t) for t in args.threads.split(",")]
+    print(f"load before: {os.getloadavg()[0]:.2f}", flush=True)
+    runner = build_runner(Path(args.build_dir))
+    rows = []
+    with tempfile.TemporaryDirectory() as d:
+        work = Path(d)
+        for name in names:
+            torch.manual_seed(0)
+            model, shape = zoo.ZOO[name]()
+            model = zoo.eval_with_bn_stats(model)
+            x = torch.randn(shape)
+            programs, _ = zoo.lowered(model, (x,), work, name, with_stock=True)
+            paths = zoo.pte_paths(programs, work, name)
+            times = {(p, t): [] for p in PROGRAMS for t in threads}
+            for _ in range(args.rounds):
+                for t in threads:
+                    for p in PROGRAMS:
+                        times[p, t].append(runner_ms(runner, paths[p], [x], t, args.iterations, work))
+            for t in threads:
+                med = {p: statistics.median(times[p, t]) for p in PROGRAMS}
+                rows.append((name, t, med))
+            print(f"{name}: done", file=sys.stderr, flush=True)
+    print("\n| model | threads | stock ms | etfuse ms | XNNPACK ms | XNNPACK + etfuse ms | etfuse / XNNPACK | "
+          "(XNNPACK + etfuse) / XNNPACK | stock / etfuse |")
+    print("|---|---:|---:|---:|---:|---:|---:|---:|---:|")
+    for name, t, med in rows:
+        x = med["xnnpack"]
+        print(f"| {name} | {t} | {med['stock']:.3f} | {med['etfuse']:.3f} | {x:.3f} | {med['xnnpack+etfuse']:.3f} | "
+              f"{med['etfuse'] / x:.2f}x | {med['xnnpack+etfuse'] / x:.2f}x | {med['stock'] / med['etfuse']:.1f}x |")
+    print(f"\nload after: {os.getloadavg()[0]:.2f}; runner: {runner}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
