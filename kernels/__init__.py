@@ -27,7 +27,11 @@ from typing import Optional
 from . import build as build  # the module: build.build(), build.cache_key(), ...
 from .build import BuildResult, KernelBuildError, KernelCacheWarning, cache_root
 
-__all__ = ["KernelInfo", "KernelBuildError", "KernelCacheWarning", "load", "is_loaded", "info", "build", "cache_root", "set_isa", "current_isa", "RUNTIME_OPS"]
+__all__ = ["KernelInfo", "KernelBuildError", "KernelCacheWarning", "load", "is_loaded", "info", "build", "cache_root", "set_isa", "current_isa", "RUNTIME_OPS", "cmake_prefix_path"]
+
+# The CMake package (etfuse-config.cmake: the target etfuse::kernels), like
+# torch.utils.cmake_prefix_path: -DCMAKE_PREFIX_PATH="<this>;<executorch>/share/cmake".
+cmake_prefix_path: str = str(build.CMAKE_DIR)
 
 # The op lists are derived from the catalog's kernel metadata (BackendOp.kernel), computed on
 # first use so that importing etfuse.kernels imports no torch:

@@ -43,6 +43,11 @@ an entry is missing and it is not writable) falls back to the per-user default w
 Flags target the x86-64 baseline (no -march=native: the cache may be shared between machines);
 the hot loops carry AVX2+FMA copies selected at runtime.
 
+C++ applications build the runtime kernels themselves, with the CMake package in cmake/
+(`etfuse.kernels.cmake_prefix_path`, target etfuse::kernels): it compiles the same files with the
+same flags, read from cmake/etfuse-kernels-sources.cmake, which `cmake_files()` writes from the
+catalog and the constants below (`python -m etfuse.kernels --write-cmake`).
+
 Why not `torch.utils.cpp_extension.load`: it maps the library into the building process (the
 ExecuTorch runtime aborts when a kernel is registered twice, and the cached copy is mapped
 later), and it compiles every unit against the torch headers and links torch_python, which
@@ -175,7 +180,20 @@ def library_sources() -> dict[str, list[str]]:
     return {EAGER_LIB: ops, RUNTIME_LIB: list(ops)}
 
 
-_COMMON = ["-O3", "-fPIC", "-DNDEBUG", "-fvisibility=hidden", "-fvisibility-inlines-hidden", "-Wno-psabi"]
+# --- the runtime library's build description -------------------------------------------------
+# Shared by both builds of the runtime kernels: the ninja build here (libetfuse_runtime.so) and
+# the CMake package (cmake/etfuse-config.cmake), which reads them from
+# cmake/etfuse-kernels-sources.cmake, written by `cmake_files()` (`python -m
+# etfuse.kernels --write-cmake`; a test checks it is current). No ISA flag: the sources
+# pick their x86 paths themselves (target attributes, cpuid), so the same flags build for aarch64.
+RUNTIME_CXX_STANDARD = 17
+OPTIMIZE_OPTIONS = ("-O3", "-fvisibility=hidden", "-fvisibility-inlines-hidden", "-Wno-psabi")
+RUNTIME_DEFINITIONS = ("NDEBUG", "ETFUSE_RUNTIME")
+CORE_SOURCES = ("core/kernels.cpp",)  # the GEMM and conv loops, under every op file
+ENTRY_SOURCE = "entry.cpp"  # the C entry points, with -DETFUSE_LIBRARY_PREFIX=ENTRY_PREFIX[lib]
+# What executorch's CMake package puts on executorch::runtime (its libraries are compiled with
+# them): spelled out here, the CMake package gets them by linking that target.
+EXECUTORCH_DEFINITIONS = ("C10_USING_CUSTOM_GENERATED_MACROS", "ET_EVENT_TRACER_ENABLED", "ET_USE_THREADPOOL")
 
 
 def compile_flags() -> dict[str, list[str]]:
@@ -184,10 +202,12 @@ def compile_flags() -> dict[str, list[str]]:
     from torch.utils import cpp_extension
 
     abi = int(torch._C._GLIBCXX_USE_CXX11_ABI)
-    eager = ["-std=c++20", *_COMMON, "-fopenmp", f"-D_GLIBCXX_USE_CXX11_ABI={abi}", "-DETFUSE_EAGER"]
+    eager = ["-std=c++20", *OPTIMIZE_OPTIONS, "-fPIC", "-DNDEBUG", "-fopenmp", f"-D_GLIBCXX_USE_CXX11_ABI={abi}",
+             "-DETFUSE_EAGER"]
     eager += [f"-I{p}" for p in cpp_extension.include_paths()] + [f"-I{CSRC}"]
     et = _executorch_dir()
-    runtime = ["-std=c++17", *_COMMON, "-DC10_USING_CUSTOM_GENERATED_MACROS", "-DET_USE_THREADPOOL", "-DETFUSE_RUNTIME"]
+    runtime = [f"-std=c++{RUNTIME_CXX_STANDARD}", *OPTIMIZE_OPTIONS, "-fPIC",
+               *(f"-D{d}" for d in (*EXECUTORCH_DEFINITIONS, *RUNTIME_DEFINITIONS))]
     runtime += [f"-I{et / 'include'}", f"-I{et / 'include' / 'executorch' / 'runtime' / 'core' / 'portable_type' / 'c10'}",
                 f"-I{CSRC}"]
     return {"eager": eager, "runtime": runtime}
@@ -203,6 +223,11 @@ def link_flags() -> dict[str, list[str]]:
     lib = _executorch_dir() / "lib"
     runtime = ["-shared", str(lib / "libexecutorch.so"), str(lib / "libexecutorch_threadpool.so"), f"-Wl,-rpath,{lib}"]
     return {"eager": eager, "runtime": runtime}
+
+
+def _object(src: str) -> str:
+    """The object file of a source compiled once for every library (CORE_SOURCES)."""
+    return Path(src).with_suffix(".o").as_posix()
 
 
 def _ninja_file(libraries: dict[str, list[str]], csrc: Path = CSRC) -> str:
@@ -229,7 +254,7 @@ def _ninja_file(libraries: dict[str, list[str]], csrc: Path = CSRC) -> str:
               "  depfile = $out.d", "  deps = gcc", "  description = precompile $in", "",
               f"build eager/eager_pch.h.gch: pch_eager {shlex.quote(str(csrc / 'eager_pch.h'))}",
               "  header = eager/eager_pch.h",
-              f"build core/kernels.o: cxx_runtime {shlex.quote(str(csrc / 'core' / 'kernels.cpp'))}", ""]
+              *(f"build {_object(src)}: cxx_runtime {shlex.quote(str(csrc / src))}" for src in CORE_SOURCES), ""]
     pch = "-include eager/eager_pch.h"
     objects_built = set()
     for lib, srcs in libraries.items():
@@ -247,11 +272,11 @@ def _ninja_file(libraries: dict[str, list[str]], csrc: Path = CSRC) -> str:
             objs.append(obj)
         if lib in ENTRY_PREFIX:
             obj = f"{lib}.entry.o"
-            lines += [f"build {obj}: cxx_{flavour} {shlex.quote(str(csrc / 'entry.cpp'))}",
+            lines += [f"build {obj}: cxx_{flavour} {shlex.quote(str(csrc / ENTRY_SOURCE))}",
                       f"  defines = -DETFUSE_LIBRARY_PREFIX={ENTRY_PREFIX[lib]}"]
             objs.append(obj)
         if lib in (EAGER_LIB, RUNTIME_LIB, PROBE_LIB):
-            objs.append("core/kernels.o")
+            objs += [_object(src) for src in CORE_SOURCES]
         lines.append(f"build {lib}: link_{flavour} {' '.join(objs)}")
     lines += ["", f"default {' '.join(LIBRARIES)}", ""]
     return "\n".join(lines)
@@ -650,6 +675,107 @@ def check() -> CacheStatus:
     return CacheStatus(root, final, key, problem, manifest)
 
 
+# --- the CMake package ------------------------------------------------------------------------
+
+CMAKE_DIR = Path(__file__).resolve().parent / "cmake"  # etfuse.kernels.cmake_prefix_path
+CMAKE_SOURCES = "etfuse-kernels-sources.cmake"
+CMAKE_VERSION_FILE = "etfuse-config-version.cmake"
+
+
+def runtime_ops_by_file() -> dict[str, list[str]]:
+    """Op file (csrc/ops/<file>.cpp, by stem) -> the runtime ops it registers, in catalog order."""
+    files = {Path(src).stem: [] for src in library_sources()[RUNTIME_LIB]}
+    for op in kernel_ops():
+        files[op.kernel].append(f"{op.namespace}::{op.out_name}")
+        if op.inplace:
+            files[op.kernel].append(f"{op.namespace}::{op.inplace_name}")
+    return files
+
+
+def _cmake_list(name: str, items, per_line: bool = False) -> str:
+    # every item here is a file name, op name or flag: nothing CMake would need quoted but `;`
+    bad = [i for i in items if re.search(r'[\s;"#()$\\]', i)]
+    if bad:
+        raise KernelBuildError(f"cannot write {bad[0]!r} into {CMAKE_SOURCES}")
+    if per_line:
+        return f"set({name}\n" + "".join(f"    {i}\n" for i in items) + ")"
+    return f"set({name} {' '.join(items)})"
+
+
+def cmake_files() -> dict[str, str]:
+    """The generated files of the CMake package (name in CMAKE_DIR -> text): the runtime library's
+    sources and flags (the constants above and the catalog), and the package's version."""
+    from etfuse import __version__
+
+    by_file = runtime_ops_by_file()
+    head = ("# Generated by `python -m etfuse.kernels --write-cmake` from kernels/build.py and the op\n"
+            "# catalog (etfuse.backend_ops); do not edit: tests/test_cmake_package.py checks it is current.\n")
+    lines = [head.rstrip("\n"),
+             _cmake_list("ETFUSE_KERNELS_VERSION", [__version__]),
+             _cmake_list("ETFUSE_KERNELS_CXX_STANDARD", [str(RUNTIME_CXX_STANDARD)]),
+             "# runtime flags of the ninja build (`compile_flags()[\"runtime\"]`) but executorch's, which come",
+             "# with executorch::runtime, and -fPIC (POSITION_INDEPENDENT_CODE)",
+             _cmake_list("ETFUSE_KERNELS_COMPILE_OPTIONS", OPTIMIZE_OPTIONS),
+             _cmake_list("ETFUSE_KERNELS_COMPILE_DEFINITIONS", RUNTIME_DEFINITIONS),
+             "# relative to csrc/: compiled whatever ops are selected",
+             _cmake_list("ETFUSE_KERNELS_CORE_SOURCES", CORE_SOURCES),
+             _cmake_list("ETFUSE_KERNELS_ENTRY_SOURCE", [ENTRY_SOURCE]),
+             _cmake_list("ETFUSE_KERNELS_ENTRY_DEFINITIONS", [f"ETFUSE_LIBRARY_PREFIX={ENTRY_PREFIX[RUNTIME_LIB]}"]),
+             "# op files (csrc/ops/<file>.cpp) and, per file, the ops it registers",
+             _cmake_list("ETFUSE_KERNELS_OP_FILES", list(by_file), per_line=True)]
+    lines += [_cmake_list(f"ETFUSE_KERNELS_OPS_{stem}", ops) for stem, ops in by_file.items()]
+    major = __version__.split(".")[0]
+    version = "\n".join([
+        head.rstrip("\n"),
+        f'set(PACKAGE_VERSION "{__version__}")',
+        "# the sources are compiled by the consumer: any architecture; one major version (the op names",
+        "# a program calls are the interface)",
+        "if(PACKAGE_FIND_VERSION VERSION_GREATER PACKAGE_VERSION)",
+        "  set(PACKAGE_VERSION_COMPATIBLE FALSE)",
+        f'elseif(NOT PACKAGE_FIND_VERSION_MAJOR STREQUAL "" AND NOT PACKAGE_FIND_VERSION_MAJOR EQUAL {major})',
+        "  set(PACKAGE_VERSION_COMPATIBLE FALSE)",
+        "else()",
+        "  set(PACKAGE_VERSION_COMPATIBLE TRUE)",
+        "  if(PACKAGE_FIND_VERSION VERSION_EQUAL PACKAGE_VERSION)",
+        "    set(PACKAGE_VERSION_EXACT TRUE)",
+        "  endif()",
+        "endif()", ""])
+    return {CMAKE_SOURCES: "\n".join(lines) + "\n", CMAKE_VERSION_FILE: version}
+
+
+def stale_cmake_files(directory: Path = CMAKE_DIR) -> list[str]:
+    """The generated CMake files in `directory` that differ from `cmake_files()` (or are missing)."""
+    stale = []
+    for name, text in cmake_files().items():
+        try:
+            if (directory / name).read_text() == text:
+                continue
+        except OSError:
+            pass
+        stale.append(name)
+    return stale
+
+
+def write_cmake(directory: Path = CMAKE_DIR) -> list[Path]:
+    """Write the generated CMake files that changed; returns them."""
+    written = []
+    for name, text in cmake_files().items():
+        path = directory / name
+        try:
+            if path.read_text() == text:
+                continue
+        except OSError:
+            pass
+        path.write_text(text)
+        written.append(path)
+    return written
+
+
+def cmake_prefix_path() -> str:
+    """CMAKE_PREFIX_PATH for a consumer on this machine: etfuse's package and executorch's."""
+    return f"{CMAKE_DIR};{_executorch_dir() / 'share' / 'cmake'}"
+
+
 def main(argv: Optional[list[str]] = None) -> int:
     import argparse
 
@@ -662,7 +788,19 @@ def main(argv: Optional[list[str]] = None) -> int:
                          "builds nothing, needs no compiler")
     ap.add_argument("--force", action="store_true", help="rebuild even when cached")
     ap.add_argument("-v", "--verbose", action="store_true", help="show the compiler output")
+    ap.add_argument("--write-cmake", action="store_true",
+                    help=f"rewrite the CMake package's generated files ({CMAKE_SOURCES}, {CMAKE_VERSION_FILE} in "
+                         f"{CMAKE_DIR}) from the catalog and this module's flags; builds nothing")
+    ap.add_argument("--cmake-prefix-path", action="store_true",
+                    help="print the CMAKE_PREFIX_PATH that finds the etfuse and executorch CMake packages")
     args = ap.parse_args(argv)
+    if args.cmake_prefix_path:
+        print(cmake_prefix_path())
+        return 0
+    if args.write_cmake:
+        for path in write_cmake():
+            print(f"wrote {path}")
+        return 0
     if args.check:
         st = check()
         print(f"cache: {st.root}")

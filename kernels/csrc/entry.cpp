@@ -1,5 +1,5 @@
 // Plain C entry points of each library (ctypes), compiled once per library with
-// -DETFUSE_LIBRARY_PREFIX=etfuse_eager / etfuse_runtime / etfuse_quantized_runtime:
+// -DETFUSE_LIBRARY_PREFIX=etfuse_eager / etfuse_runtime:
 // the ISA the dispatched loops use (per library), and the runtime's thread count.
 #include "core/common.h"
 

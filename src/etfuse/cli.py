@@ -4,6 +4,7 @@
     etfuse fuse MODEL.pt2 -o MODEL.pte [--report R.md] [--shape 1,3,32,32 ...] [--compare]
                 [--bench N] [--bench-seconds S]
     etfuse build-kernels [--force]
+    etfuse ops MODEL.pte [MODEL.pte ...] [--all] [--format lines|cmake]
 
 Everything the command can check about its arguments (paths, shapes against the program's
 inputs, memory) is checked before any work, and refused with one line on stderr and exit code 2.
@@ -455,6 +456,57 @@ def build_kernels(args) -> int:
     return 0
 
 
+_PTE_IDENTIFIER = re.compile(rb"ET\d\d")  # the flatbuffer file identifier at bytes 4..8: ET12, ...
+
+
+def _program_operators(path: str) -> set[str]:
+    """`namespace::name.overload` of every operator in the program's operator tables (all
+    methods), read with executorch's .pte reader."""
+    if not os.path.exists(path):
+        raise CliError(f"{path}: no such file")
+    if os.path.isdir(path):
+        raise CliError(f"{path}: is a folder, not a .pte file")
+    try:
+        with open(path, "rb") as f:
+            data = f.read()
+    except OSError as e:
+        raise CliError(f"{path}: cannot be read: {e.strerror or e}") from None
+    if not _PTE_IDENTIFIER.fullmatch(data[4:8]):
+        raise CliError(f"{path}: not an ExecuTorch program (.pte)")
+    from executorch.exir._serialize._program import deserialize_pte_binary
+
+    try:
+        program = deserialize_pte_binary(data).program
+    except Exception as e:  # noqa: BLE001 - a damaged file, said in one line
+        first = (str(e).strip().splitlines() or [type(e).__name__])[0]
+        raise CliError(f"{path}: not a readable ExecuTorch program (.pte): {first}") from None
+    return {f"{op.name}.{op.overload}" if op.overload else op.name
+            for plan in program.execution_plan for op in plan.operators}
+
+
+def ops(args) -> int:
+    # executorch's import prints warnings about optional torchao kernels; not for our users
+    import logging
+
+    for name in ("torchao", "torch.utils._pytree"):
+        logging.getLogger(name).setLevel(logging.ERROR)
+    names: set[str] = set()
+    for path in args.models:
+        names |= _program_operators(path)
+    if not args.all:
+        import etfuse.kernels
+
+        # etfuse's namespace, and the executorch-named ops its kernels register
+        ours = set(etfuse.kernels.RUNTIME_OPS)
+        names = {n for n in names if n in ours or n.split("::", 1)[0] == "etfuse"}
+    if args.format == "cmake":
+        print(";".join(sorted(names)))
+    else:
+        for name in sorted(names):
+            print(name)
+    return 0
+
+
 class _Parser(argparse.ArgumentParser):
     """argparse, but errors are one line: `etfuse: error: ...` and exit code 2."""
 
@@ -516,13 +568,20 @@ def build_parser() -> argparse.ArgumentParser:
     k = sub.add_parser("build-kernels", help="compile etfuse's C++ kernels now (else on first use) and print the cache folder")
     k.add_argument("--force", action="store_true", help="rebuild even if the cache has them")
     _add_common(k)
+    o = sub.add_parser("ops", help="print the etfuse ops .pte programs call (what a selective build of the "
+                                   "kernels needs: ETFUSE_SELECT_OPS_MODEL)")
+    o.add_argument("models", nargs="+", metavar="MODEL.pte", help="ExecuTorch programs; with several, the union")
+    o.add_argument("--all", action="store_true",
+                   help="every op the programs call, executorch's too (what EXECUTORCH_SELECT_OPS_LIST takes)")
+    o.add_argument("--format", choices=("lines", "cmake"), default="lines",
+                   help="one op per line (default), or a CMake ;-list on one line")
     return parser
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     args = build_parser().parse_args(_fix_negative_shapes(argv))
-    commands = {"demo": demo, "fuse": fuse_file, "build-kernels": build_kernels}
+    commands = {"demo": demo, "fuse": fuse_file, "build-kernels": build_kernels, "ops": ops}
     # The command speaks in one-line messages; torch/executorch deprecation chatter is not for its users.
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", FutureWarning)
