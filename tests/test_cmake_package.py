@@ -25,17 +25,10 @@ import etfuse
 from etfuse import cli
 from etfuse.kernels import build as kbuild
 
-# The README's consumer project (README.md, "C++ applications").
-CONSUMER_CMAKELISTS = """\
-cmake_minimum_required(VERSION 3.28)
-project(app LANGUAGES CXX)
+import readme_consumer
 
-find_package(executorch CONFIG REQUIRED)
-find_package(etfuse CONFIG REQUIRED)
-
-add_executable(app main.cpp)
-target_link_libraries(app PRIVATE etfuse::kernels executorch::kernels_optimized)
-"""
+# The README's consumer project (README.md, "Deploying to a device"), as written there.
+CONSUMER_CMAKELISTS = readme_consumer.cmakelists()
 
 # Runs forward on float32 inputs read from raw files; prints every output element.
 CONSUMER_MAIN = r"""

@@ -1,21 +1,19 @@
 """The deployment cases (tests/deploy_models.py): each fused `.pte` against eager PyTorch on the
-Python ExecuTorch runtime, then through the C++ runner, natively on x86 and on aarch64 under qemu.
-
-The runner tests take the runner's command from the environment for now:
-ETFUSE_TEST_RUNNER_X86 (a command, split like a shell does) and ETFUSE_TEST_RUNNER_AARCH64 (the
-aarch64 binary, run under qemu-aarch64 for each CPU model); unset, they skip."""
+Python ExecuTorch runtime, then through the C++ app the README's "Deploying to a device" builds
+(tests/readme_consumer.py: its CMakeLists.txt and build commands, verbatim, with etfuse_runner's
+source as main.cpp; etfuse::kernels and executorch::kernels_optimized only), natively on x86 and,
+cross-compiled with the README's aarch64 commands, under qemu-aarch64 for two CPU models."""
 
 from __future__ import annotations
 
-import os
 import shlex
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 import torch
 
+import readme_consumer
 from deploy_models import CASES, DeployCase, read_outputs, write_case
 from etfuse.runtime import run
 
@@ -115,38 +113,10 @@ def check_runner(runner: list[str], name: str, tmp_path: Path):
     _assert_matches(run_runner(runner, case, tmp_path), case)
 
 
-# The runner's CLI on the Python runtime: checks run_runner itself while the C++ runner is not built.
-_STAND_IN = r"""
-import argparse, pathlib, torch
-from etfuse.runtime import input_specs, run
-p = argparse.ArgumentParser()
-p.add_argument("model")
-p.add_argument("--input", action="append", default=[])
-p.add_argument("--output-dir", default=".")
-for flag in ("--iterations", "--threads", "--warmup"):
-    p.add_argument(flag, type=int)
-a = p.parse_args()
-pte = pathlib.Path(a.model).read_bytes()
-inputs = [torch.frombuffer(bytearray(pathlib.Path(f).read_bytes()), dtype=s.dtype).reshape(s.sizes)
-          for f, s in zip(a.input, input_specs(pte), strict=True)]
-for i, t in enumerate(run(pte, inputs)):
-    (pathlib.Path(a.output_dir) / f"output_{i}.bin").write_bytes(t.contiguous().numpy().tobytes())
-"""
-
-
-def test_run_runner_with_a_stand_in_runner(tmp_path):
-    check_runner([sys.executable, "-c", _STAND_IN], "int4_llama_decode", tmp_path)  # two int64 inputs, a KV cache
-    with pytest.raises(AssertionError, match="exited 3"):
-        run_runner([sys.executable, "-c", "raise SystemExit(3)"], CASES["cond_then"](), tmp_path / "failing")
-
-
 class TestX86Runner:
     @pytest.fixture(scope="module")
     def runner(self) -> list[str]:
-        command = os.environ.get("ETFUSE_TEST_RUNNER_X86")
-        if not command:
-            pytest.skip("ETFUSE_TEST_RUNNER_X86 is not set")
-        return shlex.split(command)
+        return [str(readme_consumer.app("host"))]
 
     @pytest.mark.parametrize("name", NAMES)
     def test_runner_matches_eager(self, runner, name, tmp_path):
@@ -157,10 +127,8 @@ class TestAarch64Runner:
     # neoverse-n1: Armv8.2 with dot products; cortex-a53: Armv8.0, the kernels' plain NEON paths
     @pytest.fixture(scope="module", params=["neoverse-n1", "cortex-a53"])
     def runner(self, request) -> list[str]:
-        binary = os.environ.get("ETFUSE_TEST_RUNNER_AARCH64")
-        if not binary:
-            pytest.skip("ETFUSE_TEST_RUNNER_AARCH64 is not set")
-        return ["qemu-aarch64", "-L", "/usr/aarch64-linux-gnu", "-cpu", request.param, binary]
+        return ["qemu-aarch64", "-L", "/usr/aarch64-linux-gnu", "-cpu", request.param,
+                str(readme_consumer.app("aarch64"))]
 
     @pytest.mark.parametrize("name", NAMES)
     def test_runner_matches_eager(self, runner, name, tmp_path):
