@@ -80,12 +80,15 @@ def _key(arch: str) -> str:
 
 
 def env() -> dict:
-    """This Python first on PATH (the README's `python`), and ninja as CMake's generator where it
-    is installed: `cmake --build -j` under make would start every compile at once."""
+    """This Python first on PATH (the README's `python`); ninja as CMake's generator where it is
+    installed (`cmake --build -j` under make would start every compile at once); ccache where it
+    is installed (CI installs it), so the test builds of the same sources compile them once."""
     e = dict(os.environ)
     e["PATH"] = os.pathsep.join([str(Path(sys.executable).parent), e.get("PATH", "")])
     if shutil.which("ninja"):
         e.setdefault("CMAKE_GENERATOR", "Ninja")
+    if shutil.which("ccache"):
+        e.setdefault("CMAKE_CXX_COMPILER_LAUNCHER", "ccache")
     return e
 
 

@@ -100,14 +100,15 @@ def _configure(source: Path, build: Path, *defines: str, prefix: str | None = No
     generator = ["-G", "Ninja"] if shutil.which("ninja") else []
     cmd = [_cmake(), "-S", str(source), "-B", str(build), *generator, "-DCMAKE_BUILD_TYPE=Release",
            f"-DCMAKE_PREFIX_PATH={prefix}", f"-DETFUSE_PYTHON={sys.executable}", *defines]
-    return subprocess.run(cmd, capture_output=True, text=True)
+    return subprocess.run(cmd, capture_output=True, text=True, env=readme_consumer.env())
 
 
 def _configure_and_build(source: Path, build: Path, *defines: str, prefix: str | None = None) -> str:
     """Configure and build; returns the configure output."""
     conf = _configure(source, build, *defines, prefix=prefix)
     assert conf.returncode == 0, f"configure failed:\n{conf.stdout}\n{conf.stderr}"
-    made = subprocess.run([_cmake(), "--build", str(build), "-j2"], capture_output=True, text=True)
+    made = subprocess.run([_cmake(), "--build", str(build), "-j2"], capture_output=True, text=True,
+                          env=readme_consumer.env())
     assert made.returncode == 0, f"build failed:\n{made.stdout[-6000:]}\n{made.stderr[-6000:]}"
     return conf.stdout
 
