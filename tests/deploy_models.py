@@ -213,8 +213,22 @@ def cond_else() -> DeployCase:
     return _cond_case("cond_else", -torch.randn(4, 16, generator=g).abs(), torch.randn(4, 16, generator=g))
 
 
+# ---- g. quantized embeddings at 2, 4 and 8 bits (torchao), the stock kernels' names' twins -------
+
+@functools.lru_cache(maxsize=None)
+def quantized_embeddings() -> DeployCase:
+    from test_embeddings import torchao_model
+
+    m = torchao_model(torch.float32)
+    inputs = [torch.tensor([[3, 0, 19], [7, 7, 1]])]
+    with torch.no_grad():
+        expected = m(*inputs)
+    fused = etfuse.fuse(to_edge(torch.export.export(m, tuple(inputs))))
+    return _case("quantized_embeddings", fused, inputs, expected, atol=0, rtol=0)  # bit for bit (test_embeddings)
+
+
 CASES = {f.__name__: f for f in (cnn, depthwise_separable, transformer_block, int8_pt2e_cnn, int4_llama_decode,
-                                 cond_then, cond_else)}
+                                 cond_then, cond_else, quantized_embeddings)}
 
 
 def all_cases() -> list[DeployCase]:

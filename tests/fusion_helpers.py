@@ -26,6 +26,18 @@ def op_names(gm: fx.GraphModule) -> list[str]:
     return out
 
 
+def card_names(names: list[str]) -> list[str]:
+    """`op_names` with etfuse's twins read as the ops they stand for (`etfuse.quantized_decomposed_add`
+    -> `quantized_decomposed.add`): `transform(default_passes())` already holds the names a lowered
+    program calls (passes/runtime_names.py), `fuse` the card's until `to_executorch()`."""
+    return [n.replace("etfuse.quantized_decomposed_", "quantized_decomposed.") for n in names]
+
+
+def plan_ops(program) -> list[str]:
+    """The operator table of a lowered program's first execution plan: what the runtime must have."""
+    return [f"{o.name}.{o.overload}" for o in program.executorch_program.execution_plan[0].operators]
+
+
 def eval_with_bn_stats(model: torch.nn.Module) -> torch.nn.Module:
     """`model` in eval mode with non-trivial batch-norm running statistics (fixed seed), so a
     folded or fused batch norm shows in the numbers."""

@@ -298,6 +298,15 @@ def test_runner_links_executorch_quantized_kernels_too(static_build, programs, t
         assert "libexecutorch_kernels_quantized.so" in needed
 
 
+@pytest.mark.parametrize("name", ["int8_pt2e_cnn", "quantized_embeddings"])
+def test_quantized_programs_beside_executorch_quantized_kernels(static_build, name, tmp_path):
+    """etfuse::kernels and executorch::kernels_quantized in one app (the runner links both): it
+    starts, and etfuse's quantized programs load and give their eager outputs bit for bit."""
+    from test_deploy import check_runner
+
+    check_runner([str(static_build / "etfuse_runner")], name, tmp_path)
+
+
 def test_shared_build_has_soname_and_stays_needed(selected_shared_build, programs):
     build, _ = selected_shared_build
     major = etfuse.__version__.split(".")[0]

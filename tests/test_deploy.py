@@ -35,6 +35,9 @@ ETFUSE_OPS = {
     # one program: both branches' ops are in its plan
     "cond_then": {"etfuse::add_relu.out", "etfuse::linear_relu.out"},
     "cond_else": {"etfuse::add_relu.out", "etfuse::linear_relu.out"},
+    "quantized_embeddings": {"etfuse::quantized_decomposed_embedding_byte.out",
+                             "etfuse::quantized_decomposed_embedding_4bit.out",
+                             "etfuse::quantized_decomposed_embedding_2bit.out"},
 }
 
 
@@ -133,3 +136,32 @@ class TestAarch64Runner:
     @pytest.mark.parametrize("name", NAMES)
     def test_runner_matches_eager(self, runner, name, tmp_path):
         check_runner(runner, name, tmp_path)
+
+
+# ---- the runner's bad input: one line naming it, a non-zero exit -------------------------------
+
+def _runner_error(args: list[str]) -> tuple[int, str]:
+    proc = subprocess.run([str(readme_consumer.app("host")), *args], capture_output=True, text=True, timeout=120)
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("etfuse_runner: error: "), proc.stderr
+    return proc.returncode, lines[0]
+
+
+def test_runner_bad_input_is_one_line(tmp_path):
+    folder = write_case(CASES["cnn"](), tmp_path / "cnn")
+    pte = folder / "model.pte"
+    assert _runner_error([str(tmp_path / "missing.pte")])[0] == 1
+    truncated = tmp_path / "truncated.pte"
+    truncated.write_bytes(pte.read_bytes()[:3000])
+    code, line = _runner_error([str(truncated)])
+    assert code == 1 and "truncated" in line
+    foreign = tmp_path / "foreign.pte"
+    foreign.write_bytes(b"\x7fELF" + bytes(4000))
+    code, line = _runner_error([str(foreign)])
+    assert code == 1 and "not an ExecuTorch program" in line
+    short = tmp_path / "short.bin"
+    short.write_bytes(bytes(100))
+    code, line = _runner_error([str(pte), "--input", str(short)])
+    assert code == 1 and "input 0" in line and "100 bytes" in line and "expected 12288" in line, line
+    code, line = _runner_error([str(pte), "--bogus"])
+    assert code == 2 and "--bogus" in line
