@@ -84,6 +84,7 @@ def main(argv=None) -> int:
     threads = [int(t) for t in args.threads.split(",")]
     print(f"load before: {os.getloadavg()[0]:.2f}", flush=True)
     runner = build_runner(Path(args.build_dir))
+    etfuse.kernels.load()  # `lowered` checks each program loads on the Python runtime
     rows = []
     with tempfile.TemporaryDirectory() as d:
         work = Path(d)
