@@ -20,7 +20,6 @@ import ctypes
 import dataclasses
 import os
 import threading
-import warnings
 from pathlib import Path
 from typing import Optional
 

@@ -39,23 +39,20 @@ def _original(target):
     return getattr(target, "_op", target)
 
 
-def emits_twins(graph_module: fx.GraphModule) -> bool:
-    twins = _twins()
-    return any(n.op == "call_function" and _original(n.target) in twins
-               for _, m in graph_modules(graph_module) for n in m.graph.nodes)
-
-
 class EmitRuntimeNamesPass(ExportPass):
     """Each op with an etfuse twin is called as its twin (module docstring)."""
 
     def call(self, graph_module: fx.GraphModule) -> PassResult:
-        if not emits_twins(graph_module):
-            return PassResult(copy_graph_module(graph_module), False)
         twins = _twins()
-        result = copy_graph_module(graph_module)
+        result = copy_graph_module(graph_module)  # a graph of its own, even when nothing changes
+        modified = False
         for _, m in graph_modules(result):
+            renamed = False
             for n in m.graph.nodes:
                 if n.op == "call_function" and _original(n.target) in twins:
                     n.target = twins[_original(n.target)]
-            m.recompile()
-        return PassResult(result, True)
+                    renamed = True
+            if renamed:
+                m.recompile()
+            modified |= renamed
+        return PassResult(result, modified)
