@@ -63,7 +63,7 @@ def main(argv=None) -> int:
     ap.add_argument("--threads", default="1,2")
     ap.add_argument("--cold", action="store_true", help="weights not in cache (a new copy per call)")
     args = ap.parse_args(argv)
-    info = kernels.load()
+    info = kernels.load(eager=True)
     print(f"# weight-only linear kernels\n\n{os.cpu_count()} cores, load average {os.getloadavg()[0]:.1f} at the "
           f"start, kernels ISA {info.isa}; eager kernels, weights {'not ' if args.cold else ''}in cache, ms per call, medians of {args.rounds} interleaved rounds\n")
     print("| M x K x N | threads | fp32 | int8 | int4 g32 | int4 g128 | fp32 / int8 | fp32 / int4 g32 | fp32 / int4 g128 |")

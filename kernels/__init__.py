@@ -1,17 +1,20 @@
 """etfuse C++ kernels for the etfuse backend ops (`etfuse::add_relu.out`, ...).
 
-`load()` builds the kernels once (cached, see `build.py`: each library is checked against the
-cache entry's manifest before it is mapped, and a damaged entry is rebuilt) and registers them
-twice:
+`load()` builds the kernels once (ninja, `build.py`; cached, `cache.py`: each library is checked
+against the cache entry's manifest before it is mapped, and a damaged entry is rebuilt) and
+registers them:
 
-* in torch, as the CPU kernels of the `.out` variants (`torch.ops.etfuse.add_relu.out` then
-  runs compiled code instead of the Python reference kernel);
 * in the ExecuTorch runtime, so programs holding `etfuse::*.out` ops run through
-  `executorch.runtime`.
+  `executorch.runtime` (libetfuse_runtime.so, always);
+* with `load(eager=True)`, also in torch, as the CPU kernels of the `.out` variants
+  (`torch.ops.etfuse.add_relu.out` then runs compiled code instead of the Python reference
+  kernel; libetfuse_eager.so). Fusing, lowering and running programs never call them, so the
+  first run does not wait for that library's build (its units compile against the torch headers).
 
 The functional ops keep their pattern (CompositeImplicitAutograd) kernels on purpose.
 `load()` is idempotent within a process: the ExecuTorch runtime aborts the process when an op
-is registered twice, so a second call returns the first call's result.
+is registered twice, so a second call returns the first call's result (adding the eager library
+when it asks for it).
 """
 
 from __future__ import annotations
@@ -24,13 +27,16 @@ from pathlib import Path
 from typing import Optional
 
 from . import build as build  # the module: build.build(), build.cache_key(), ...
-from .build import BuildResult, KernelBuildError, KernelCacheWarning, cache_root
+from . import cache as cache
+from .build import EAGER_LIB, RUNTIME_LIB, KernelBuildError, KernelCacheWarning
+from .cache import cache_root
+from .cmake_package import CMAKE_DIR
 
 __all__ = ["KernelInfo", "KernelBuildError", "KernelCacheWarning", "load", "is_loaded", "info", "build", "cache_root", "set_isa", "current_isa", "RUNTIME_OPS", "cmake_prefix_path"]
 
 # The CMake package (etfuse-config.cmake: the target etfuse::kernels), like
 # torch.utils.cmake_prefix_path: -DCMAKE_PREFIX_PATH="<this>;<executorch>/share/cmake".
-cmake_prefix_path: str = str(build.CMAKE_DIR)
+cmake_prefix_path: str = str(CMAKE_DIR)
 
 # The op lists are derived from the catalog's kernel metadata (BackendOp.kernel), computed on
 # first use so that importing etfuse.kernels imports no torch:
@@ -64,7 +70,7 @@ def __getattr__(name: str):
 
 @dataclasses.dataclass(frozen=True)
 class KernelInfo:
-    eager_library: Path
+    eager_library: Optional[Path]  # None until `load(eager=True)`
     runtime_library: Optional[Path]  # None when the runtime ops were already registered elsewhere
     cache_dir: Path
     built: bool  # compiled by this process (False: found in the cache)
@@ -87,57 +93,64 @@ def _runtime_registered() -> set[str]:
     return set(portable_lib._get_operator_names()) & set(RUNTIME_OPS)
 
 
-def load(verbose: bool = False) -> KernelInfo:
-    """Build (or find cached) and register the kernels; returns where they came from."""
+def load(verbose: bool = False, eager: bool = False) -> KernelInfo:
+    """Build (or find cached) and register the runtime kernels, and with `eager=True` the torch
+    CPU kernels of the `.out` ops too; returns where they came from."""
     global _INFO
     with _LOCK:
-        if _INFO is not None:
-            return _INFO
-        import torch
-
-        import etfuse.backend_ops
-
-        etfuse.backend_ops.install()  # schemas must exist before TORCH_LIBRARY_IMPL runs
-        from executorch.extension.pybindings import portable_lib  # noqa: F401  (loads libexecutorch.so)
-
-        res: BuildResult = build.build(verbose=verbose)
-        _ensure_op_lists()
-
-        if not all(torch._C._dispatch_has_kernel_for_dispatch_key(op, "CPU") for op in EAGER_OPS):
-            torch.ops.load_library(str(res.eager))
-
-        runtime_lib = None
-        already = _runtime_registered()
-        if already and not set(RUNTIME_OPS) <= already:
-            raise RuntimeError(
-                f"some etfuse runtime ops are registered already ({sorted(already)}) but not all of "
-                f"{list(RUNTIME_OPS)}; refusing to register them again (the runtime aborts on duplicates)"
-            )
-        if not already:
-            runtime_lib = ctypes.CDLL(str(res.runtime), mode=os.RTLD_GLOBAL)
-            runtime_lib.etfuse_runtime_isa.restype = ctypes.c_char_p
-            runtime_lib.etfuse_runtime_set_isa.argtypes = [ctypes.c_char_p]
-            runtime_lib.etfuse_runtime_thread_count.restype = ctypes.c_int64
-            missing = set(RUNTIME_OPS) - _runtime_registered()
-            if missing:
-                raise RuntimeError(f"{res.runtime} loaded but did not register {sorted(missing)}")
-
-        # Already loaded by torch: dlopen hands back the same library, for its C entry points.
-        eager_lib = ctypes.CDLL(str(res.eager))
-        eager_lib.etfuse_eager_isa.restype = ctypes.c_char_p
-        eager_lib.etfuse_eager_set_isa.argtypes = [ctypes.c_char_p]
-
-        _INFO = KernelInfo(
-            eager_library=res.eager,
-            runtime_library=res.runtime if runtime_lib is not None else None,
-            cache_dir=res.directory,
-            built=res.built,
-            isa=eager_lib.etfuse_eager_isa().decode(),
-            runtime_threads=int(runtime_lib.etfuse_runtime_thread_count()) if runtime_lib is not None else 0,
-            runtime=runtime_lib,
-            eager=eager_lib,
-        )
+        if _INFO is None:
+            _INFO = _load_runtime(verbose)
+        if eager and _INFO.eager is None:
+            _INFO = _load_eager(_INFO, verbose)
         return _INFO
+
+
+def _load_runtime(verbose: bool) -> KernelInfo:
+    import etfuse.backend_ops
+
+    etfuse.backend_ops.install()  # schemas must exist before the libraries register kernels
+    from executorch.extension.pybindings import portable_lib  # noqa: F401  (loads libexecutorch.so)
+
+    _ensure_op_lists()
+    already = _runtime_registered()
+    if already and not set(RUNTIME_OPS) <= already:
+        raise RuntimeError(
+            f"some etfuse runtime ops are registered already ({sorted(already)}) but not all of "
+            f"{list(RUNTIME_OPS)}; refusing to register them again (the runtime aborts on duplicates)"
+        )
+    res = cache.build(verbose=verbose, libraries=(RUNTIME_LIB,))
+    runtime_lib = None
+    if not already:
+        runtime_lib = ctypes.CDLL(str(res.runtime), mode=os.RTLD_GLOBAL)
+        runtime_lib.etfuse_runtime_isa.restype = ctypes.c_char_p
+        runtime_lib.etfuse_runtime_set_isa.argtypes = [ctypes.c_char_p]
+        runtime_lib.etfuse_runtime_thread_count.restype = ctypes.c_int64
+        missing = set(RUNTIME_OPS) - _runtime_registered()
+        if missing:
+            raise RuntimeError(f"{res.runtime} loaded but did not register {sorted(missing)}")
+    return KernelInfo(
+        eager_library=None,
+        runtime_library=res.runtime if runtime_lib is not None else None,
+        cache_dir=res.directory,
+        built=res.built,
+        isa=runtime_lib.etfuse_runtime_isa().decode() if runtime_lib is not None else "unknown",
+        runtime_threads=int(runtime_lib.etfuse_runtime_thread_count()) if runtime_lib is not None else 0,
+        runtime=runtime_lib,
+    )
+
+
+def _load_eager(info: KernelInfo, verbose: bool) -> KernelInfo:
+    import torch
+
+    res = cache.build(verbose=verbose, libraries=(EAGER_LIB,))
+    if not all(torch._C._dispatch_has_kernel_for_dispatch_key(op, "CPU") for op in EAGER_OPS):
+        torch.ops.load_library(str(res.eager))
+    # Already loaded by torch: dlopen hands back the same library, for its C entry points.
+    eager_lib = ctypes.CDLL(str(res.eager))
+    eager_lib.etfuse_eager_isa.restype = ctypes.c_char_p
+    eager_lib.etfuse_eager_set_isa.argtypes = [ctypes.c_char_p]
+    return dataclasses.replace(info, eager_library=res.eager, built=info.built or res.built,
+                               isa=eager_lib.etfuse_eager_isa().decode(), eager=eager_lib)
 
 
 def is_loaded() -> bool:
@@ -162,7 +175,9 @@ def set_isa(name: str = "auto") -> None:
 def current_isa() -> dict:
     """The ISA each loaded library currently uses."""
     info = load()
-    out = {"eager": info.eager.etfuse_eager_isa().decode()}
+    out = {}
+    if info.eager is not None:
+        out["eager"] = info.eager.etfuse_eager_isa().decode()
     if info.runtime is not None:
         out["runtime"] = info.runtime.etfuse_runtime_isa().decode()
     return out

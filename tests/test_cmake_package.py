@@ -24,6 +24,7 @@ import torch
 import etfuse
 from etfuse import cli
 from etfuse.kernels import build as kbuild
+from etfuse.kernels import cmake_package
 
 import readme_consumer
 
@@ -203,15 +204,15 @@ def _close(got: np.ndarray, want: np.ndarray, what: str) -> None:
 # --- no cmake needed -----------------------------------------------------------------------
 
 def test_generated_cmake_description_is_current():
-    stale = kbuild.stale_cmake_files()
-    assert not stale, (f"{stale} in {kbuild.CMAKE_DIR} do not match the catalog and kernels/build.py: "
+    stale = cmake_package.stale_cmake_files()
+    assert not stale, (f"{stale} in {cmake_package.CMAKE_DIR} do not match the catalog and kernels/build.py: "
                        "run `python -m etfuse.kernels --write-cmake`")
 
 
 def test_op_files_register_what_the_description_says():
     """The catalog's names per op file are what each file's ETFUSE_REGISTER lines register: the
     selective build picks files by these names."""
-    described = kbuild.runtime_ops_by_file()
+    described = cmake_package.runtime_ops_by_file()
     register = re.compile(r'^ETFUSE_REGISTER\((\w+),\s*"([^"]+)"', re.M)
     for stem, ops in described.items():
         text = (kbuild.CSRC / "ops" / f"{stem}.cpp").read_text()
@@ -279,7 +280,7 @@ def _op_objects(build: Path) -> set[str]:
 
 
 def test_static_build_registers_every_kernel(static_build, programs):
-    assert _op_objects(static_build) == set(kbuild.runtime_ops_by_file())
+    assert _op_objects(static_build) == set(cmake_package.runtime_ops_by_file())
     for name, program in programs.items():
         _close(_run_app(static_build / "app", program), program[2], f"app {name}")
     needed = subprocess.run(["readelf", "-d", str(static_build / "app")], capture_output=True, text=True).stdout
@@ -322,7 +323,7 @@ def test_shared_build_has_soname_and_stays_needed(selected_shared_build, program
 def test_selective_build_from_model(selected_shared_build, programs):
     build, configured = selected_shared_build
     assert _op_objects(build) == {"conv2d_act", "conv2d_bn_act", "linear_act", "pool2d"}
-    assert f"4 of {len(kbuild.runtime_ops_by_file())} op files" in configured
+    assert f"4 of {len(cmake_package.runtime_ops_by_file())} op files" in configured
     pte, inputs, _ = programs["add_relu"]  # calls etfuse::add_relu.out, which was left out
     cmd = [str(build / "etfuse_runner"), str(pte), *(a for i in inputs for a in ("--input", str(i)))]
     proc = subprocess.run(cmd, capture_output=True, text=True, env=_env())

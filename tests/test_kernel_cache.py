@@ -1,4 +1,4 @@
-"""The kernel cache (etfuse.kernels.build): verified before anything is mapped, healed when
+"""The kernel cache (etfuse.kernels.cache): verified before anything is mapped, healed when
 damaged, one build per key at a time, usable without a compiler, readable by other users.
 
 The real libraries are built once (the module fixture, into the usual cache); each test copies
@@ -22,6 +22,7 @@ from pathlib import Path
 import pytest
 
 from etfuse.kernels import build as kbuild
+from etfuse.kernels import cache as kcache
 
 COPY_CXX = """#!{python}
 import os, shutil, sys, time
@@ -44,7 +45,7 @@ import warnings
 warnings.simplefilter("always")
 import torch
 import etfuse.kernels as k
-info = k.load()
+info = k.load(eager=True)
 a, b = torch.randn(1000), torch.randn(1000)
 assert torch.equal(torch.ops.etfuse.add_relu.out(a, b, out=torch.empty(0)), torch.relu(a + b))
 assert info.runtime is not None and info.runtime.etfuse_runtime_thread_count() >= 1
@@ -55,8 +56,8 @@ print("LOADED", info.cache_dir, "built" if info.built else "cached")
 @pytest.fixture(scope="module")
 def warm():
     """This build's complete entry in the usual cache (compiled here only when missing)."""
-    res = kbuild.build()
-    assert kbuild.verify(res.directory) is None
+    res = kcache.build()
+    assert kcache.verify(res.directory) is None
     return res
 
 
@@ -113,14 +114,14 @@ def test_damaged_library_is_rebuilt_not_mapped(warm, tmp_path, damage):
     else:  # was SIGBUS (exit 135) inside ctypes.CDLL
         lib = entry / kbuild.RUNTIME_LIB
         os.truncate(lib, lib.stat().st_size // 2)
-    assert kbuild.verify(entry) is not None
+    assert kcache.verify(entry) is not None
     cxx, log = _copy_cxx(tmp_path, warm)
     proc = _run(LOAD_AND_RUN, {"ETFUSE_KERNEL_CACHE": str(root), "CXX": cxx})
     _assert_loaded(proc, entry)
     warning = [l for l in proc.stderr.splitlines() if "KernelCacheWarning" in l]
     assert len(warning) == 1 and f"the cache entry {entry} is damaged" in warning[0] and lib.name in warning[0], proc.stderr
     assert len(_compiles(log)) == LIBS
-    assert kbuild.verify(entry) is None
+    assert kcache.verify(entry) is None
     # healed for good: the next process loads it as it is
     again = _run(LOAD_AND_RUN, {"ETFUSE_KERNEL_CACHE": str(root), "CXX": cxx})
     _assert_loaded(again, entry)
@@ -134,17 +135,17 @@ def test_foreign_manifest_or_missing_manifest_is_rebuilt(warm, tmp_path, monkeyp
     cxx, log = _copy_cxx(tmp_path, warm)
     monkeypatch.setenv("ETFUSE_KERNEL_CACHE", str(root))
     monkeypatch.setenv("CXX", cxx)
-    manifest = json.loads((entry / kbuild.MANIFEST).read_text())
+    manifest = json.loads((entry / kcache.MANIFEST).read_text())
     manifest["key"] = "0" * 20
-    (entry / kbuild.MANIFEST).write_text(json.dumps(manifest))
+    (entry / kcache.MANIFEST).write_text(json.dumps(manifest))
     with pytest.warns(kbuild.KernelCacheWarning, match="foreign build"):
-        assert kbuild.build().built
-    assert kbuild.verify(entry) is None and len(_compiles(log)) == LIBS
-    (entry / kbuild.MANIFEST).unlink()  # an interrupted build, or one by an older etfuse
+        assert kcache.build().built
+    assert kcache.verify(entry) is None and len(_compiles(log)) == LIBS
+    (entry / kcache.MANIFEST).unlink()  # an interrupted build, or one by an older etfuse
     with pytest.warns(kbuild.KernelCacheWarning, match="no MANIFEST.json"):
-        assert kbuild.build().built
+        assert kcache.build().built
     assert len(_compiles(log)) == 2 * LIBS
-    assert not kbuild.build().built and len(_compiles(log)) == 2 * LIBS
+    assert not kcache.build().built and len(_compiles(log)) == 2 * LIBS
 
 
 def test_damaged_entry_without_a_compiler_is_a_clear_error(warm, tmp_path, monkeypatch):
@@ -154,7 +155,7 @@ def test_damaged_entry_without_a_compiler_is_a_clear_error(warm, tmp_path, monke
     monkeypatch.setenv("ETFUSE_KERNEL_CACHE", str(root))
     monkeypatch.setenv("CXX", str(tmp_path / "nonexistent"))
     with pytest.warns(kbuild.KernelCacheWarning), pytest.raises(kbuild.KernelBuildError) as e:
-        kbuild.build()
+        kcache.build()
     msg = str(e.value)
     assert str(root / warm.key) in msg and "libetfuse_runtime.so has 1000 bytes" in msg and "cannot run the C++ compiler" in msg
 
@@ -214,14 +215,14 @@ def test_built_files_are_readable_by_everyone_whatever_the_umask(warm, tmp_path,
     monkeypatch.setenv("CXX", cxx)
     old = os.umask(0o077)
     try:
-        res = kbuild.build()
+        res = kcache.build()
     finally:
         os.umask(old)
     assert res.built and len(_compiles(log)) == LIBS
     for d in (tmp_path / "shared", root, res.directory):
         assert d.stat().st_mode & 0o777 == 0o755, d
     files = list(res.directory.iterdir())
-    assert {p.name for p in files} >= {*kbuild.LIBRARIES, kbuild.MANIFEST}
+    assert {p.name for p in files} >= {*kbuild.LIBRARIES, kcache.MANIFEST}
     for p in files:
         assert p.stat().st_mode & 0o777 == 0o644, p
 
@@ -234,8 +235,8 @@ def test_unusable_shared_cache_falls_back_to_the_user_cache(warm, tmp_path, monk
     cxx, log = _copy_cxx(tmp_path, warm)
     monkeypatch.setenv("ETFUSE_KERNEL_CACHE", str(shared))
     monkeypatch.setenv("CXX", cxx)
-    monkeypatch.setattr(kbuild, "default_cache_root", lambda: user)
-    real_sha, real_lock = kbuild._sha256, kbuild._lock
+    monkeypatch.setattr(kcache, "default_cache_root", lambda: user)
+    real_sha, real_lock = kcache._sha256, kcache._lock
 
     def sha(path):
         if shared in Path(path).parents:
@@ -247,16 +248,16 @@ def test_unusable_shared_cache_falls_back_to_the_user_cache(warm, tmp_path, monk
             raise PermissionError(errno.EACCES, "Permission denied", str(root / f".{key}.lock"))
         return real_lock(root, key)
 
-    monkeypatch.setattr(kbuild, "_sha256", sha)
-    monkeypatch.setattr(kbuild, "_lock", lock)
+    monkeypatch.setattr(kcache, "_sha256", sha)
+    monkeypatch.setattr(kcache, "_lock", lock)
     with pytest.warns(kbuild.KernelCacheWarning, match=f"the kernel cache {shared} is not usable by this user .*cannot be "
                                                        f"read by this user.*; using {user} instead"):
-        res = kbuild.build()
-    assert res.directory == user / warm.key and res.built and kbuild.verify(res.directory) is None
+        res = kcache.build()
+    assert res.directory == user / warm.key and res.built and kcache.verify(res.directory) is None
     # no fallback left: a KernelBuildError naming the directory
-    monkeypatch.setattr(kbuild, "default_cache_root", lambda: shared)
+    monkeypatch.setattr(kcache, "default_cache_root", lambda: shared)
     with pytest.raises(kbuild.KernelBuildError, match=f"cannot use the kernel cache: .*{shared} is not writable"):
-        kbuild.build()
+        kcache.build()
 
 
 # --------------------------------------------------------------------------------------------
@@ -265,12 +266,12 @@ def test_unusable_shared_cache_falls_back_to_the_user_cache(warm, tmp_path, monk
 
 BUILD_AFTER_BARRIER = """
 import os, sys, time
-from etfuse.kernels import build
+from etfuse.kernels import build, cache
 build.build_inputs()  # the imports, before the barrier
 open(sys.argv[1], "w").close()
 while not all(os.path.exists(p) for p in sys.argv[2:]):
     time.sleep(0.01)
-r = build.build()
+r = cache.build()
 print("RESULT", "built" if r.built else "cached", r.directory)
 """
 
@@ -288,7 +289,7 @@ def test_processes_starting_on_an_empty_cache_build_once(warm, tmp_path):
     results = sorted(l.split()[1] for out, _ in outs for l in out.splitlines() if l.startswith("RESULT"))
     assert results == ["built", "cached", "cached"]
     assert len(_compiles(log)) == LIBS  # was 9: each process ran the whole build
-    assert kbuild.verify(root / warm.key) is None
+    assert kcache.verify(root / warm.key) is None
 
 
 def test_stale_temporary_directories_are_removed(warm, tmp_path, monkeypatch):
@@ -313,7 +314,7 @@ def test_stale_temporary_directories_are_removed(warm, tmp_path, monkeypatch):
                               stdout=subprocess.PIPE, text=True)
     try:
         assert holder.stdout.readline().strip() == "held"
-        res = kbuild.build()  # a complete entry: found, and the leftovers are cleaned on the way
+        res = kcache.build()  # a complete entry: found, and the leftovers are cleaned on the way
         assert not res.built and _compiles(log) == []
         left = sorted(p.name for p in root.iterdir() if not p.name.endswith(".lock"))
         # the dead folders of this key and the old-style one are gone; `other`'s wait for its lock
@@ -322,7 +323,7 @@ def test_stale_temporary_directories_are_removed(warm, tmp_path, monkeypatch):
         holder.kill()
         holder.wait()
         holder.stdout.close()
-    kbuild.build()
+    kcache.build()
     assert sorted(p.name for p in root.iterdir() if not p.name.endswith(".lock")) == sorted([warm.key, young_old_style.name])
 
 
@@ -349,10 +350,62 @@ def test_a_build_held_too_long_by_another_process_is_a_clear_error(warm, tmp_pat
     try:
         assert holder.stdout.readline().strip() == "held"
         with pytest.raises(kbuild.KernelBuildError, match=f"waited 0.5 s for another process building {root / warm.key}"):
-            kbuild.build()
+            kcache.build()
         assert _compiles(log) == []
     finally:
         holder.kill()
         holder.wait()
         holder.stdout.close()
-    assert kbuild.build().built and len(_compiles(log)) == LIBS  # the holder died: its lock is free
+    assert kcache.build().built and len(_compiles(log)) == LIBS  # the holder died: its lock is free
+
+
+# --------------------------------------------------------------------------------------------
+# 7. the first run builds the runtime library only; the eager one is added when asked for
+
+LOAD_RUNTIME_THEN_EAGER = """
+import torch
+import etfuse.kernels as k
+info = k.load()
+assert info.eager_library is None and info.runtime is not None
+print("HOLDS", sorted(p.name for p in info.cache_dir.iterdir()))
+assert not torch._C._dispatch_has_kernel_for_dispatch_key("etfuse::add_relu.out", "CPU")
+info = k.load(eager=True)
+a, b = torch.randn(1000), torch.randn(1000)
+assert torch.equal(torch.ops.etfuse.add_relu.out(a, b, out=torch.empty(0)), torch.relu(a + b))
+assert info.eager_library is not None and torch._C._dispatch_has_kernel_for_dispatch_key("etfuse::add_relu.out", "CPU")
+print("LOADED", info.cache_dir, "built" if info.built else "cached")
+"""
+
+
+def test_load_builds_the_runtime_library_first_and_the_eager_one_when_asked(warm, tmp_path):
+    root = tmp_path / "cache"
+    cxx, log = _copy_cxx(tmp_path, warm)
+    entry = root / warm.key
+    proc = _run(LOAD_RUNTIME_THEN_EAGER, {"ETFUSE_KERNEL_CACHE": str(root), "CXX": cxx})
+    _assert_loaded(proc, entry)
+    assert f"HOLDS {sorted(['BUILD_INFO', kcache.MANIFEST, kbuild.RUNTIME_LIB])}" in proc.stdout
+    # one link each, in that order: adding the eager library copied the runtime one, not rebuilt it
+    assert _compiles(log) == [f"compile {kbuild.RUNTIME_LIB}", f"compile {kbuild.EAGER_LIB}"]
+    assert kcache.verify(entry) is None
+    assert kcache._manifest_libraries(entry) == kbuild.LIBRARIES
+
+
+def test_an_entry_without_the_eager_library_is_not_damaged(warm, tmp_path, monkeypatch):
+    root = _cache_copy(warm, tmp_path)
+    entry = root / warm.key
+    cxx, log = _copy_cxx(tmp_path, warm)
+    monkeypatch.setenv("ETFUSE_KERNEL_CACHE", str(root))
+    monkeypatch.setenv("CXX", cxx)
+    manifest = json.loads((entry / kcache.MANIFEST).read_text())
+    del manifest["files"][kbuild.EAGER_LIB]
+    (entry / kcache.MANIFEST).write_text(json.dumps(manifest))
+    (entry / kbuild.EAGER_LIB).unlink()
+    assert kcache.verify(entry, libraries=[kbuild.RUNTIME_LIB]) is None
+    assert kcache.verify(entry) == f"holds no {kbuild.EAGER_LIB}"
+    res = kcache.build(libraries=[kbuild.RUNTIME_LIB])
+    assert not res.built and res.eager is None and res.runtime == entry / kbuild.RUNTIME_LIB
+    import warnings
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # an entry that lacks a library is completed, not "damaged"
+        res = kcache.build()
+    assert res.built and _compiles(log) == [f"compile {kbuild.EAGER_LIB}"] and kcache.verify(entry) is None

@@ -447,12 +447,9 @@ def build_kernels(args) -> int:
 
     progress = _progress(args)
     with progress("building the kernels" if args.force else "building or finding the kernels"):
-        if args.force:
-            etfuse.kernels.build.build(force=True)
-        info = etfuse.kernels.load()
-    cache = getattr(info, "cache_dir", None) or etfuse.kernels.cache_root()
-    how = "built" if getattr(info, "built", False) else "found in the cache"
-    print(f"etfuse kernels {how}: {cache}")
+        # both libraries (the eager one too): a prebuilt cache serves every later use
+        res = etfuse.kernels.cache.build(force=args.force)
+    print(f"etfuse kernels {'built' if res.built else 'found in the cache'}: {res.directory}")
     return 0
 
 
