@@ -34,6 +34,8 @@ the runtime, once per call (its `.out` kernel below).
 
 from __future__ import annotations
 
+import warnings
+
 import torch
 
 from .registry import BackendOp, library, out_fake_kernel, register
@@ -155,7 +157,11 @@ def install() -> None:
     lib = library("quantized_decomposed")
     for op in EMBEDDING_OPS:
         register(op)
-        lib.impl(op.name, op.pattern, "CompositeExplicitAutograd", allow_override=True)
+        with warnings.catch_warnings():
+            # torch.ao's embedding_byte kernel is replaced on purpose (etfuse's pattern is the
+            # dtype-generic one); torch warns about any override
+            warnings.filterwarnings("ignore", message=r"(?s).*Overriding a previously registered kernel", category=UserWarning)
+            lib.impl(op.name, op.pattern, "CompositeExplicitAutograd", allow_override=True)
         if torch._library.simple_registry.singleton.find(op.qualname).fake_impl.kernel is not None:
             torch.library.register_fake(op.qualname, op.pattern, lib=lib, allow_override=True)
         torch.library.register_fake(f"{op.namespace}::{op.out_name}", out_fake_kernel(op), lib=lib,

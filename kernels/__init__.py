@@ -31,6 +31,7 @@ from . import cache as cache
 from .build import EAGER_LIB, RUNTIME_LIB, KernelBuildError, KernelCacheWarning
 from .cache import cache_root
 from .cmake_package import CMAKE_DIR
+from etfuse.quiet import without_runtime_start_lines
 
 __all__ = ["KernelInfo", "KernelBuildError", "KernelCacheWarning", "load", "is_loaded", "info", "build", "cache_root", "set_isa", "current_isa", "RUNTIME_OPS", "cmake_prefix_path"]
 
@@ -125,6 +126,8 @@ def _load_runtime(verbose: bool) -> KernelInfo:
         runtime_lib.etfuse_runtime_isa.restype = ctypes.c_char_p
         runtime_lib.etfuse_runtime_set_isa.argtypes = [ctypes.c_char_p]
         runtime_lib.etfuse_runtime_thread_count.restype = ctypes.c_int64
+        # starts the runtime's threadpool, which prints its CPU probe's misses once per process
+        threads = without_runtime_start_lines(runtime_lib.etfuse_runtime_thread_count)
         missing = set(RUNTIME_OPS) - _runtime_registered()
         if missing:
             raise RuntimeError(f"{res.runtime} loaded but did not register {sorted(missing)}")
@@ -134,7 +137,7 @@ def _load_runtime(verbose: bool) -> KernelInfo:
         cache_dir=res.directory,
         built=res.built,
         isa=runtime_lib.etfuse_runtime_isa().decode() if runtime_lib is not None else "unknown",
-        runtime_threads=int(runtime_lib.etfuse_runtime_thread_count()) if runtime_lib is not None else 0,
+        runtime_threads=int(threads) if runtime_lib is not None else 0,
         runtime=runtime_lib,
     )
 

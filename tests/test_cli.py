@@ -29,6 +29,29 @@ def test_demo_fuses_runs_and_matches_eager(capsys):
     assert re.search(r"runtime latency: stock [\d.]+ ms, fused [\d.]+ ms", out)
 
 
+DEMO_THEN_SAY_WHAT_LOADED = """
+import sys
+from etfuse.cli import main
+rc = main(["demo"])
+import etfuse.kernels
+print("EAGER LIBRARY", etfuse.kernels.info().eager_library)
+sys.exit(rc)
+"""
+
+
+def test_demo_is_quiet_and_loads_only_the_runtime_library():
+    """A first run prints etfuse's lines only (no torchao load failures, no torch override warning,
+    no runtime threadpool start-up lines), and needs no torch-eager kernel library."""
+    import subprocess
+    import sys
+
+    proc = subprocess.run([sys.executable, "-c", DEMO_THEN_SAY_WHAT_LOADED], capture_output=True, text=True,
+                          timeout=900)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert proc.stderr == ""
+    assert "EAGER LIBRARY None" in proc.stdout
+
+
 def test_fuse_writes_pte_and_report(tmp_path, capsys):
     args = (torch.randn(4, 16), torch.randn(4, 16))
     model = tmp_path / "net.pt2"

@@ -16,6 +16,9 @@ time they are used.
 import importlib
 
 from .errors import EtfuseError
+from .quiet import install_log_filters
+
+install_log_filters()  # before anything imports executorch (and with it torchao)
 
 __version__ = "0.1.0"
 

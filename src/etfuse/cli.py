@@ -363,11 +363,6 @@ def _example_inputs(ep: torch.export.ExportedProgram, shapes: Optional[list[str]
 # --- commands --------------------------------------------------------------------------------
 
 def _import_compare():
-    """executorch's import prints warnings about optional torchao kernels; not for our users."""
-    import logging
-
-    for name in ("torchao", "torch.utils._pytree"):
-        logging.getLogger(name).setLevel(logging.ERROR)
     from etfuse.compare import lower_and_compare
 
     return lower_and_compare
@@ -482,11 +477,6 @@ def _program_operators(path: str) -> set[str]:
 
 
 def ops(args) -> int:
-    # executorch's import prints warnings about optional torchao kernels; not for our users
-    import logging
-
-    for name in ("torchao", "torch.utils._pytree"):
-        logging.getLogger(name).setLevel(logging.ERROR)
     names: set[str] = set()
     for path in args.models:
         names |= _program_operators(path)

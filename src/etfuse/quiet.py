@@ -1,0 +1,72 @@
+"""Foreign log lines etfuse keeps off its users' stderr, each named precisely, nothing else.
+
+Importing executorch.exir imports torchao, which logs a warning for each of its CUDA-only
+extensions that cannot load on a CPU machine and, through torch's pytree, a deprecation of its
+own enum registration; and the ExecuTorch runtime's threadpool prints what it could not read
+of the CPU's identity when it starts. None of it is actionable for someone fusing a model, and it
+came before etfuse's own output. Anything else those libraries log still gets through.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import sys
+import tempfile
+from typing import Callable, TypeVar
+
+T = TypeVar("T")
+
+# (logger, start of the messages dropped)
+_DROPPED = (
+    ("torchao", "Failed to load "),
+    ("torch.utils._pytree", "<enum 'KernelPreference'> is an Enum subclass"),
+)
+# The runtime threadpool's start-up lines (executorch's cpuinfo_utils.cpp, printed by ET_LOG).
+_RUNTIME_START_LINES = "[cpuinfo_utils.cpp:"
+
+
+class _DropMessages(logging.Filter):
+    def __init__(self, prefix: str):
+        super().__init__()
+        self.prefix = prefix
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        try:
+            message = record.getMessage()
+        except Exception:  # noqa: BLE001 - a record that cannot format is not ours to judge
+            return True
+        if record.name == "torchao" and self.prefix == "Failed to load ":
+            # only its compiled extensions (_C*.so), not any failure torchao reports
+            return not (message.startswith(self.prefix) and "/torchao/_C" in message)
+        return not message.startswith(self.prefix)
+
+
+def install_log_filters() -> None:
+    """Drop the known foreign messages (idempotent; configures loggers, imports nothing)."""
+    for name, prefix in _DROPPED:
+        logger = logging.getLogger(name)
+        if not any(isinstance(f, _DropMessages) and f.prefix == prefix for f in logger.filters):
+            logger.addFilter(_DropMessages(prefix))
+
+
+def without_runtime_start_lines(fn: Callable[[], T]) -> T:
+    """Call `fn` (something that starts the ExecuTorch runtime's threadpool) with the C-level
+    stderr captured, and write back every captured line but the threadpool's start-up lines."""
+    try:
+        sys.stderr.flush()
+        saved = os.dup(2)
+    except (OSError, ValueError):  # no usable stderr (an embedded interpreter): nothing to hide
+        return fn()
+    with tempfile.TemporaryFile() as captured:
+        os.dup2(captured.fileno(), 2)
+        try:
+            return fn()
+        finally:
+            os.dup2(saved, 2)
+            os.close(saved)
+            captured.seek(0)
+            kept = [line for line in captured.read().splitlines(keepends=True)
+                    if not line.startswith(_RUNTIME_START_LINES.encode())]
+            if kept:
+                os.write(2, b"".join(kept))
