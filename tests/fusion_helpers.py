@@ -51,15 +51,22 @@ def eval_with_bn_stats(model: torch.nn.Module) -> torch.nn.Module:
 
 def assert_fused_matches_eager(model: torch.nn.Module, args: tuple, fused: EdgeProgramManager, **tol) -> None:
     """The fused program, its retrace to ATen (no etfuse op left) and its `.pte` on the ExecuTorch
-    runtime each give eager's result (`tol`: assert_close's; rtol=0, atol=0 for bit-exact)."""
+    runtime each give eager's result, every output of it (`tol`: assert_close's, NaNs equal where
+    eager's are; rtol=0, atol=0 for bit-exact). Lowers `fused` (to_executorch rewrites it in place)
+    after the eager and retraced runs."""
     from etfuse.runtime import run
 
     want = model(*args)
+    single = not isinstance(want, (tuple, list))
     retraced = fused.exported_program().run_decompositions()
     assert not [n for n in op_names(retraced.graph_module) if n.startswith("etfuse.")]
-    for got in (fused.exported_program().module()(*args), retraced.module()(*args),
-                run(fused.to_executorch(), args)[0]):
-        torch.testing.assert_close(got, want, **tol)
+    tol = {"equal_nan": True, **tol}
+    outputs = [("fused", fused.exported_program().module()(*args)), ("retraced", retraced.module()(*args))]
+    on_runtime = run(fused.to_executorch(), args)
+    outputs.append(("runtime", on_runtime[0] if single and len(on_runtime) == 1 else on_runtime))
+    for name, got in outputs:
+        torch.testing.assert_close(got if single else list(got), want if single else list(want),
+                                   msg=lambda m, name=name: f"{name}: {m}", **tol)
 
 
 def example_llama(kv_cache: bool, multiple_of: int = 16) -> torch.nn.Module:
