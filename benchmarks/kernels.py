@@ -297,7 +297,7 @@ def main(argv=None):
     args = ap.parse_args(argv)
     rounds = args.rounds or (3 if args.quick else 15)
 
-    info = kernels.load()
+    info = kernels.load(eager=True)
     probe = load_probe()
     cpu = platform.processor() or platform.machine()
     try:

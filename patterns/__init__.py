@@ -6,7 +6,8 @@ taken first (the engine sweeps consumers first), and among rules ending at the s
 (passes/engine.py). No rule depends on the order of the families below.
 """
 
-from .rule import Constraint, EdgePattern, Match, PatternError, Rule, edge_patterns, trace_edge_pattern, trace_edge_patterns
+from .rule import Constraint, EdgePattern, Match, PatternError, Rule, edge_patterns
+from .trace import trace_edge_pattern, trace_edge_patterns
 from .float_rules import FLOAT_RULES
 from .quant_rules import QUANT_RULES as QUANTIZED_ADD_RULES, QuantRule
 from .embedding_rules import EMBEDDING_RULES

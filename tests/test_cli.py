@@ -39,14 +39,17 @@ sys.exit(rc)
 """
 
 
-def test_demo_is_quiet_and_loads_only_the_runtime_library():
+def test_demo_is_quiet_and_loads_only_the_runtime_library(tmp_path):
     """A first run prints etfuse's lines only (no torchao load failures, no torch override warning,
-    no runtime threadpool start-up lines), and needs no torch-eager kernel library."""
+    no runtime threadpool start-up lines, no warnings from tracing the rules into an empty pattern
+    cache), and needs no torch-eager kernel library."""
+    import os
     import subprocess
     import sys
 
+    env = dict(os.environ, ETFUSE_PATTERN_CACHE=str(tmp_path / "patterns"))
     proc = subprocess.run([sys.executable, "-c", DEMO_THEN_SAY_WHAT_LOADED], capture_output=True, text=True,
-                          timeout=900)
+                          timeout=900, env=env)
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert proc.stderr == ""
     assert "EAGER LIBRARY None" in proc.stdout

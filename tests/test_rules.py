@@ -122,7 +122,7 @@ class RuleTableTest(TestCase):
     def test_replacements_traced_together_equal_replacements_traced_alone(self):
         from etfuse.backend_ops import install
         from etfuse.patterns import RULES, trace_edge_patterns
-        from etfuse.patterns.rule import trace_replacement
+        from etfuse.patterns.trace import trace_replacement
 
         install()
         functions = [r for r in RULES if r.replacement_graph() is not None]
