@@ -22,15 +22,8 @@ OUT_TEST_UTILS = ("test_schema", "test_autograd_registration", "test_faketensor"
 
 def load_kernels(eager: bool = False):
     """`etfuse.kernels.load()`: the runtime library; with `eager`, the torch library of the `.out`
-    kernels too."""
-    if not eager:
-        return etfuse.kernels.load()
-    # Shim while `load(eager=...)` lands (issue 45: the eager library built only when asked for);
-    # drop it, calling load(eager=True), once every checkout has the argument.
-    try:
-        return etfuse.kernels.load(eager=True)
-    except TypeError:
-        return etfuse.kernels.load()
+    kernels too (built on first use, then cached)."""
+    return etfuse.kernels.load(eager=eager)
 
 
 @pytest.fixture(scope="session")
