@@ -1,4 +1,7 @@
-"""etfuse.kernels: the compiled `.out` kernels, in torch eager and in the ExecuTorch runtime."""
+"""kernels/ (etfuse.kernels): loading and building the libraries, the add_relu / linear_relu /
+addmm_relu `.out` kernels in torch eager and in the ExecuTorch runtime, the narrower ISAs, the
+cores through the probe library, and the op lists derived from the catalog. (Every kernel
+against its pattern in every layout: test_out_kernels.py.)"""
 
 import dataclasses
 import importlib
@@ -16,19 +19,17 @@ from etfuse.kernels import build as kbuild
 ops = torch.ops.etfuse
 GEMM_TOL = dict(rtol=1e-4, atol=1e-4)
 
-
-@pytest.fixture(scope="module", autouse=True)
-def loaded():
-    return kernels.load()
+pytestmark = pytest.mark.usefixtures("eager_kernels")
 
 
 # --------------------------------------------------------------------------------------------
 # loading and building
 
 
-def test_load_is_idempotent(loaded):
+def test_load_is_idempotent(eager_kernels):
+    loaded = eager_kernels
     assert kernels.is_loaded()
-    assert kernels.load() is loaded
+    assert kernels.load() is loaded and kernels.load(eager=True) is loaded
     assert loaded.eager_library.is_file() and loaded.runtime_library.is_file()
     assert loaded.cache_dir.name == kbuild.cache_key()
     assert loaded.isa in ("avx512", "avx2", "baseline")
@@ -74,7 +75,7 @@ def test_build_is_cached_and_concurrent_builds_are_safe(tmp_path, monkeypatch):
 
     def run():
         try:
-            results.append(kbuild.build())
+            results.append(kernels.cache.build())
         except Exception as e:  # pragma: no cover - reported below
             errors.append(e)
 
@@ -89,7 +90,7 @@ def test_build_is_cached_and_concurrent_builds_are_safe(tmp_path, monkeypatch):
     assert final.parent == tmp_path / "cache" and final.name == results[0].key
     # no temp dirs left (the build lock's file may stay)
     assert sorted(p.name for p in (tmp_path / "cache").iterdir() if not p.name.endswith(".lock")) == [final.name]
-    again = kbuild.build()
+    again = kernels.cache.build()
     assert again.directory == final and not again.built
 
 
@@ -97,7 +98,7 @@ def test_build_failure_shows_compiler_output(tmp_path, monkeypatch):
     monkeypatch.setenv("CXX", _fake_cxx(tmp_path, "fail"))
     monkeypatch.setenv("ETFUSE_KERNEL_CACHE", str(tmp_path / "cache"))
     with pytest.raises(kernels.KernelBuildError, match="boom from the fake compiler"):
-        kbuild.build()
+        kernels.cache.build()
     assert [p for p in (tmp_path / "cache").iterdir() if not p.name.endswith(".lock")] == []
 
 
@@ -157,9 +158,9 @@ def _add_relu(a, b, out=None):
 
 
 @pytest.mark.parametrize("n", [1, 3, 17, 257, 1000, 200_003])
-def test_add_relu_same_shape(n):
+def test_add_relu_same_shape(kernel_check, n):
     a, b = torch.randn(n), torch.randn(n)
-    assert_close(_add_relu(a, b), bo.ADD_RELU.pattern(a, b), rtol=0, atol=0)
+    kernel_check.eager(bo.ADD_RELU, (a, b), tol=dict(rtol=0, atol=0))
 
 
 @pytest.mark.parametrize(
@@ -180,10 +181,10 @@ def test_add_relu_same_shape(n):
         ((0, 3), (3,)),
     ],
 )
-def test_add_relu_broadcast(sa, sb):
+def test_add_relu_broadcast(kernel_check, sa, sb):
     a, b = torch.randn(sa), torch.randn(sb)
-    assert_close(_add_relu(a, b), bo.ADD_RELU.pattern(a, b), rtol=0, atol=0)
-    assert_close(_add_relu(b, a), bo.ADD_RELU.pattern(b, a), rtol=0, atol=0)
+    kernel_check.eager(bo.ADD_RELU, (a, b), tol=dict(rtol=0, atol=0))
+    kernel_check.eager(bo.ADD_RELU, (b, a), tol=dict(rtol=0, atol=0))
 
 
 def test_add_relu_strided_inputs_and_out():
@@ -295,14 +296,11 @@ def test_eager_errors(call, match):
 # --------------------------------------------------------------------------------------------
 # opcheck
 
-OUT_TEST_UTILS = ("test_schema", "test_autograd_registration", "test_faketensor")
-
-
 def _req(*shape):
     return torch.randn(*shape, requires_grad=True)
 
 
-def test_opcheck_out_ops():
+def test_opcheck_out_ops(opcheck):
     samples = [
         (ops.add_relu.out, (_req(3, 4), _req(4)), (3, 4)),
         (ops.add_relu.out, (_req(5), _req(5)), (5,)),
@@ -312,14 +310,14 @@ def test_opcheck_out_ops():
         (ops.addmm_relu.out, (_req(3, 1), _req(3, 8), _req(8, 5)), (3, 5)),
     ]
     for op, args, out_shape in samples:
-        torch.library.opcheck(op, args, {"out": torch.empty(out_shape)}, test_utils=OUT_TEST_UTILS)
+        opcheck.out(op, args, torch.empty(out_shape))
 
 
-def test_opcheck_functional_ops():
-    torch.library.opcheck(ops.add_relu.default, (_req(3, 4), _req(4)))
-    torch.library.opcheck(ops.linear_relu.default, (_req(3, 8), _req(5, 8), _req(5)))
-    torch.library.opcheck(ops.linear_relu.default, (_req(3, 8), _req(5, 8)))
-    torch.library.opcheck(ops.addmm_relu.default, (_req(5), _req(3, 8), _req(8, 5)))
+def test_opcheck_functional_ops(opcheck):
+    opcheck(ops.add_relu.default, (_req(3, 4), _req(4)))
+    opcheck(ops.linear_relu.default, (_req(3, 8), _req(5, 8), _req(5)))
+    opcheck(ops.linear_relu.default, (_req(3, 8), _req(5, 8)))
+    opcheck(ops.addmm_relu.default, (_req(5), _req(3, 8), _req(8, 5)))
 
 
 # --------------------------------------------------------------------------------------------
@@ -342,8 +340,8 @@ def baseline_isa():
 
 # The default ISA is exercised by every other test; these force the narrower copies.
 @pytest.fixture(params=["baseline", "avx2"])
-def narrower_isa(request, loaded):
-    if request.param == "avx2" and loaded.isa != "avx512":
+def narrower_isa(request, eager_kernels):
+    if request.param == "avx2" and eager_kernels.isa != "avx512":
         pytest.skip("the AVX2 GEMM is the default one on this CPU")
     _forced_isa(request.param)
     yield request.param
@@ -366,10 +364,11 @@ def test_narrower_isa_eager(narrower_isa, m, k, n):
     assert_close(_add_relu(a, c), bo.ADD_RELU.pattern(a, c), rtol=0, atol=0)
 
 
-def test_reload_does_not_register_twice(loaded):
+def test_reload_does_not_register_twice(eager_kernels):
+    loaded = eager_kernels
     k2 = importlib.reload(kernels)  # fresh module state; the runtime would abort on a second registration
     try:
-        again = k2.load()
+        again = k2.load(eager=True)
         assert again.runtime_library is None and again.eager_library == loaded.eager_library
     finally:
         k2._INFO = loaded
