@@ -153,7 +153,8 @@ def test_dtype_the_kernel_lacks_is_declined_and_reported():
     p = FloatFusionPass()
     fused = edge.transform([p])
     assert op_names(fused.exported_program().graph_module) == ["aten.add.Tensor", "aten.relu.default"]
-    assert [(d.rule, d.node) for d in p.report.declined] == [("add_relu", "aten_relu_default"), ("add_rows", "aten_add_tensor")]
+    assert [(d.rule, d.node) for d in p.report.declined] == [("add_relu", "aten_relu_default"),
+                                                             ("add_rows", "aten_add_tensor")]
     assert "torch.int64" in p.report.declined[0].reason
 
 
@@ -294,7 +295,8 @@ def test_failing_rule_leaves_the_callers_program_unchanged():
     rule = Rule.for_op(ADD_RELU, lambda: (torch.randn(2), torch.randn(2)), constraint=broken, name="broken_add_relu")
     edge = edge_program(AddRelu(), (torch.randn(4), torch.randn(4)))
     before = str(edge.exported_program().graph)
-    with pytest.raises(FusionError, match="rule 'broken_add_relu' failed checking node 'aten_relu_default'.*no such qparam"):
+    with pytest.raises(FusionError,
+                       match="rule 'broken_add_relu' failed checking node 'aten_relu_default'.*no such qparam"):
         etfuse.fuse(edge, [FusionPass([rule])])
     assert str(edge.exported_program().graph) == before
 

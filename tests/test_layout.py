@@ -43,6 +43,6 @@ def test_channel_shuffle_permutes_become_the_gather(fused_matches_eager):
     model, args = ChannelShuffle(), (torch.randn(2, 8, 3, 5),)
     out = etfuse.fuse(edge_program(model, args))
     # the copy export left after the first permute: dropped
-    assert op_names(out.exported_program().graph_module) == [
-        "aten.view_copy.default", "etfuse.permute_copy.default", "aten.view_copy.default", "etfuse.permute_copy.default"]
+    assert op_names(out.exported_program().graph_module) == ["aten.view_copy.default", "etfuse.permute_copy.default",
+                                                             "aten.view_copy.default", "etfuse.permute_copy.default"]
     fused_matches_eager(model, args, out, rtol=0, atol=0)

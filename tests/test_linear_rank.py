@@ -1,17 +1,16 @@
-"""Linear on rank >= 3 (`view -> mm / addmm -> view` in the edge dialect) as one etfuse::linear_act
-on the input as it is, the activation after it (relu, SiLU, GELU, ...) as its epilogue: exact ops,
-eager / runtime / retrace."""
+"""patterns/linear_rank_rules.py: a linear on rank >= 3 (`view -> mm / addmm -> view` in the edge
+dialect) as one etfuse::linear_act on the input as it is, the activation after it (relu, SiLU,
+GELU, ...) as its epilogue: exact ops, eager / runtime / retrace."""
 
 from __future__ import annotations
 
 import pytest
 import torch
 import torch.nn.functional as F
-from expecttest import TestCase
 
 import etfuse
 from etfuse.passes import FusionPass, default_passes
-from fusion_helpers import assert_fused_matches_eager, edge_program, op_names
+from fusion_helpers import edge_program, op_names
 
 TOL = dict(rtol=1e-4, atol=1e-5)
 
@@ -27,36 +26,34 @@ class GatedMLP(torch.nn.Module):  # llama's FeedForward: w2(silu(w1(x)) * w3(x))
         return self.w2(F.silu(self.w1(x)) * self.w3(x))
 
 
-class LinearRankTest(TestCase):
-    def test_gated_mlp_on_3d_input(self):
-        model, args = GatedMLP().eval(), (torch.randn(2, 5, 16),)
-        passes = default_passes()
-        out = etfuse.fuse(edge_program(model, args), passes)
-        # 10 rows: each linear_act then reads its weight packed at fuse time (PrepackWeightsPass); the
-        # gate's two linears are one over both weights (GatedLinearsPass)
-        self.assertEqual(op_names(out.exported_program().graph_module),
-                         ["etfuse.linear_packed_act.default", "etfuse.linear_packed_act.default"])
-        fusion = next(p for p in passes if type(p) is FusionPass)
-        self.assertEqual(sorted(f.rule for f in fusion.report.fused), ["linear_nd", "linear_nd_no_bias",
-                                                                       "linear_nd_no_bias_silu"])
-        acts = [n.args[6] for n in out.exported_program().graph.nodes if "linear_packed_act" in str(n.target)]
-        self.assertEqual(sorted(acts), ["none", "swiglu"])
-        assert_fused_matches_eager(model, args, out, **TOL)
+def test_gated_mlp_on_3d_input(fused_matches_eager):
+    model, args = GatedMLP().eval(), (torch.randn(2, 5, 16),)
+    passes = default_passes()
+    out = etfuse.fuse(edge_program(model, args), passes)
+    # 10 rows: each linear_act then reads its weight packed at fuse time (PrepackWeightsPass); the
+    # gate's two linears are one over both weights (GatedLinearsPass)
+    assert op_names(out.exported_program().graph_module) == ["etfuse.linear_packed_act.default"] * 2
+    fusion = next(p for p in passes if type(p) is FusionPass)
+    assert sorted(f.rule for f in fusion.report.fused) == ["linear_nd", "linear_nd_no_bias", "linear_nd_no_bias_silu"]
+    acts = [n.args[6] for n in out.exported_program().graph.nodes if "linear_packed_act" in str(n.target)]
+    assert sorted(acts) == ["none", "swiglu"]
+    fused_matches_eager(model, args, out, **TOL)
 
-    def test_reshape_that_does_not_restore_the_leading_dims_keeps_its_views(self):
-        class Regroup(torch.nn.Module):
-            def __init__(self):
-                super().__init__()
-                self.fc = torch.nn.Linear(8, 6)
 
-            def forward(self, x):  # [2, 3, 8] -> [6, 8] -> [6, 6] -> [3, 2, 6]: not x's leading dims
-                return (x.reshape(6, 8) @ self.fc.weight.t()).reshape(3, 2, 6)
+def test_reshape_that_does_not_restore_the_leading_dims_keeps_its_views():
+    class Regroup(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.fc = torch.nn.Linear(8, 6)
 
-        model, args = Regroup().eval(), (torch.randn(2, 3, 8),)
-        out = etfuse.fuse(edge_program(model, args))
-        ops = op_names(out.exported_program().graph_module)
-        self.assertEqual(ops.count("aten.view_copy.default"), 2)
-        torch.testing.assert_close(out.exported_program().module()(*args), model(*args), **TOL)
+        def forward(self, x):  # [2, 3, 8] -> [6, 8] -> [6, 6] -> [3, 2, 6]: not x's leading dims
+            return (x.reshape(6, 8) @ self.fc.weight.t()).reshape(3, 2, 6)
+
+    model, args = Regroup().eval(), (torch.randn(2, 3, 8),)
+    out = etfuse.fuse(edge_program(model, args))
+    ops = op_names(out.exported_program().graph_module)
+    assert ops.count("aten.view_copy.default") == 2
+    torch.testing.assert_close(out.exported_program().module()(*args), model(*args), **TOL)
 
 
 class Mlp(torch.nn.Module):  # ViT's / timm's MLP: fc1 -> act -> fc2 on [B, tokens, dim]
@@ -84,7 +81,7 @@ EPILOGUES = [
 
 @pytest.mark.parametrize("bias", [True, False], ids=["bias", "no_bias"])
 @pytest.mark.parametrize("act, suffix, epilogue", EPILOGUES, ids=[e[1] for e in EPILOGUES])
-def test_activation_after_the_view_is_the_epilogue(act, suffix, epilogue, bias):
+def test_activation_after_the_view_is_the_epilogue(fused_matches_eager, act, suffix, epilogue, bias):
     model, args = Mlp(act, bias).eval(), (torch.randn(2, 5, 16) * 3,)
     passes = default_passes()
     out = etfuse.fuse(edge_program(model, args), passes)
@@ -95,10 +92,10 @@ def test_activation_after_the_view_is_the_epilogue(act, suffix, epilogue, bias):
     assert sorted(f.rule for f in fusion.report.fused) == sorted([first, "linear_nd"])
     fc1 = next(n for n in out.exported_program().graph.nodes if "linear_packed_act" in str(n.target))
     assert (fc1.args[4], fc1.args[6]) == epilogue and fc1.args[5] is None
-    assert_fused_matches_eager(model, args, out, **TOL)
+    fused_matches_eager(model, args, out, **TOL)
 
 
-def test_activation_whose_input_is_also_read_stays_apart():
+def test_activation_whose_input_is_also_read_stays_apart(fused_matches_eager):
     class Both(torch.nn.Module):  # the linear's output is needed as it is: not an epilogue
         def __init__(self):
             super().__init__()
@@ -112,4 +109,4 @@ def test_activation_whose_input_is_also_read_stays_apart():
     out = etfuse.fuse(edge_program(model, args))
     assert op_names(out.exported_program().graph_module) == ["etfuse.linear_packed_act.default",
                                                               "aten.gelu.default", "aten.add.Tensor"]
-    assert_fused_matches_eager(model, args, out, **TOL)
+    fused_matches_eager(model, args, out, **TOL)
