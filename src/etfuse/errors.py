@@ -8,3 +8,8 @@ This module imports nothing, so every layer (catalog, rules, passes, kernels) ca
 
 class EtfuseError(Exception):
     """An error etfuse raised on purpose: the message names the op, pattern, pass or node."""
+
+
+class CliError(EtfuseError, ValueError):
+    """A problem with the input to the `etfuse` command (a path, a --shape): printed as one line,
+    exit code 2."""
