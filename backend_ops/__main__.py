@@ -1,5 +1,6 @@
-"""`python -m etfuse.backend_ops`: the catalog as the README's op table (Markdown), derived from
-the `BackendOp` records; tests/test_backend_ops.py checks the README holds exactly this table."""
+"""`python -m etfuse.backend_ops`: the catalog as docs/ops.md's op table (Markdown), derived from
+the `BackendOp` records; `python -m etfuse.docs` writes it into that page, and tests/test_docs.py
+and tests/test_backend_ops.py check the page holds exactly this table."""
 
 from . import CATALOG, runtime_op
 

@@ -134,11 +134,12 @@ def test_importing_the_catalog_changes_nothing_until_install():
     assert out["twice_same"]
 
 
-def test_readme_op_table_is_the_catalog():
-    """The README's op table is derived from the records (`python -m etfuse.backend_ops`)."""
+def test_docs_op_table_is_the_catalog():
+    """docs/ops.md's op table is derived from the records (`python -m etfuse.backend_ops` prints it,
+    `python -m etfuse.docs` writes the page; tests/test_docs.py checks the whole page)."""
     from pathlib import Path
 
     from etfuse.backend_ops.__main__ import op_table
 
-    readme = (Path(__file__).resolve().parent.parent / "README.md").read_text()
-    assert op_table() in readme, "README.md's op table is stale: paste `python -m etfuse.backend_ops` into it"
+    ops_page = (Path(__file__).resolve().parent.parent / "docs" / "ops.md").read_text()
+    assert op_table() in ops_page, "docs/ops.md's op table is stale: run `python -m etfuse.docs`"
