@@ -1,8 +1,8 @@
 """`FusionPass`: an ExportPass that applies fusion rules everywhere in a program.
 
-By default it runs the one rule table (`etfuse.patterns.RULES`: quantized, GEMM/conv and float
-rules together; which rule wins is the rules' own data, see passes/engine.py). `FloatFusionPass`,
-`GemmConvFusionPass` and `QuantFusionPass` (quant_fusion.py) are the same pass over a part of it.
+By default it runs the one rule table (`etfuse.patterns.RULES`: every rule family together; which
+rule wins is the rules' own data, see passes/engine.py). `FloatFusionPass`, `GemmConvFusionPass`,
+`BesideXnnpackFusionPass` and `QuantFusionPass` (quant_fusion.py) are the same pass over a part of it.
 
 It rewrites the top graph and every control-flow body (`torch.cond` branches, `while_loop`,
 `map` and `scan` bodies, nested), which `subgraph_rewriter.replace_pattern` never reaches. Body
@@ -91,16 +91,17 @@ class FusionPass(ExportPass):
 
 
 class FloatFusionPass(FusionPass):
-    """The rules whose backend op is a float one: relu(add) -> add_relu, relu(linear) ->
-    linear_relu, relu(addmm) -> addmm_relu."""
+    """The rules whose backend op is one of the elementwise-epilogue ops of `FLOAT_OPS`
+    (backend_ops/float_ops.py: add_relu, addmm_relu, linear_relu and the broadcasting mul / add):
+    `FLOAT_RULES` and the GEMM rules that produce linear_relu. docs/passes.md lists the rules."""
 
     def __init__(self, near_misses: bool = False):
         super().__init__([*FLOAT_RULES, *(r for r in GEMM_CONV_RULES if r.replacement in FLOAT_OPS)], near_misses)
 
 
 class GemmConvFusionPass(FusionPass):
-    """The GEMM/conv rules: bias, batch norm, activation and weight transpose into one `conv2d_act` /
-    `conv2d_bn_act` / `linear_act` / `linear_bn_act` / `linear_relu` (patterns/gemm_conv_rules.py)."""
+    """`GEMM_CONV_RULES` (patterns/gemm_conv_rules.py): a convolution or linear with its bias,
+    batch norm, activation and weight transpose as one GEMM/conv op. docs/passes.md lists the rules."""
 
     def __init__(self, near_misses: bool = False):
         super().__init__(GEMM_CONV_RULES, near_misses)

@@ -9,7 +9,7 @@ taken first (the engine sweeps consumers first), and among rules ending at the s
 from .rule import Constraint, EdgePattern, Match, PatternError, Rule, edge_patterns
 from .trace import trace_edge_pattern, trace_edge_patterns
 from .float_rules import FLOAT_RULES
-from .quant_rules import QUANT_RULES as QUANTIZED_ADD_RULES, QuantRule
+from .quant_rules import QUANTIZED_ADD_RULES, QuantRule
 from .embedding_rules import EMBEDDING_RULES
 from .gemm_conv_rules import GEMM_CONV_RULES
 from .quantized_gemm_rules import QUANTIZED_GEMM_RULES

@@ -1,5 +1,6 @@
 """Quantized fusions: dequantize -> add -> quantize chains into one `quantized_decomposed` op
-(the embeddings are in embedding_rules.py; `etfuse.patterns.QUANT_RULES` holds both).
+(`QUANTIZED_ADD_RULES`; the embeddings are in embedding_rules.py, and `etfuse.patterns.QUANT_RULES`,
+what `QuantFusionPass` runs, holds both).
 
 | rule                      | edge pattern                                                           | backend op                              |
 |---------------------------|------------------------------------------------------------------------|-----------------------------------------|
@@ -244,7 +245,7 @@ def _scalar_rule(name, pattern, b_example):
                      _add_scalar_arguments, dtypes=_SCALAR_DTYPES)
 
 
-QUANT_RULES = [
+QUANTIZED_ADD_RULES = [
     QuantRule("add_relu", _add_relu_pattern, QUANTIZED_ADD_RELU, _binary_examples, _binary_check,
               dtypes=_BINARY_DTYPES),
     QuantRule("add", _add_pattern, QUANTIZED_ADD, _binary_examples, _binary_check, dtypes=_BINARY_DTYPES),

@@ -70,11 +70,6 @@ class OpProfile:
     def top(self, n: int) -> list[OpTime]:
         return self.rows[:n]
 
-    def to_dict(self) -> dict:
-        return {"label": self.label, "runs": self.runs, "execute_ms": self.execute_ms,
-                "execute_median_ms": self.execute_median_ms,
-                "total_ms": self.total_ms, "rows": [dataclasses.asdict(r) for r in self.rows]}
-
     def table(self, top: Optional[int] = None) -> tuple[list[str], list[list[str]]]:
         """Header and rows as text: the `top` ops, then one "(N other ops)" row for the rest."""
         head = ["op", "calls", "ms / run", "share"]
