@@ -1,4 +1,5 @@
-"""etfuse::rms_norm and etfuse::layer_norm: the kernels against their patterns, and the rules on
+"""etfuse::rms_norm and etfuse::layer_norm (backend_ops/norm_ops.py, kernels/csrc/ops/rms_norm.cpp
+and layer_norm.cpp, patterns/norm_rules.py): the kernels against their patterns, and the rules on
 llama's and transformers' hand-written RMSNorm and on nn.LayerNorm / F.layer_norm (exact ops;
 eager, runtime and retrace equal to eager)."""
 
@@ -6,20 +7,17 @@ from __future__ import annotations
 
 import pytest
 import torch
-from expecttest import TestCase
 
 import etfuse
 from etfuse.passes import FusionPass, default_passes
 import etfuse.kernels as kernels
 from etfuse.backend_ops import LAYER_NORM, RMS_NORM
-from fusion_helpers import assert_fused_matches_eager, edge_program, op_names
+from fusion_helpers import edge_program, op_names
 
 TOL = dict(rtol=1e-4, atol=1e-5)
 
 
-@pytest.fixture(scope="module", autouse=True)
-def loaded():
-    kernels.load()
+pytestmark = pytest.mark.usefixtures("eager_kernels")
 
 
 def rms_out(x, weight, eps):
@@ -44,11 +42,11 @@ def test_kernel_matches_its_pattern(shape, isa):
         torch.testing.assert_close(g, RMS_NORM.pattern(x, w, 1e-5), **TOL)
 
 
-def test_bad_weight_is_named_and_opcheck():
+def test_bad_weight_is_named_and_opcheck(opcheck):
     with pytest.raises(RuntimeError, match=r"etfuse::rms_norm.out: weight \[5\] must be \[8\], the input's last dim"):
         rms_out(torch.randn(2, 8), torch.randn(5), 1e-5)
     for args in ((torch.randn(2, 3, 8), torch.randn(8), 1e-5), (torch.randn(4, 6), None, 0.1)):
-        torch.library.opcheck(RMS_NORM.aten, args)
+        opcheck(RMS_NORM.aten, args)
 
 
 class LlamaRMSNorm(torch.nn.Module):  # executorch.examples.models.llama.norm.RMSNorm
@@ -75,29 +73,30 @@ class UnscaledRMSNorm(torch.nn.Module):
         return x * torch.rsqrt((x * x).mean(-1, keepdim=True) + 1e-3)
 
 
-class NormTest(TestCase):
-    def test_hand_written_rms_norms_become_one_op(self):
-        x = torch.randn(2, 5, 16)
-        for model, rule in ((LlamaRMSNorm(16), "rms_norm"), (HfRMSNorm(16), "rms_norm_pow"),
-                            (UnscaledRMSNorm(), "rms_norm_no_weight")):
-            with self.subTest(rule):
-                edge = edge_program(model.eval(), (x,))
-                passes = default_passes()
-                out = etfuse.fuse(edge, passes)
-                self.assertEqual(op_names(out.exported_program().graph_module), ["etfuse.rms_norm.default"])
-                fusion = next(p for p in passes if type(p) is FusionPass)
-                self.assertEqual([f.rule for f in fusion.report.fused], [rule])
-                node = next(n for n in out.exported_program().graph.nodes if "rms_norm" in str(n.target))
-                self.assertAlmostEqual(node.args[2], model.eps if hasattr(model, "eps") else 1e-3, places=9)
-                assert_fused_matches_eager(model, (x,), out, **TOL)
+@pytest.mark.parametrize("norm, rule", [(LlamaRMSNorm, "rms_norm"), (HfRMSNorm, "rms_norm_pow"),
+                                        (UnscaledRMSNorm, "rms_norm_no_weight")],
+                         ids=lambda v: getattr(v, "__name__", v))
+def test_hand_written_rms_norms_become_one_op(fused_matches_eager, norm, rule):
+    x = torch.randn(2, 5, 16)
+    model = norm(16) if norm is not UnscaledRMSNorm else norm()
+    edge = edge_program(model.eval(), (x,))
+    passes = default_passes()
+    out = etfuse.fuse(edge, passes)
+    assert op_names(out.exported_program().graph_module) == ["etfuse.rms_norm.default"]
+    fusion = next(p for p in passes if type(p) is FusionPass)
+    assert [f.rule for f in fusion.report.fused] == [rule]
+    node = next(n for n in out.exported_program().graph.nodes if "rms_norm" in str(n.target))
+    assert round(node.args[2] - (model.eps if hasattr(model, "eps") else 1e-3), 9) == 0
+    fused_matches_eager(model, (x,), out, **TOL)
 
-    def test_mean_over_another_dim_is_not_rms_norm(self):
-        class Other(torch.nn.Module):
-            def forward(self, x):
-                return x * torch.rsqrt((x * x).mean(1, keepdim=True) + 1e-5)
 
-        out = etfuse.fuse(edge_program(Other(), (torch.randn(2, 5, 16),)))
-        self.assertNotIn("etfuse.rms_norm.default", op_names(out.exported_program().graph_module))
+def test_mean_over_another_dim_is_not_rms_norm():
+    class Other(torch.nn.Module):
+        def forward(self, x):
+            return x * torch.rsqrt((x * x).mean(1, keepdim=True) + 1e-5)
+
+    out = etfuse.fuse(edge_program(Other(), (torch.randn(2, 5, 16),)))
+    assert "etfuse.rms_norm.default" not in op_names(out.exported_program().graph_module)
 
 
 LN_TOL = dict(rtol=1e-4, atol=5e-5)
@@ -129,11 +128,11 @@ def test_layer_norm_kernel_matches_its_pattern(shape, isa):
                                    **LN_TOL)
 
 
-def test_layer_norm_bad_bias_is_named_and_opcheck():
+def test_layer_norm_bad_bias_is_named_and_opcheck(opcheck):
     with pytest.raises(RuntimeError, match=r"etfuse::layer_norm.out: bias \[5\] must be \[8\], the input's last dim"):
         layer_out(torch.randn(2, 8), torch.randn(8), torch.randn(5), 1e-5)
     for args in ((torch.randn(2, 3, 8), torch.randn(8), torch.randn(8), 1e-5), (torch.randn(4, 6), None, None, 0.1)):
-        torch.library.opcheck(LAYER_NORM.aten, args)
+        opcheck(LAYER_NORM.aten, args)
 
 
 class LayerNorms(torch.nn.Module):  # affine, weight only, none; and F.layer_norm
@@ -148,39 +147,40 @@ class LayerNorms(torch.nn.Module):  # affine, weight only, none; and F.layer_nor
         return torch.nn.functional.layer_norm(torch.relu(y), (y.shape[-1],), eps=1e-3)
 
 
-class LayerNormTest(TestCase):
-    def test_layer_norms_over_the_last_dim_become_one_op_each(self):
-        torch.manual_seed(0)
-        model, args = LayerNorms(16).eval(), (torch.randn(2, 5, 16) * 4 + 1,)
-        with torch.no_grad():
-            for p in model.parameters():
-                p.normal_()
-        passes = default_passes()
-        out = etfuse.fuse(edge_program(model, args), passes)
-        self.assertEqual(op_names(out.exported_program().graph_module),
-                         ["etfuse.layer_norm.default"] * 3 + ["aten.relu.default", "etfuse.layer_norm.default"])
-        fusion = next(p for p in passes if type(p) is FusionPass)
-        self.assertEqual([f.rule for f in fusion.report.fused], ["layer_norm"] * 4)
-        nodes = [n for n in out.exported_program().graph.nodes if "layer_norm" in str(n.target)]
-        self.assertEqual([(n.args[1] is None, n.args[2] is None, n.args[3]) for n in nodes],
-                         [(False, False, 1e-6), (False, True, 1e-5), (True, True, 1e-5), (True, True, 1e-3)])
-        assert_fused_matches_eager(model, args, out, **TOL)
+def test_layer_norms_over_the_last_dim_become_one_op_each(fused_matches_eager):
+    torch.manual_seed(0)
+    model, args = LayerNorms(16).eval(), (torch.randn(2, 5, 16) * 4 + 1,)
+    with torch.no_grad():
+        for p in model.parameters():
+            p.normal_()
+    passes = default_passes()
+    out = etfuse.fuse(edge_program(model, args), passes)
+    assert op_names(out.exported_program().graph_module) == \
+        ["etfuse.layer_norm.default"] * 3 + ["aten.relu.default", "etfuse.layer_norm.default"]
+    fusion = next(p for p in passes if type(p) is FusionPass)
+    assert [f.rule for f in fusion.report.fused] == ["layer_norm"] * 4
+    nodes = [n for n in out.exported_program().graph.nodes if "layer_norm" in str(n.target)]
+    assert [(n.args[1] is None, n.args[2] is None, n.args[3]) for n in nodes] == \
+        [(False, False, 1e-6), (False, True, 1e-5), (True, True, 1e-5), (True, True, 1e-3)]
+    fused_matches_eager(model, args, out, **TOL)
 
-    def test_layer_norm_over_two_dims_or_with_its_statistics_read_stays_stock(self):
-        class TwoDims(torch.nn.Module):
-            def forward(self, x):
-                return torch.nn.functional.layer_norm(x, x.shape[-2:])
 
-        class Stats(torch.nn.Module):
-            def forward(self, x):
-                out, mean, rstd = torch.ops.aten.native_layer_norm.default(x, [16], None, None, 1e-5)
-                return out + mean * rstd
+class LayerNormTwoDims(torch.nn.Module):
+    def forward(self, x):
+        return torch.nn.functional.layer_norm(x, x.shape[-2:])
 
-        for model in (TwoDims(), Stats()):
-            with self.subTest(type(model).__name__):
-                args = (torch.randn(2, 5, 16),)
-                out = etfuse.fuse(edge_program(model, args))
-                ops = op_names(out.exported_program().graph_module)
-                self.assertIn("aten.native_layer_norm.default", ops)
-                self.assertNotIn("etfuse.layer_norm.default", ops)
-                torch.testing.assert_close(out.exported_program().module()(*args), model(*args), **TOL)
+
+class LayerNormStats(torch.nn.Module):
+    def forward(self, x):
+        out, mean, rstd = torch.ops.aten.native_layer_norm.default(x, [16], None, None, 1e-5)
+        return out + mean * rstd
+
+
+@pytest.mark.parametrize("norm", [LayerNormTwoDims, LayerNormStats], ids=lambda c: c.__name__)
+def test_layer_norm_over_two_dims_or_with_its_statistics_read_stays_stock(norm):
+    model, args = norm(), (torch.randn(2, 5, 16),)
+    out = etfuse.fuse(edge_program(model, args))
+    ops = op_names(out.exported_program().graph_module)
+    assert "aten.native_layer_norm.default" in ops
+    assert "etfuse.layer_norm.default" not in ops
+    torch.testing.assert_close(out.exported_program().module()(*args), model(*args), **TOL)
