@@ -1,26 +1,24 @@
-"""Pooling: etfuse::max_pool2d / avg_pool2d / mean_hw. Kernels against torch's pooling (every
-argument form, NaN, strided inputs, both ISAs), opcheck, the rules on edge graphs (the exact
-fused ops, indices read keeps the stock op), the ExecuTorch runtime against eager, retrace."""
+"""Pooling: etfuse::max_pool2d / avg_pool2d / mean_hw (backend_ops/pool_ops.py,
+kernels/csrc/ops/pool2d.cpp, patterns/pool_rules.py). Kernels against torch's pooling (every
+argument form, NaN, strided inputs, both ISAs; in eager and on the runtime), opcheck, the rules on
+edge graphs (the exact fused ops, indices read keeps the stock op), the ExecuTorch runtime against
+eager, retrace."""
 
 import pytest
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
-from expecttest import TestCase
+from expecttest import assert_expected_inline
 
 import etfuse.backend_ops.pool_ops  # noqa: F401  (schemas before the kernels load)
 import etfuse.kernels as kernels
 from etfuse.backend_ops import AVG_POOL2D, MAX_POOL2D, MEAN_HW
 from etfuse.passes import FusionPass, fuse
-from etfuse.runtime import run
 from fusion_helpers import edge_program, op_names
 
 ops = torch.ops.etfuse
 
-
-@pytest.fixture(scope="module", autouse=True)
-def loaded():
-    return kernels.load()
+pytestmark = pytest.mark.usefixtures("eager_kernels")
 
 
 # shape, kernel, stride, padding, dilation, ceil_mode
@@ -76,7 +74,6 @@ def test_max_pool2d_kernel_is_exact(case):
     if x.dim() == 4:  # a strided (channels-last) input is read as it is
         torch.testing.assert_close(_max_out(x.to(memory_format=torch.channels_last), k, s, p, d, ceil), want,
                                    rtol=0, atol=0)
-    torch.testing.assert_close(MAX_POOL2D.aten(x, list(k), list(s), list(p), list(d), ceil), want, rtol=0, atol=0)
 
 
 def test_max_pool2d_propagates_nan_and_infinities_like_torch():
@@ -100,10 +97,12 @@ def test_avg_pool2d_kernel_matches_torch(case):
     x = _x(shape, sum(shape))
     want = F.avg_pool2d(x, k, s, p, ceil, cip, div)
     torch.testing.assert_close(_avg_out(x, k, s, p, ceil, cip, div), want)
-    torch.testing.assert_close(AVG_POOL2D.aten(x, list(k), list(s), list(p), ceil, cip, div), want)
 
 
-@pytest.mark.parametrize("shape", [(1, 1280, 7, 7), (2, 3, 1, 1), (4, 5, 33, 17), (6, 9)])
+MEAN_SHAPES = [(1, 1280, 7, 7), (2, 3, 1, 1), (4, 5, 33, 17), (6, 9)]
+
+
+@pytest.mark.parametrize("shape", MEAN_SHAPES)
 def test_mean_hw_kernel_matches_torch(shape):
     x = _x(shape, 1)
     for keepdim in (True, False):
@@ -111,9 +110,19 @@ def test_mean_hw_kernel_matches_torch(shape):
         torch.testing.assert_close(ops.mean_hw.out(x, keepdim, out=out), x.mean((-2, -1), keepdim=keepdim))
 
 
+def test_runtime_kernels_match_torch(kernel_check):
+    """Every case above in one program per op on the ExecuTorch runtime (the 4-D inputs also
+    channels-last: the dim order a program takes)."""
+    for op, cases in ((MAX_POOL2D, [(_x(c[0], sum(c[0])), *map(list, c[1:5]), c[5]) for c in MAX_CASES]),
+                      (AVG_POOL2D, [(_x(c[0], sum(c[0])), *map(list, c[1:4]), *c[4:]) for c in AVG_CASES]),
+                      (MEAN_HW, [(_x(shape, 1), keepdim) for shape in MEAN_SHAPES for keepdim in (True, False)])):
+        with_cl = [*cases, *(cl for cl in map(kernel_check.channels_last_case, cases) if cl is not None)]
+        kernel_check.runtime(op, with_cl, tol=dict(rtol=0, atol=0) if op is MAX_POOL2D else None)
+
+
 @pytest.mark.parametrize("isa", ["baseline", "avx2"])
-def test_narrower_isas_compute_the_same(isa):
-    if isa == "avx2" and kernels.load().isa == "baseline":
+def test_narrower_isas_compute_the_same(eager_kernels, isa):
+    if isa == "avx2" and eager_kernels.isa == "baseline":
         pytest.skip("CPU without AVX2")
     kernels.set_isa(isa)
     try:
@@ -127,15 +136,13 @@ def test_narrower_isas_compute_the_same(isa):
         kernels.set_isa("auto")
 
 
-def test_opcheck():
+def test_opcheck(opcheck):
     x = _x((2, 3, 9, 8), 5)
     for op, args in ((MAX_POOL2D, (x, [3, 3], [2, 2], [1, 1], [1, 1], True)),
                      (AVG_POOL2D, (x, [3, 2], [2, 1], [1, 0], False, False, None)),
                      (MEAN_HW, (x, True))):
-        torch.library.opcheck(op.aten, args)
-        # out variants: aot_dispatch cannot functionalize `Tensor(a!)` returns (as for every `.out` op)
-        torch.library.opcheck(op.aten_out, args, {"out": op.aten(*args)},
-                              test_utils=("test_schema", "test_autograd_registration", "test_faketensor"))
+        opcheck(op.aten, args)
+        opcheck.out(op.aten_out, args, op.aten(*args))
 
 
 def test_bad_arguments_are_errors_that_name_the_op():
@@ -167,16 +174,15 @@ class Pools(nn.Module):
                 x.mean((2, 3), keepdim=True), F.adaptive_avg_pool2d(x, 1), x.mean((-1, -2)))
 
 
-class PoolingTest(TestCase):
-    def test_every_spelling_is_fused(self):
-        x = _x((2, 4, 17, 16), 7)
-        x[1, 2, 5, 5] = float("nan")
-        edge = edge_program(Pools(), (x,))
-        passes = [FusionPass()]
-        out = fuse(edge, passes)
-        self.assertExpectedInline("\n".join(str(n.format_node()) for n in out.exported_program().graph.nodes
-                                            if n.op == "call_function").replace(
-                                                "executorch.exir.dialects.backend._ops.", ""), """\
+def test_every_spelling_is_fused(fused_matches_eager):
+    x = _x((2, 4, 17, 16), 7)
+    x[1, 2, 5, 5] = float("nan")
+    edge = edge_program(Pools(), (x,))
+    passes = [FusionPass()]
+    out = fuse(edge, passes)
+    assert_expected_inline("\n".join(str(n.format_node()) for n in out.exported_program().graph.nodes
+                                     if n.op == "call_function").replace(
+                                         "executorch.exir.dialects.backend._ops.", ""), """\
 %etfuse_max_pool2d_default : [num_users=1] = call_function[target=etfuse.max_pool2d.default](args = (%x, [3, 3], [2, 2], [0, 0], [1, 1], False), kwargs = {})
 %etfuse_max_pool2d_default_1 : [num_users=1] = call_function[target=etfuse.max_pool2d.default](args = (%x, [2, 2], [2, 2], [0, 0], [1, 1], False), kwargs = {})
 %etfuse_max_pool2d_default_2 : [num_users=1] = call_function[target=etfuse.max_pool2d.default](args = (%x, [3, 3], [2, 2], [1, 1], [1, 1], True), kwargs = {})
@@ -185,34 +191,29 @@ class PoolingTest(TestCase):
 %etfuse_mean_hw_default : [num_users=1] = call_function[target=etfuse.mean_hw.default](args = (%x, True), kwargs = {})
 %etfuse_mean_hw_default_1 : [num_users=1] = call_function[target=etfuse.mean_hw.default](args = (%x, True), kwargs = {})
 %etfuse_mean_hw_default_2 : [num_users=1] = call_function[target=etfuse.mean_hw.default](args = (%x, False), kwargs = {})""")
-        self.assertEqual(sorted({f.rule for f in passes[0].report.fused}), [
-            "avg_pool2d", "avg_pool2d_ceil_no_pad_count_stride_default", "max_pool2d", "max_pool2d_ceil",
-            "max_pool2d_stride_default", "mean_hw_keepdim_2_3", "mean_hw_keepdim_m1_m2", "mean_hw_m1_m2"])
-        want = Pools()(x)
-        retraced = out.exported_program().run_decompositions()  # before to_executorch, which edits in place
-        self.assertNotIn("etfuse", " ".join(op_names(retraced.graph_module)))
-        for got_eager, got_rt, got_retraced, w in zip(out.exported_program().module()(x), run(out.to_executorch(), (x,)),
-                                                     retraced.module()(x), want):
-            torch.testing.assert_close(got_eager, w, equal_nan=True)
-            torch.testing.assert_close(got_rt, w, equal_nan=True)
-            torch.testing.assert_close(got_retraced, w, equal_nan=True)
+    assert sorted({f.rule for f in passes[0].report.fused}) == [
+        "avg_pool2d", "avg_pool2d_ceil_no_pad_count_stride_default", "max_pool2d", "max_pool2d_ceil",
+        "max_pool2d_stride_default", "mean_hw_keepdim_2_3", "mean_hw_keepdim_m1_m2", "mean_hw_m1_m2"]
+    fused_matches_eager(Pools(), (x,), out)  # NaN where eager has it
 
-    def test_indices_read_keeps_the_stock_op(self):
-        class WithIndices(nn.Module):
-            def forward(self, x):
-                values, indices = F.max_pool2d(x, 2, return_indices=True)
-                return values * 2, indices
 
-        x = _x((1, 2, 8, 8), 8)
-        out = fuse(edge_program(WithIndices(), (x,)), [FusionPass()])
-        self.assertIn("aten.max_pool2d_with_indices.default", op_names(out.exported_program().graph_module))
-        self.assertNotIn("etfuse.max_pool2d.default", op_names(out.exported_program().graph_module))
+def test_indices_read_keeps_the_stock_op():
+    class WithIndices(nn.Module):
+        def forward(self, x):
+            values, indices = F.max_pool2d(x, 2, return_indices=True)
+            return values * 2, indices
 
-    def test_dims_that_are_not_height_and_width_stay(self):
-        class Means(nn.Module):
-            def forward(self, x, y):
-                return x.mean((1, 2), keepdim=True), y.mean((2, 3))  # y is 5-D: 2, 3 are not its last two
+    x = _x((1, 2, 8, 8), 8)
+    out = fuse(edge_program(WithIndices(), (x,)), [FusionPass()])
+    assert "aten.max_pool2d_with_indices.default" in op_names(out.exported_program().graph_module)
+    assert "etfuse.max_pool2d.default" not in op_names(out.exported_program().graph_module)
 
-        x, y = _x((2, 3, 4, 5), 9), _x((2, 3, 4, 5, 6), 10)
-        out = fuse(edge_program(Means(), (x, y)), [FusionPass()])
-        self.assertEqual(op_names(out.exported_program().graph_module), ["aten.mean.dim", "aten.mean.dim"])
+
+def test_dims_that_are_not_height_and_width_stay():
+    class Means(nn.Module):
+        def forward(self, x, y):
+            return x.mean((1, 2), keepdim=True), y.mean((2, 3))  # y is 5-D: 2, 3 are not its last two
+
+    x, y = _x((2, 3, 4, 5), 9), _x((2, 3, 4, 5, 6), 10)
+    out = fuse(edge_program(Means(), (x, y)), [FusionPass()])
+    assert op_names(out.exported_program().graph_module) == ["aten.mean.dim", "aten.mean.dim"]
