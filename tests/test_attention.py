@@ -1,27 +1,25 @@
-"""etfuse::sdpa: the kernel against torch's scaled_dot_product_attention, the rules on the edge
-dialect's decomposition (exact ops, eager / runtime / retrace equal to eager), and executorch's
-example llama end to end (prefill logits, greedy decoding with a KV cache on the runtime)."""
+"""etfuse::sdpa (backend_ops/attention_ops.py, kernels/csrc/ops/sdpa.cpp, patterns/attention_rules.py):
+the kernel against torch's scaled_dot_product_attention, the rules on the edge dialect's
+decomposition (exact ops, eager / runtime / retrace equal to eager), and executorch's example
+llama end to end (prefill logits, greedy decoding with a KV cache on the runtime)."""
 
 from __future__ import annotations
 
 import pytest
 import torch
 import torch.nn.functional as F
-from expecttest import TestCase
 
 import etfuse
 import etfuse.backend_ops  # noqa: F401  (schemas before the kernels load)
 import etfuse.kernels as kernels
+from etfuse.backend_ops import SDPA
 from etfuse.runtime import load_method, run
-from fusion_helpers import assert_fused_matches_eager, assert_greedy_decoding_matches_eager, benchmark_module, edge_program, example_llama, op_names
+from fusion_helpers import assert_greedy_decoding_matches_eager, benchmark_module, edge_program, example_llama, op_names
 
 TOL = dict(rtol=1e-4, atol=1e-5)
 INF = float("inf")
 
-
-@pytest.fixture(scope="module", autouse=True)
-def loaded():
-    kernels.load()
+pytestmark = pytest.mark.usefixtures("eager_kernels")
 
 
 def sdpa_out(q, k, v, mask=None, scale=1.0):
@@ -109,12 +107,17 @@ def test_bad_shapes_are_named():
         sdpa_out(torch.randn(2, 3, 8), k, k)
 
 
-def test_opcheck():
+def test_opcheck_and_the_pattern_is_torchs_attention(kernel_check, opcheck):
+    """The pattern (what a retrace gives back) is torch's SDPA; the kernel, in eager and on the
+    runtime, the pattern (with q, k, v transposed views, channels-last, ...: test_out_kernels.py)."""
     q, k, v = torch.randn(1, 2, 3, 8), torch.randn(1, 2, 5, 8), torch.randn(1, 2, 5, 4)
-    for args in ((q, k, v), (q, k, v, torch.randn(3, 5), 0.25)):
-        torch.library.opcheck(torch.ops.etfuse.sdpa.default, args)
-        torch.testing.assert_close(torch.ops.etfuse.sdpa(*args), F.scaled_dot_product_attention(
+    cases = ((q, k, v), (q, k, v, torch.randn(3, 5), 0.25))
+    for args in cases:
+        opcheck(SDPA.aten, args)
+        torch.testing.assert_close(SDPA.pattern(*args), F.scaled_dot_product_attention(
             q, k, v, attn_mask=args[3] if len(args) > 3 else None, scale=args[4] if len(args) > 4 else 1.0))
+        kernel_check.eager(SDPA, args, tol=TOL)
+    kernel_check.runtime(SDPA, [(*cases[0], None, 1.0), cases[1]], tol=TOL)
 
 
 # --------------------------------------------------------------------------------------------
@@ -162,76 +165,82 @@ def _fused(model, args):
     return edge, out
 
 
-class FusionTest(TestCase):
-    def test_each_sdpa_form_is_one_op(self):
-        q, k, v = torch.randn(2, 3, 5, 8), torch.randn(2, 3, 7, 8), torch.randn(2, 3, 7, 6)
-        forms = {
-            "no mask": (Attention(), (q, k, v), ["etfuse.sdpa.default"]),
-            "scale": (Attention(scale=0.2), (q, k, v), ["etfuse.sdpa.default"]),
-            "float mask": (Attention(masked=True), (q, k, v, torch.randn(5, 7)), ["etfuse.sdpa.default"]),
-            # a boolean mask becomes where(mask, 0, -inf): a stock op feeding the fused one
-            "bool mask": (Attention(masked=True), (q, k, v, torch.rand(2, 1, 5, 7) > 0.3),
-                          ["aten.scalar_tensor.default", "aten.scalar_tensor.default", "aten.where.self",
-                           "etfuse.sdpa.default"]),
-        }
-        forms["grouped, 3 per head"] = (GroupedAttention(), (torch.randn(1, 6, 4, 8), torch.randn(1, 2, 5, 8),
-                                                             torch.randn(1, 2, 5, 8), torch.randn(4, 5)),
-                                        ["etfuse.sdpa.default"])
-        forms["grouped, 1 per head"] = (GroupedAttention(), (q, k, v, torch.randn(5, 7)), ["etfuse.sdpa.default"])
-        for name, (model, args, ops) in forms.items():
-            with self.subTest(name):
-                edge, out = _fused(model, args)
-                self.assertEqual(op_names(out.exported_program().graph_module), ops)
-                assert_fused_matches_eager(model, args, out, **TOL)
+def _sdpa_forms():
+    q, k, v = torch.randn(2, 3, 5, 8), torch.randn(2, 3, 7, 8), torch.randn(2, 3, 7, 6)
+    forms = {
+        "no mask": (Attention(), (q, k, v), ["etfuse.sdpa.default"]),
+        "scale": (Attention(scale=0.2), (q, k, v), ["etfuse.sdpa.default"]),
+        "float mask": (Attention(masked=True), (q, k, v, torch.randn(5, 7)), ["etfuse.sdpa.default"]),
+        # a boolean mask becomes where(mask, 0, -inf): a stock op feeding the fused one
+        "bool mask": (Attention(masked=True), (q, k, v, torch.rand(2, 1, 5, 7) > 0.3),
+                      ["aten.scalar_tensor.default", "aten.scalar_tensor.default", "aten.where.self",
+                       "etfuse.sdpa.default"]),
+    }
+    forms["grouped, 3 per head"] = (GroupedAttention(), (torch.randn(1, 6, 4, 8), torch.randn(1, 2, 5, 8),
+                                                         torch.randn(1, 2, 5, 8), torch.randn(4, 5)),
+                                    ["etfuse.sdpa.default"])
+    forms["grouped, 1 per head"] = (GroupedAttention(), (q, k, v, torch.randn(5, 7)), ["etfuse.sdpa.default"])
+    return forms
 
-    def test_causal_self_attention_block(self):
-        model, args = SelfAttention().eval(), (torch.randn(2, 6, 32),)
-        edge, out = _fused(model, args)
-        ops = op_names(out.exported_program().graph_module)
-        self.assertEqual(ops.count("etfuse.sdpa.default"), 1)
-        for gone in ("aten._softmax.default", "aten.any.dim", "aten.mul.Scalar"):
-            self.assertNotIn(gone, ops)
-        # the one bmm left is the output projection: a linear on [B, T, C] lowers to
-        # expand/view/bmm, which no rule fuses yet
-        self.assertEqual(ops.count("aten.bmm.default"), 1)
-        assert_fused_matches_eager(model, args, out, **TOL)
 
-    def test_vit_attention_q_k_v_unbound_from_one_qkv_linear(self):
-        # q, k, v are slices of one permuted tensor (slice_copy + squeeze_copy each, the squeezes
-        # view_copys for to_executorch to make views: UnitDimViewsPass), read by sdpa through their
-        # strides; the decomposition's closing permutes go into the op (sdpa_closed)
-        # (7 and 14 rows: the linears read their weights packed at fuse time, PrepackWeightsPass)
-        head = ["etfuse.linear_packed_act.default", "aten.view_copy.default", "etfuse.permute_copy.default",
-                *["aten.slice_copy.Tensor"] * 3, *["aten.view_copy.default"] * 3, "etfuse.sdpa.default"]
-        tail = ["etfuse.permute_copy.default", "aten.view_copy.default", "etfuse.linear_packed_act.default"]
-        for batch in (1, 2):
-            with self.subTest(batch=batch):
-                model, args = benchmark_module("transformers").VitAttention(32, 4).eval(), (torch.randn(batch, 7, 32),)
-                passes = etfuse.passes.default_passes()
-                out = etfuse.fuse(edge_program(model, args), passes)
-                ops = op_names(out.exported_program().graph_module)
-                if batch == 1:
-                    self.assertEqual(ops, head + tail)
-                else:  # the proj linear on the transposed [2, 7, 32] lowers to expand/view/bmm: no rule yet
-                    self.assertEqual(ops[:len(head)], head)
-                    self.assertNotIn("aten._softmax.default", ops)
-                fusion = next(p for p in passes if type(p) is etfuse.passes.FusionPass)
-                self.assertIn("sdpa_closed", [f.rule for f in fusion.report.fused])
-                assert_fused_matches_eager(model, args, out, **TOL)
+@pytest.mark.parametrize("form", list(_sdpa_forms()))
+def test_each_sdpa_form_is_one_op(fused_matches_eager, form):
+    model, args, ops = _sdpa_forms()[form]
+    edge, out = _fused(model, args)
+    assert op_names(out.exported_program().graph_module) == ops
+    fused_matches_eager(model, args, out, **TOL)
 
-    def test_scale_is_the_square_of_the_factor_export_applies(self):
-        q, k, v = torch.randn(1, 2, 3, 8), torch.randn(1, 2, 4, 8), torch.randn(1, 2, 4, 8)
-        out = _fused(Attention(scale=0.37), (q, k, v))[1]
-        node = next(n for n in out.exported_program().graph.nodes if "sdpa" in str(n.target))
-        self.assertAlmostEqual(node.args[4], 0.37, places=6)
 
-    def test_look_alikes_are_declined(self):
-        class HandWritten(torch.nn.Module):  # softmax over the query axis: not attention
-            def forward(self, q, k, v):
-                return torch.softmax(q @ k.transpose(-1, -2), dim=-2) @ v
+def test_causal_self_attention_block(fused_matches_eager):
+    model, args = SelfAttention().eval(), (torch.randn(2, 6, 32),)
+    edge, out = _fused(model, args)
+    ops = op_names(out.exported_program().graph_module)
+    assert ops.count("etfuse.sdpa.default") == 1
+    for gone in ("aten._softmax.default", "aten.any.dim", "aten.mul.Scalar"):
+        assert gone not in ops
+    # the one bmm left is the output projection: a linear on [B, T, C] lowers to
+    # expand/view/bmm, which no rule fuses yet
+    assert ops.count("aten.bmm.default") == 1
+    fused_matches_eager(model, args, out, **TOL)
 
-        args = (torch.randn(1, 2, 4, 8), torch.randn(1, 2, 4, 8), torch.randn(1, 2, 4, 8))
-        self.assertNotIn("etfuse.sdpa.default", op_names(_fused(HandWritten(), args)[1].exported_program().graph_module))
+
+@pytest.mark.parametrize("batch", [1, 2])
+def test_vit_attention_q_k_v_unbound_from_one_qkv_linear(fused_matches_eager, batch):
+    # q, k, v are slices of one permuted tensor (slice_copy + squeeze_copy each, the squeezes
+    # view_copys for to_executorch to make views: UnitDimViewsPass), read by sdpa through their
+    # strides; the decomposition's closing permutes go into the op (sdpa_closed)
+    # (7 and 14 rows: the linears read their weights packed at fuse time, PrepackWeightsPass)
+    head = ["etfuse.linear_packed_act.default", "aten.view_copy.default", "etfuse.permute_copy.default",
+            *["aten.slice_copy.Tensor"] * 3, *["aten.view_copy.default"] * 3, "etfuse.sdpa.default"]
+    tail = ["etfuse.permute_copy.default", "aten.view_copy.default", "etfuse.linear_packed_act.default"]
+    model, args = benchmark_module("transformers").VitAttention(32, 4).eval(), (torch.randn(batch, 7, 32),)
+    passes = etfuse.passes.default_passes()
+    out = etfuse.fuse(edge_program(model, args), passes)
+    ops = op_names(out.exported_program().graph_module)
+    if batch == 1:
+        assert ops == head + tail
+    else:  # the proj linear on the transposed [2, 7, 32] lowers to expand/view/bmm: no rule yet
+        assert ops[:len(head)] == head
+        assert "aten._softmax.default" not in ops
+    fusion = next(p for p in passes if type(p) is etfuse.passes.FusionPass)
+    assert "sdpa_closed" in [f.rule for f in fusion.report.fused]
+    fused_matches_eager(model, args, out, **TOL)
+
+
+def test_scale_is_the_square_of_the_factor_export_applies():
+    q, k, v = torch.randn(1, 2, 3, 8), torch.randn(1, 2, 4, 8), torch.randn(1, 2, 4, 8)
+    out = _fused(Attention(scale=0.37), (q, k, v))[1]
+    node = next(n for n in out.exported_program().graph.nodes if "sdpa" in str(n.target))
+    assert round(node.args[4] - 0.37, 6) == 0
+
+
+def test_look_alikes_are_declined():
+    class HandWritten(torch.nn.Module):  # softmax over the query axis: not attention
+        def forward(self, q, k, v):
+            return torch.softmax(q @ k.transpose(-1, -2), dim=-2) @ v
+
+    args = (torch.randn(1, 2, 4, 8), torch.randn(1, 2, 4, 8), torch.randn(1, 2, 4, 8))
+    assert "etfuse.sdpa.default" not in op_names(_fused(HandWritten(), args)[1].exported_program().graph_module)
 
 
 # --------------------------------------------------------------------------------------------
