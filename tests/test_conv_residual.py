@@ -1,16 +1,18 @@
 """A convolution's residual add in its epilogue (patterns/conv_residual_rules.py): the kernels of
 conv2d_act / conv2d_bn_act / their packed forms against eager on every conv path, the ops'
 opcheck, the fused graphs of a ResNet block and a MobileNetV2 inverted residual through
-`etfuse.fuse`, their numbers on the ExecuTorch runtime, the retrace, and what is declined."""
+`etfuse.fuse`, their numbers on the ExecuTorch runtime, the retrace, and what is declined.
+(kernels/csrc/ops/conv2d_*.cpp, backend_ops/gemm_conv_ops.py and prepacked_ops.py)"""
 
 import pytest
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
-from expecttest import TestCase
+from expecttest import assert_expected_inline
 
 import etfuse
 import etfuse.kernels as kernels
+from etfuse.backend_ops import CONV2D_ACT
 from etfuse.passes import FusionPass, fuse
 from etfuse.runtime import run
 from fusion_helpers import edge_program, eval_with_bn_stats, op_names
@@ -19,10 +21,8 @@ ops = torch.ops.etfuse
 TOL = dict(rtol=1e-4, atol=1e-4)
 
 
-@pytest.fixture(scope="module", autouse=True)
-def loaded():
-    """The C++ kernels on the `.out` ops: without them `.out` runs the pattern, whatever the order."""
-    return kernels.load()
+# The C++ kernels on the `.out` ops: without them `.out` runs the pattern, whatever the order.
+pytestmark = pytest.mark.usefixtures("eager_kernels")
 
 # N, C, H, W, Cout, KH, KW, stride, padding, dilation, groups: one case per conv path of
 # kernels/csrc/core/conv2d.h (run_paths), each of which adds the residual its own way
@@ -64,10 +64,10 @@ def _residual_layouts(residual):
 
 @pytest.mark.parametrize("isa", ["auto", "avx2", "baseline"])
 @pytest.mark.parametrize("name", sorted(CASES))
-def test_conv2d_act_residual_matches_eager(name, isa):
+def test_conv2d_act_residual_matches_eager(eager_kernels, name, isa):
     """Every path, on every ISA (the SSE2 baseline runs the direct kernel, which adds the residual
     after the conv), with the residual in three layouts."""
-    if isa == "avx2" and kernels.load().isa == "baseline":
+    if isa == "avx2" and eager_kernels.isa == "baseline":
         pytest.skip("CPU without AVX2")
     x, weight, bias, (stride, padding, dilation, groups), conv, residual = _case(name)
     kernels.set_isa(isa)
@@ -78,9 +78,9 @@ def test_conv2d_act_residual_matches_eager(name, isa):
                 out = torch.empty(0)
                 ops.conv2d_act.out(x, weight, bias, stride, padding, dilation, groups, lo, hi, "none", r, out=out)
                 torch.testing.assert_close(out, want, **TOL)
-            # the functional op (its pattern) computes the same
+            # the pattern (what a retrace gives back) adds the residual before the clamp too
             torch.testing.assert_close(
-                ops.conv2d_act(x, weight, bias, stride, padding, dilation, groups, lo, hi, "none", residual), want,
+                CONV2D_ACT.pattern(x, weight, bias, stride, padding, dilation, groups, lo, hi, "none", residual), want,
                 **TOL)
     finally:
         kernels.set_isa("auto")
@@ -146,7 +146,7 @@ def test_residual_of_another_shape_is_an_error_that_names_it():
                            torch.randn(conv.shape[0], conv.shape[1], 1, 1), out=torch.empty(0))
 
 
-def test_residual_ops_pass_opcheck():
+def test_residual_ops_pass_opcheck(opcheck):
     x, w, b = torch.randn(2, 3, 7, 7), torch.randn(6, 3, 3, 3), torch.randn(6)
     r = torch.randn(2, 6, 7, 7)
     s = _bn(6, torch.Generator().manual_seed(0))
@@ -159,10 +159,8 @@ def test_residual_ops_pass_opcheck():
         (ops.conv2d_packed_act, (x, packed, list(w.shape), b, *geometry, None, None, "none", r)),
         (ops.conv2d_bn_packed_act, (x, packed, list(w.shape), b, *bn, *geometry, 0.0, None, "none", r)),
     ):
-        torch.library.opcheck(op.default, args)
-        # out variants: aot_dispatch cannot functionalize `Tensor(a!)` returns (as for every `.out` op)
-        torch.library.opcheck(op.out, args, {"out": torch.empty(r.shape)},
-                              test_utils=("test_schema", "test_autograd_registration", "test_faketensor"))
+        opcheck(op.default, args)
+        opcheck.out(op.out, args, torch.empty(r.shape))
 
 
 # --------------------------------------------------------------------------------------------
@@ -212,77 +210,78 @@ class InvertedResidual(nn.Module):
         return x + self.body(x)
 
 
-class ResidualGraphTest(TestCase):
-    def test_resnet_blocks_through_fuse(self):
-        """Two blocks, the second with a shortcut conv: each block's add and relu are the epilogue
-        of its last conv with batch norm, the shortcut conv's output its residual."""
-        model = _with_bn(nn.Sequential(BasicBlock(8, 8, 1), BasicBlock(8, 16, 2)))
-        x = torch.randn(1, 8, 16, 16)
-        edge = edge_program(model, (x,))
-        out = etfuse.fuse(edge)
-        ep = out.exported_program()
-        self.assertEqual(op_names(ep.graph_module), [
-            "etfuse.conv2d_bn_act.default", "etfuse.conv2d_bn_act.default",
-            "etfuse.conv2d_bn_act.default", "etfuse.conv2d_packed_act.default", "etfuse.conv2d_bn_act.default"])
-        calls = [n for n in ep.graph.nodes if n.op == "call_function"]
-        self.assertExpectedInline("\n".join(str(n.format_node()) for n in (calls[1], calls[4])), """\
+def test_resnet_blocks_through_fuse():
+    """Two blocks, the second with a shortcut conv: each block's add and relu are the epilogue
+    of its last conv with batch norm, the shortcut conv's output its residual."""
+    model = _with_bn(nn.Sequential(BasicBlock(8, 8, 1), BasicBlock(8, 16, 2)))
+    x = torch.randn(1, 8, 16, 16)
+    edge = edge_program(model, (x,))
+    out = etfuse.fuse(edge)
+    ep = out.exported_program()
+    assert op_names(ep.graph_module) == [
+        "etfuse.conv2d_bn_act.default", "etfuse.conv2d_bn_act.default",
+        "etfuse.conv2d_bn_act.default", "etfuse.conv2d_packed_act.default", "etfuse.conv2d_bn_act.default"]
+    calls = [n for n in ep.graph.nodes if n.op == "call_function"]
+    assert_expected_inline("\n".join(str(n.format_node()) for n in (calls[1], calls[4])), """\
 %etfuse_conv2d_bn_act_default_1 : [num_users=2] = call_function[target=executorch.exir.dialects.backend._ops.etfuse.conv2d_bn_act.default](args = (%etfuse_conv2d_bn_act_default, %p_0_c2_weight, None, %p_0_b2_weight, %p_0_b2_bias, %b_0_b2_running_mean, %b_0_b2_running_var, 1e-05, [1, 1], [1, 1], [1, 1], 1, 0.0, None, none, %input_1), kwargs = {})
 %etfuse_conv2d_bn_act_default_3 : [num_users=1] = call_function[target=executorch.exir.dialects.backend._ops.etfuse.conv2d_bn_act.default](args = (%etfuse_conv2d_bn_act_default_2, %p_1_c2_weight, None, %p_1_b2_weight, %p_1_b2_bias, %b_1_b2_running_mean, %b_1_b2_running_var, 1e-05, [1, 1], [1, 1], [1, 1], 1, 0.0, None, none, %etfuse_conv2d_packed_act_default), kwargs = {})""")
-        # the caller's program keeps its adds
-        self.assertEqual(op_names(edge.exported_program().graph_module).count("aten.add.Tensor"), 2)
-        want = model(x)
-        retraced = ep.run_decompositions()  # before to_executorch, which rewrites the graph in place
-        names = op_names(retraced.graph_module)
-        self.assertFalse([n for n in names if n.startswith("etfuse.")], names)
-        self.assertEqual(names.count("aten.add.Tensor"), 2)
-        torch.testing.assert_close(retraced.module()(x), want, **TOL)
-        torch.testing.assert_close(run(out.to_executorch(), (x,))[0], want, **TOL)
+    # the caller's program keeps its adds
+    assert op_names(edge.exported_program().graph_module).count("aten.add.Tensor") == 2
+    want = model(x)
+    retraced = ep.run_decompositions()  # before to_executorch, which rewrites the graph in place
+    names = op_names(retraced.graph_module)
+    assert not [n for n in names if n.startswith("etfuse.")], names
+    assert names.count("aten.add.Tensor") == 2
+    torch.testing.assert_close(retraced.module()(x), want, **TOL)
+    torch.testing.assert_close(run(out.to_executorch(), (x,))[0], want, **TOL)
 
-    def test_inverted_residual_packed_on_a_small_map(self):
-        """No relu after the add; on an 8x8 map the projection conv's weight is packed at fuse time
-        (PrepackWeightsPass), and its residual goes with it to conv2d_bn_packed_act."""
-        model = _with_bn(InvertedResidual(16, 4))
-        x = torch.randn(1, 16, 8, 8)
-        out = etfuse.fuse(edge_program(model, (x,)))
-        gm = out.exported_program().graph_module
-        self.assertEqual(op_names(gm), [
-            "etfuse.conv2d_bn_packed_act.default", "etfuse.conv2d_bn_act.default",
-            "etfuse.conv2d_bn_packed_act.default"])
-        last = [n for n in gm.graph.nodes if n.op == "call_function"][-1]
-        self.assertEqual(last.args[-4:-1], (None, None, "none"))
-        self.assertEqual(last.args[-1].name, "x")
-        torch.testing.assert_close(run(out.to_executorch(), (x,))[0], model(x), **TOL)
 
-    def test_the_add_s_other_operand_when_the_first_is_read_elsewhere(self):
-        """x + body(x) with x itself a conv + batch norm (the block before projects without an
-        activation): matched as written, the pattern's conv is x, whose output the body reads too;
-        the engine then tries the add's operands the other way round, and body's last conv takes
-        the residual."""
-        model = _with_bn(nn.Sequential(nn.Conv2d(8, 16, 1, bias=False), nn.BatchNorm2d(16), InvertedResidual(16, 2)))
-        x = torch.randn(1, 8, 10, 10)
-        p = FusionPass()
-        out = fuse(edge_program(model, (x,)), [p])
-        self.assertEqual([f.rule for f in p.report.fused],
-                         ["conv2d_bn", "conv2d_bn_hardtanh", "conv2d_bn_hardtanh", "conv2d_bn_residual"])
-        gm = out.exported_program().graph_module
-        first, *_, last = [n for n in gm.graph.nodes if n.op == "call_function"]
-        self.assertIs(last.args[-1], first)  # the residual is the first conv's output
-        torch.testing.assert_close(run(out.to_executorch(), (x,))[0], model(x), **TOL)
+def test_inverted_residual_packed_on_a_small_map():
+    """No relu after the add; on an 8x8 map the projection conv's weight is packed at fuse time
+    (PrepackWeightsPass), and its residual goes with it to conv2d_bn_packed_act."""
+    model = _with_bn(InvertedResidual(16, 4))
+    x = torch.randn(1, 16, 8, 8)
+    out = etfuse.fuse(edge_program(model, (x,)))
+    gm = out.exported_program().graph_module
+    assert op_names(gm) == [
+        "etfuse.conv2d_bn_packed_act.default", "etfuse.conv2d_bn_act.default",
+        "etfuse.conv2d_bn_packed_act.default"]
+    last = [n for n in gm.graph.nodes if n.op == "call_function"][-1]
+    assert last.args[-4:-1] == (None, None, "none")
+    assert last.args[-1].name == "x"
+    torch.testing.assert_close(run(out.to_executorch(), (x,))[0], model(x), **TOL)
 
-    def test_routes_give_the_same_program(self):
-        """transform(default_passes()) and ExecutorchBackendConfig(passes=...) fuse it too."""
-        from executorch.exir import ExecutorchBackendConfig
 
-        model = _with_bn(BasicBlock(8, 8, 1))
-        x = torch.randn(1, 8, 12, 12)
-        want = model(x)
-        by_transform = edge_program(model, (x,)).transform(etfuse.passes.default_passes())
-        self.assertEqual(op_names(by_transform.exported_program().graph_module),
-                         ["etfuse.conv2d_bn_act.default", "etfuse.conv2d_bn_act.default"])
-        torch.testing.assert_close(run(by_transform.to_executorch(), (x,))[0], want, **TOL)
-        by_config = edge_program(model, (x,)).to_executorch(
-            ExecutorchBackendConfig(passes=etfuse.passes.default_passes()))
-        torch.testing.assert_close(run(by_config, (x,))[0], want, **TOL)
+def test_the_add_s_other_operand_when_the_first_is_read_elsewhere():
+    """x + body(x) with x itself a conv + batch norm (the block before projects without an
+    activation): matched as written, the pattern's conv is x, whose output the body reads too;
+    the engine then tries the add's operands the other way round, and body's last conv takes
+    the residual."""
+    model = _with_bn(nn.Sequential(nn.Conv2d(8, 16, 1, bias=False), nn.BatchNorm2d(16), InvertedResidual(16, 2)))
+    x = torch.randn(1, 8, 10, 10)
+    p = FusionPass()
+    out = fuse(edge_program(model, (x,)), [p])
+    assert [f.rule for f in p.report.fused] == ["conv2d_bn", "conv2d_bn_hardtanh", "conv2d_bn_hardtanh",
+                                                "conv2d_bn_residual"]
+    gm = out.exported_program().graph_module
+    first, *_, last = [n for n in gm.graph.nodes if n.op == "call_function"]
+    assert last.args[-1] is first  # the residual is the first conv's output
+    torch.testing.assert_close(run(out.to_executorch(), (x,))[0], model(x), **TOL)
+
+
+def test_routes_give_the_same_program():
+    """transform(default_passes()) and ExecutorchBackendConfig(passes=...) fuse it too."""
+    from executorch.exir import ExecutorchBackendConfig
+
+    model = _with_bn(BasicBlock(8, 8, 1))
+    x = torch.randn(1, 8, 12, 12)
+    want = model(x)
+    by_transform = edge_program(model, (x,)).transform(etfuse.passes.default_passes())
+    assert op_names(by_transform.exported_program().graph_module) == ["etfuse.conv2d_bn_act.default"] * 2
+    torch.testing.assert_close(run(by_transform.to_executorch(), (x,))[0], want, **TOL)
+    by_config = edge_program(model, (x,)).to_executorch(
+        ExecutorchBackendConfig(passes=etfuse.passes.default_passes()))
+    torch.testing.assert_close(run(by_config, (x,))[0], want, **TOL)
 
 
 class Broadcast(nn.Module):
@@ -309,25 +308,23 @@ class ConvReadTwice(nn.Module):
         return torch.relu(y + x), y
 
 
-class ResidualDeclineTest(TestCase):
-    def test_a_broadcast_add_is_declined_with_its_reason(self):
-        model = Broadcast().eval()
-        x = torch.randn(1, 4, 6, 6)
-        edge = edge_program(model, (x,))
-        p = FusionPass()
-        out = fuse(edge, [p])
-        self.assertEqual(op_names(out.exported_program().graph_module),
-                         ["etfuse.conv2d_act.default", "etfuse.add_relu.default"])
-        reasons = [d.reason for d in p.report.declined if d.rule == "conv2d_residual_relu"]
-        self.assertEqual(reasons, ["residual (1, 8, 1, 1) is not the conv's output shape (1, 8, 6, 6): the epilogue "
-                                   "adds one residual value per output element"])
-        torch.testing.assert_close(run(out.to_executorch(), (x,))[0], model(x), **TOL)
+def test_a_broadcast_add_is_declined_with_its_reason():
+    model = Broadcast().eval()
+    x = torch.randn(1, 4, 6, 6)
+    edge = edge_program(model, (x,))
+    p = FusionPass()
+    out = fuse(edge, [p])
+    assert op_names(out.exported_program().graph_module) == ["etfuse.conv2d_act.default", "etfuse.add_relu.default"]
+    reasons = [d.reason for d in p.report.declined if d.rule == "conv2d_residual_relu"]
+    assert reasons == ["residual (1, 8, 1, 1) is not the conv's output shape (1, 8, 6, 6): the epilogue "
+                       "adds one residual value per output element"]
+    torch.testing.assert_close(run(out.to_executorch(), (x,))[0], model(x), **TOL)
 
-    def test_a_conv_output_read_elsewhere_keeps_its_add(self):
-        model = ConvReadTwice().eval()
-        x = torch.randn(1, 4, 6, 6)
-        out = fuse(edge_program(model, (x,)), [FusionPass()])
-        self.assertEqual(op_names(out.exported_program().graph_module),
-                         ["etfuse.conv2d_act.default", "etfuse.add_relu.default"])
-        for got, want in zip(run(out.to_executorch(), (x,)), model(x)):
-            torch.testing.assert_close(got, want, **TOL)
+
+def test_a_conv_output_read_elsewhere_keeps_its_add():
+    model = ConvReadTwice().eval()
+    x = torch.randn(1, 4, 6, 6)
+    out = fuse(edge_program(model, (x,)), [FusionPass()])
+    assert op_names(out.exported_program().graph_module) == ["etfuse.conv2d_act.default", "etfuse.add_relu.default"]
+    for got, want in zip(run(out.to_executorch(), (x,)), model(x)):
+        torch.testing.assert_close(got, want, **TOL)
