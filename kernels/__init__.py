@@ -33,7 +33,7 @@ from .cache import cache_root
 from .cmake_package import CMAKE_DIR
 from etfuse.quiet import without_runtime_start_lines
 
-__all__ = ["KernelInfo", "KernelBuildError", "KernelCacheWarning", "load", "is_loaded", "info", "build", "cache_root", "set_isa", "current_isa", "RUNTIME_OPS", "cmake_prefix_path"]
+__all__ = ["KernelInfo", "KernelBuildError", "KernelCacheWarning", "load", "prepare", "is_loaded", "info", "build", "cache_root", "set_isa", "current_isa", "RUNTIME_OPS", "cmake_prefix_path"]
 
 # The CMake package (etfuse-config.cmake: the target etfuse::kernels), like
 # torch.utils.cmake_prefix_path: -DCMAKE_PREFIX_PATH="<this>;<executorch>/share/cmake".
@@ -83,6 +83,25 @@ class KernelInfo:
 
 _LOCK = threading.RLock()
 _INFO: Optional[KernelInfo] = None
+_PREPARING: Optional[threading.Thread] = None
+
+
+def prepare() -> None:
+    """Start building (or finding) the runtime library in a background thread and return at once:
+    a caller that will `load()` later (the CLI, `etfuse.compare`) overlaps the compile (ninja, in
+    other processes) with its own export and fusion. `load()` waits for it; a build error is
+    raised there."""
+    global _PREPARING
+    with _LOCK:
+        if _INFO is None and _PREPARING is None:
+            def build_runtime():
+                try:
+                    cache.build(libraries=(RUNTIME_LIB,))
+                except Exception:  # noqa: BLE001 - load() builds again and raises it with its context
+                    pass
+
+            _PREPARING = threading.Thread(target=build_runtime, name="etfuse-kernels-build", daemon=True)
+            _PREPARING.start()
 
 
 def _runtime_registered() -> set[str]:
@@ -98,6 +117,8 @@ def load(verbose: bool = False, eager: bool = False) -> KernelInfo:
     """Build (or find cached) and register the runtime kernels, and with `eager=True` the torch
     CPU kernels of the `.out` ops too; returns where they came from."""
     global _INFO
+    if _PREPARING is not None:
+        _PREPARING.join()
     with _LOCK:
         if _INFO is None:
             _INFO = _load_runtime(verbose)

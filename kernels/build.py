@@ -205,7 +205,8 @@ def _ninja_file(libraries: dict[str, list[str]], csrc: Path = CSRC) -> str:
     objects_built = set()
     for lib, srcs in libraries.items():
         flavour = LIBRARY_FLAVOURS.get(lib, "runtime")
-        objs = []
+        # the core first: ninja starts inputs in the order listed, and the core is the longest unit
+        objs = [_object(src) for src in CORE_SOURCES] if lib in (EAGER_LIB, RUNTIME_LIB, PROBE_LIB) else []
         for src in srcs:
             obj = f"{flavour}/{Path(src).with_suffix('.o').as_posix()}"
             if obj not in objects_built:
@@ -221,8 +222,6 @@ def _ninja_file(libraries: dict[str, list[str]], csrc: Path = CSRC) -> str:
             lines += [f"build {obj}: cxx_{flavour} {shlex.quote(str(csrc / ENTRY_SOURCE))}",
                       f"  defines = -DETFUSE_LIBRARY_PREFIX={ENTRY_PREFIX[lib]}"]
             objs.append(obj)
-        if lib in (EAGER_LIB, RUNTIME_LIB, PROBE_LIB):
-            objs += [_object(src) for src in CORE_SOURCES]
         lines.append(f"build {lib}: link_{flavour} {' '.join(objs)}")
     lines += ["", f"default {' '.join(LIBRARIES)}", ""]
     return "\n".join(lines)

@@ -134,8 +134,10 @@ def lower_and_compare(exported: torch.export.ExportedProgram, inputs: Sequence[t
     runs: time each program up to this many runs (0: no timing), within `bench_seconds` in all.
     near_misses: the fusion passes also record near misses (`ComparisonResult.near_misses`).
     """
+    import etfuse.kernels
     from etfuse.runtime import load_method
 
+    etfuse.kernels.prepare()  # the runtime library compiles (first run) while the program is fused
     stage = progress or _no_progress
     inputs = tuple(inputs)
     if passes is None:
