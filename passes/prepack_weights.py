@@ -39,7 +39,7 @@ kernels, 2 threads, unpacked -> packed):
   vs 66, 32 -> 32 on 7x7 17 vs 20).
   int8 convs keep packing their 3x3s (the unpacked int8 op converts the weight every call), on
   maps under MAX_INT8_CONV_PIXELS (8x8). On CPUs with AVX-512 VNNI the int8 kernels regroup the
-  panels per call (kernels/README.md); there not packing measured even on MobileNetV2, and the
+  panels per call (docs/performance.md); there not packing measured even on MobileNetV2, and the
   packing pays on CPUs without it, so it stays.
 
 Like FoldPackedWeightsPass it works on a copy; given a graph module alone
