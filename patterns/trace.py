@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import inspect
 import re
-import warnings
 from typing import Any, Callable
 
 import torch
@@ -89,12 +88,9 @@ def _examples(rule: Rule) -> tuple[list, tuple, tuple, dict]:
 def _to_edge(module: torch.nn.Module, tensors: tuple, preserve_ops=()):
     from executorch.exir import EdgeCompileConfig, to_edge
 
-    with warnings.catch_warnings():
-        # torch's own deepcopy of a tree spec inside export; etfuse's rules, not the user's program
-        warnings.filterwarnings("ignore", message=r".*LeafSpec.* is deprecated", category=FutureWarning)
-        ep = torch.export.export(module, tensors, strict=False)
-        config = EdgeCompileConfig(_check_ir_validity=False, preserve_ops=list(preserve_ops))
-        return to_edge(ep, compile_config=config).exported_program()
+    ep = torch.export.export(module, tensors, strict=False)
+    config = EdgeCompileConfig(_check_ir_validity=False, preserve_ops=list(preserve_ops))
+    return to_edge(ep, compile_config=config).exported_program()
 
 
 def trace_edge_pattern(rule: Rule) -> EdgePattern:

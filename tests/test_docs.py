@@ -41,3 +41,4 @@ def test_docs_python_block_runs_verbatim(page, index, block, tmp_path):
     script.write_text(block)
     out = subprocess.run([sys.executable, str(script)], cwd=tmp_path, capture_output=True, text=True, timeout=900)
     assert out.returncode == 0, f"{page} block {index} failed:\n{block}\n--- stderr ---\n{out.stderr[-4000:]}"
+    assert out.stderr == "", f"{page} block {index} wrote to stderr:\n{out.stderr[-4000:]}"  # quiet (etfuse.quiet)

@@ -24,3 +24,5 @@ def test_readme_python_block_runs_verbatim(index, tmp_path):
     script.write_text(BLOCKS[index])
     out = subprocess.run([sys.executable, str(script)], cwd=tmp_path, capture_output=True, text=True, timeout=900)
     assert out.returncode == 0, f"README block {index} failed:\n{BLOCKS[index]}\n--- stderr ---\n{out.stderr[-4000:]}"
+    # quiet: no foreign warnings or log lines (etfuse.quiet), and etfuse itself has nothing to say
+    assert out.stderr == "", f"README block {index} wrote to stderr:\n{out.stderr[-4000:]}"

@@ -2,8 +2,10 @@
 
 Importing executorch.exir imports torchao, which logs a warning for each of its CUDA-only
 extensions that cannot load on a CPU machine and, through torch's pytree, a deprecation of its
-own enum registration; and the ExecuTorch runtime's threadpool prints what it could not read
-of the CPU's identity when it starts. None of it is actionable for someone fusing a model, and it
+own enum registration; torch's `copy.deepcopy` of a tree spec (in `run_decompositions`, which
+executorch's `to_edge` calls, and in etfuse's copies of programs) warns that its own
+`isinstance(treespec, LeafSpec)` is deprecated; and the ExecuTorch runtime's threadpool prints
+what it could not read of the CPU's identity when it starts. None of it is actionable for someone fusing a model, and it
 came before etfuse's own output. Anything else those libraries log still gets through.
 """
 
@@ -13,6 +15,7 @@ import logging
 import os
 import sys
 import tempfile
+import warnings
 from typing import Callable, TypeVar
 
 T = TypeVar("T")
@@ -22,6 +25,8 @@ _DROPPED = (
     ("torchao", "Failed to load "),
     ("torch.utils._pytree", "<enum 'KernelPreference'> is an Enum subclass"),
 )
+# torch's deprecation of its own internal check, raised inside its deepcopy of a tree spec
+_TREESPEC_DEPRECATION = r"`isinstance\(treespec, LeafSpec\)` is deprecated"
 # The runtime threadpool's start-up lines (executorch's cpuinfo_utils.cpp, printed by ET_LOG).
 _RUNTIME_START_LINES = "[cpuinfo_utils.cpp:"
 
@@ -43,11 +48,13 @@ class _DropMessages(logging.Filter):
 
 
 def install_log_filters() -> None:
-    """Drop the known foreign messages (idempotent; configures loggers, imports nothing)."""
+    """Drop the known foreign messages (idempotent; configures loggers and one warning filter,
+    imports nothing)."""
     for name, prefix in _DROPPED:
         logger = logging.getLogger(name)
         if not any(isinstance(f, _DropMessages) and f.prefix == prefix for f in logger.filters):
             logger.addFilter(_DropMessages(prefix))
+    warnings.filterwarnings("ignore", message=_TREESPEC_DEPRECATION, category=FutureWarning)
 
 
 def without_runtime_start_lines(fn: Callable[[], T]) -> T:
