@@ -21,9 +21,7 @@ from etfuse.runtime import run
 from fusion_helpers import op_names
 
 
-@pytest.fixture(scope="module", autouse=True)
-def kernels():
-    etfuse.kernels.load()
+pytestmark = pytest.mark.usefixtures("runtime_kernels")
 
 
 def test_import_etfuse_is_enough_for_every_documented_module():
@@ -145,7 +143,8 @@ def test_symint_refusal_arrives_as_itself(route):
 # ---- loops the way people write them ----------------------------------------------------------
 
 class OnnxLoopAsWritten(torch.nn.Module):
-    """The ONNX Loop seed in plain torch: M = 10, counter from `torch.tensor(0)`, cond `(i < M) & keep`."""
+    """The ONNX Loop spec's example in plain torch: M = 10, counter from `torch.tensor(0)`, cond
+    `(i < M) & keep`."""
 
     def __init__(self, form: str):
         super().__init__()
@@ -181,7 +180,7 @@ def _reference(a: int, b: int, keep: bool):
 
 
 @pytest.mark.parametrize("form", ["and_first", "and_last", "tensor_limit"])
-def test_onnx_loop_seed_as_written_runs_on_the_runtime(form):
+def test_onnx_loop_example_as_written_runs_on_the_runtime(form):
     args = (torch.tensor(3), torch.tensor(6), torch.tensor(True))
     edge = to_edge(export(OnnxLoopAsWritten(form), args))
     fused = etfuse.fuse(edge)

@@ -1,7 +1,8 @@
 """Control flow on the ExecuTorch runtime: ONNX If (torch.cond), ONNX Loop (while_loop, lowered
 to a bounded scan by LoopLoweringPass), OpenVINO TensorIterator (scan) and map, with etfuse
-fusions inside the bodies. Every program runs on the runtime and is checked against eager
-PyTorch, and the seed programs against plain-Python references of their specs.
+fusions inside the bodies (passes/compat, the loop and cond passes). Every program runs on the
+runtime and is checked against eager PyTorch, and the operators' specification examples (ONNX
+Loop and If, OpenVINO TensorIterator) against plain-Python references of their specs.
 """
 
 import pytest
@@ -20,10 +21,9 @@ from etfuse.passes import (
 
 
 @pytest.fixture(scope="module")
-def kernels():
-    import etfuse.kernels
-
-    return etfuse.kernels.load()
+def kernels(runtime_kernels):
+    """The runtime's etfuse kernels (the fused bodies call them)."""
+    return runtime_kernels
 
 
 class _Loaded:
@@ -44,13 +44,13 @@ def _assert_same(got, want):
         torch.testing.assert_close(g, w, rtol=1e-5, atol=1e-5)
 
 
-# --- ONNX Loop (seed 000) -------------------------------------------------------------------
+# --- ONNX Loop: the specification's example --------------------------------------------------
 
 M_TRIPS = 10
 
 
 class OnnxLoop(torch.nn.Module):
-    """The seed's Loop: (max_trip_count=10, keepgoing) over body-net, carrying b; the scan output
+    """The ONNX Loop spec's example: (max_trip_count=10, keepgoing) over body-net, carrying b; the scan output
     user_defined_vals is carried as a buffer written at iteration i (torch has no scan outputs
     on while_loop), so the loop returns (i, keepgoing_out, b_out, user_defined_vals buffer)."""
 
@@ -73,7 +73,7 @@ class OnnxLoop(torch.nn.Module):
 
 
 def onnx_loop_reference(a: int, b: int, keepgoing: bool, max_trip_count: int):
-    """The seed's C-equivalent code, line by line."""
+    """The C-equivalent code of the ONNX Loop spec's example, line by line."""
     keepgoing_out, b_out, user_defined_vals = keepgoing, b, []
     i = 0
     while i < max_trip_count and keepgoing_out:
@@ -98,7 +98,7 @@ def onnx_loop():
     return lowering, _Loaded(edge)
 
 
-def test_onnx_loop_seed_gives_the_c_equivalent_results(onnx_loop):
+def test_onnx_loop_example_gives_the_c_equivalent_results(onnx_loop):
     lowering, run = onnx_loop
     assert [(r.trip_bound, r.source) for r in lowering.report] == [(10, "counter arg0_1 < 10 from 0 step 1")]
     trips, keepgoing_out, b_out, vals = run(_int32(3), _int32(6), torch.tensor(True))
@@ -232,7 +232,7 @@ def test_pass_does_not_modify_its_input():
     assert again.graph_module is not res.graph_module and again.graph_module.code == res.graph_module.code
 
 
-# --- ONNX If (seed 002) ---------------------------------------------------------------------
+# --- ONNX If: the specification's example ----------------------------------------------------
 
 class OnnxIf(torch.nn.Module):
     """The If operator's example: then_branch outputs x = [1,2,3,4,5], else_branch y = [5,4,3,2,1]."""
@@ -243,7 +243,7 @@ class OnnxIf(torch.nn.Module):
         return torch.cond(cond, lambda x, y: x.clone(), lambda x, y: y.clone(), (x, y))
 
 
-def test_onnx_if_seed():
+def test_onnx_if_example_picks_the_branch_of_the_predicate():
     run = _Loaded(to_edge(export(OnnxIf(), (torch.tensor(True),))))
     assert run(torch.tensor(True))[0].tolist() == [1, 2, 3, 4, 5]
     assert run(torch.tensor(False))[0].tolist() == [5, 4, 3, 2, 1]
@@ -291,9 +291,9 @@ def test_an_if_result_survives_later_control_flow():
         _assert_same(fixed(p, a, xs), want)
 
 
-# --- OpenVINO TensorIterator (seed 001) -----------------------------------------------------
+# --- OpenVINO TensorIterator: the specification's examples -----------------------------------
 
-B, T, IN, H = 1, 25, 512, 256  # the seed's example 2: X [1, 25, 512], h/c [1, 256], W [1024, 768]
+B, T, IN, H = 1, 25, 512, 256  # TensorIterator's example 2: X [1, 25, 512], h/c [1, 256], W [1024, 768]
 
 
 def lstm_cell(x, h, c, w, b):
@@ -334,7 +334,7 @@ class LstmIterator(torch.nn.Module):
     def __init__(self):
         super().__init__()
         g = torch.Generator().manual_seed(0)
-        # Buffers, like the seed's Const layers (a scan reading parameters that require grad
+        # Buffers, like the example's Const layers (a scan reading parameters that require grad
         # costs executorch ~1 s per retrace of the body: scan_autograd partitions a joint graph).
         self.register_buffer("w", torch.randn(4 * H, IN + H, generator=g) * (IN + H) ** -0.5)
         self.register_buffer("b", torch.randn(4 * H, generator=g) * 0.1)
