@@ -63,7 +63,7 @@ def main(argv=None) -> int:
     trace_s, _ = _timed([py, "-c", "from etfuse.passes import FusionPass; FusionPass()"], caches("parts"), str(work))
     demo_warm_s, _ = _timed([etfuse, "demo"], caches("parts"), str(work))
 
-    print(f"\n| step | seconds |\n|---|---:|")
+    print("\n| step | seconds |\n|---|---:|")
     print(f"| `pip install .` (new venv) | {install_s:.0f} |")
     print(f"| `etfuse demo`, empty caches (what the user waits for) | {demo_cold_s:.0f} |")
     print(f"| **total, venv to demo output** | **{total_s:.0f}** |")
