@@ -69,4 +69,5 @@ def opcheck():
         torch.library.opcheck(op, tuple(args), kwargs or {}, **options)
 
     check.out = opcheck_out
+    check.OUT_TEST_UTILS = OUT_TEST_UTILS  # for in-place forms: opcheck(op, args, test_utils=...)
     return check

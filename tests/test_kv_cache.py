@@ -1,5 +1,7 @@
-"""KV-cache writes: `index_put(cache, [None, None, pos], values)` -> `etfuse::update_cache`, run in
-place (`update_cache_`, no write-back copy) by `to_executorch` of a fused program."""
+"""KV-cache writes (backend_ops/cache_ops.py, kernels/csrc/ops/update_cache.cpp,
+patterns/cache_rules.py, passes/inplace_updates.py): `index_put(cache, [None, None, pos], values)`
+-> `etfuse::update_cache`, run in place (`update_cache_`, no write-back copy) by `to_executorch`
+of a fused program."""
 
 from __future__ import annotations
 
@@ -10,17 +12,13 @@ import torch
 from executorch.exir import ExecutorchBackendConfig
 
 import etfuse
-import etfuse.kernels as kernels
 from etfuse.backend_ops import UPDATE_CACHE
 from etfuse.runtime import load_method
 from fusion_helpers import assert_greedy_decoding_matches_eager, edge_program, example_llama, op_names
 
 TOL = dict(rtol=1e-4, atol=1e-5)
 
-
-@pytest.fixture(scope="module", autouse=True)
-def _kernels():
-    kernels.load()
+pytestmark = pytest.mark.usefixtures("eager_kernels")
 
 
 def _cases():
@@ -36,24 +34,23 @@ def _cases():
 
 
 @pytest.mark.parametrize("case", list(_cases()), ids=lambda c: c[0])
-def test_kernel_matches_its_pattern(case):
+def test_kernel_matches_its_pattern(kernel_check, case):
     _, cache, values, positions, dim = case
     want = UPDATE_CACHE.pattern(cache, values, positions, dim)
-    assert torch.equal(UPDATE_CACHE.aten_out(cache, values, positions, dim, out=torch.empty(0, dtype=cache.dtype)), want)
-    assert torch.equal(UPDATE_CACHE.aten(cache, values, positions, dim), want)
+    kernel_check.eager(UPDATE_CACHE, (cache, values, positions, dim), want=want)  # the C++ .out
+    # the in-place form in torch is its reference kernel (the pattern, copied into self); its C++
+    # kernel is the runtime's: test_llama_cache_is_written_in_place_on_the_runtime
     written = cache.clone()
     assert UPDATE_CACHE.aten_inplace(written, values, positions, dim) is written and torch.equal(written, want)
     assert not torch.equal(cache, want)  # the functional forms left self alone
 
 
-def test_opcheck():
+def test_opcheck(opcheck):
     _, cache, values, positions, dim = next(_cases())
-    torch.library.opcheck(UPDATE_CACHE.aten, (cache, values, positions, dim))
+    opcheck(UPDATE_CACHE.aten, (cache, values, positions, dim))
     # out and in-place forms: aot_dispatch cannot functionalize `Tensor(a!)` returns of a custom op
-    utils = ("test_schema", "test_autograd_registration", "test_faketensor")
-    torch.library.opcheck(UPDATE_CACHE.aten_out, (cache, values, positions, dim), {"out": torch.empty_like(cache)},
-                          test_utils=utils)
-    torch.library.opcheck(UPDATE_CACHE.aten_inplace, (cache.clone(), values, positions, dim), test_utils=utils)
+    opcheck.out(UPDATE_CACHE.aten_out, (cache, values, positions, dim), torch.empty_like(cache))
+    opcheck(UPDATE_CACHE.aten_inplace, (cache.clone(), values, positions, dim), test_utils=opcheck.OUT_TEST_UTILS)
 
 
 def test_bad_input_is_named():

@@ -308,15 +308,34 @@ def test_quantized_adds_of_empty_inputs(call):
     assert result.returncode == 0, f"exit status {result.returncode}: {result.stderr[-1500:]}"
 
 
-def test_update_cache_in_place_kernel(kernel_check):
-    """`update_cache_` writes self in place (what `to_executorch` switches to where it may)."""
-    kernel_check.cpp_kernel(bo.UPDATE_CACHE)
-    for _, args, _, _ in SAMPLES[bo.UPDATE_CACHE]:
-        want = kernel_check.expected(bo.UPDATE_CACHE, args)
-        for name, cache in {"contiguous": args[0].clone(), **kernel_check.variants(args[0])}.items():
-            cache = cache.clone() if name == "contiguous" else cache
-            assert bo.UPDATE_CACHE.aten_inplace(cache, *args[1:]) is cache
-            kernel_check.assert_matches(cache, want, what=f"update_cache_ on a {name} cache")
+class _Cache(torch.nn.Module):
+    """A KV-cache buffer written at `positions` along dim 2, read after the write."""
+
+    def __init__(self):
+        super().__init__()
+        self.register_buffer("k", torch.zeros(1, 4, 10, 6))
+
+    def forward(self, values, positions):
+        self.k[:, :, positions] = values
+        return self.k * 1.0
+
+
+def test_update_cache_in_place_kernel_on_the_runtime():
+    """`update_cache_` has a runtime kernel only (in torch it is the reference kernel: the pattern,
+    copied into self): a fused program's cache write runs it in place, and each call reads what
+    the ones before it wrote."""
+    import etfuse
+    from etfuse.runtime import load_method
+
+    from fusion_helpers import edge_program, plan_ops
+
+    args = (torch.randn(1, 4, 2, 6), torch.tensor([3, 4]))
+    pte = etfuse.fuse(edge_program(_Cache(), args)).to_executorch()
+    assert "etfuse::update_cache_." in plan_ops(pte)
+    method, eager = load_method(pte), _Cache()
+    for step in range(3):
+        values, positions = torch.randn(1, 4, 2, 6, generator=_g(step)), torch.tensor([step, 9 - step])
+        torch.testing.assert_close(method.execute((values, positions))[0], eager(values, positions), rtol=0, atol=0)
 
 
 # --------------------------------------------------------------------------------------------

@@ -7,15 +7,12 @@ import pytest
 import torch
 
 import etfuse
-import etfuse.kernels as kernels
 from etfuse.backend_ops import ROPE
 from etfuse.runtime import run
 from fusion_helpers import edge_program, example_llama, op_names
 
 
-@pytest.fixture(scope="module", autouse=True)
-def _kernels():
-    kernels.load()
+pytestmark = pytest.mark.usefixtures("eager_kernels")
 
 
 def _angles(shape, g):
