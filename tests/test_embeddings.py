@@ -29,9 +29,7 @@ RECORD = {8: (E.EMBEDDING_BYTE, E.EMBEDDING_BYTE_DTYPE), 4: (E.EMBEDDING_4BIT, E
           2: (E.EMBEDDING_2BIT, E.EMBEDDING_2BIT_DTYPE)}
 
 
-@pytest.fixture(scope="module", autouse=True)
-def kernels():
-    etfuse.kernels.load()
+pytestmark = pytest.mark.usefixtures("eager_kernels")
 
 
 def table(bits, n=12, d=64, groups=1, sdt=F32, zp=True, seed=0):

@@ -24,9 +24,7 @@ TOL = dict(rtol=1e-4, atol=1e-5)
 INNER = {"swiglu": F.silu, "geglu": F.gelu, "geglu_tanh": lambda v: F.gelu(v, approximate="tanh")}
 
 
-@pytest.fixture(scope="module", autouse=True)
-def _kernels():
-    kernels.load()
+pytestmark = pytest.mark.usefixtures("eager_kernels")
 
 
 def gated(y, activation):

@@ -21,9 +21,7 @@ from fusion_helpers import assert_fused_matches_eager, edge_program, op_names
 TOL = dict(rtol=1e-4, atol=1e-5)
 
 
-@pytest.fixture(scope="module", autouse=True)
-def _kernels():
-    kernels.load()
+pytestmark = pytest.mark.usefixtures("eager_kernels")
 
 
 CASES = [  # input shape, out_features, bias, min, max, activation
@@ -37,7 +35,7 @@ CASES = [  # input shape, out_features, bias, min, max, activation
 
 @pytest.mark.parametrize("isa", ["baseline", "avx2", "auto"])
 def test_kernels_match_the_pattern(isa):
-    if isa == "avx2" and kernels.load().isa == "baseline":
+    if isa == "avx2" and kernels.info().isa == "baseline":
         pytest.skip("CPU without AVX2")
     g = torch.Generator().manual_seed(0)
     kernels.set_isa(isa)

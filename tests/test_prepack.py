@@ -25,9 +25,7 @@ from fusion_helpers import assert_fused_matches_eager, op_names
 TOL = dict(rtol=1e-5, atol=1e-5)
 
 
-@pytest.fixture(scope="module", autouse=True)
-def _kernels():
-    kernels.load()
+pytestmark = pytest.mark.usefixtures("eager_kernels")
 
 
 def test_pack_layout_and_its_inverse():
@@ -50,7 +48,7 @@ CASES = [  # input shape, out_features, bias, min, max, activation
 
 @pytest.mark.parametrize("isa", ["baseline", "avx2", "auto"])
 def test_kernel_matches_its_pattern_and_the_unpacked_op(isa):
-    if isa == "avx2" and kernels.load().isa == "baseline":
+    if isa == "avx2" and kernels.info().isa == "baseline":
         pytest.skip("CPU without AVX2")
     g = torch.Generator().manual_seed(0)
     kernels.set_isa(isa)
@@ -94,7 +92,7 @@ def _conv_case(case, g):
 
 @pytest.mark.parametrize("isa", ["baseline", "avx2", "auto"])
 def test_conv_kernels_match_their_patterns_and_the_unpacked_ops(isa):
-    if isa == "avx2" and kernels.load().isa == "baseline":
+    if isa == "avx2" and kernels.info().isa == "baseline":
         pytest.skip("CPU without AVX2")
     g = torch.Generator().manual_seed(2)
     kernels.set_isa(isa)
@@ -183,7 +181,7 @@ def _inputs():
     return torch.randn(2, 5, 64, generator=g), torch.randn(1, 64, generator=g)
 
 
-def test_fuse_packs_multi_row_linears_once_per_weight():
+def test_fuse_packs_multi_row_linears_once_per_weight(fused_matches_eager):
     torch.manual_seed(0)
     model, args = TwoLinears().eval(), _inputs()
     edge = to_edge(torch.export.export(model, args))
@@ -198,12 +196,7 @@ def test_fuse_packs_multi_row_linears_once_per_weight():
     assert shapes == [(2, 40, 16), (3, 64, 16)]  # a's panels once, for its two multi-row uses
     assert "a.weight" in ep.state_dict and "b.weight" not in ep.state_dict  # b's only reader is packed
     assert op_names(edge.exported_program().graph_module) == before  # the caller's program is as it was
-    want = model(*args)
-    retraced = ep.run_decompositions()
-    assert not [n for n in op_names(retraced.graph_module) if n.startswith("etfuse.")]
-    for got in (ep.module()(*args), retraced.module()(*args), run(fused.to_executorch(), args)):
-        for a, b in zip(got, want):
-            torch.testing.assert_close(a, b, **TOL)
+    fused_matches_eager(model, args, fused, **TOL)
 
 
 def test_transform_packs_and_the_backend_config_route_keeps_the_weights():
@@ -279,7 +272,7 @@ class SmallMapCNN(torch.nn.Module):
         return self.pw2(h), self.big_pw(F.relu(self.big(y))), self.wide(z), self.many(h), self.tail(h)
 
 
-def test_fuse_packs_small_map_convs():
+def test_fuse_packs_small_map_convs(fused_matches_eager):
     from fusion_helpers import eval_with_bn_stats
 
     torch.manual_seed(0)
@@ -295,9 +288,4 @@ def test_fuse_packs_small_map_convs():
         "etfuse.conv2d_act.default", "etfuse.conv2d_packed_act.default", "etfuse.conv2d_packed_act.default"])
     assert sorted(tuple(t.shape) for t in ep.constants.values()) == [
         (1, 8, 16), (2, 16, 16), (2, 24, 16), (2, 216, 16), (8, 216, 16)]
-    want = model(*args)
-    retraced = ep.run_decompositions()
-    assert not [n for n in op_names(retraced.graph_module) if n.startswith("etfuse.")]
-    for got in (ep.module()(*args), retraced.module()(*args), run(fused.to_executorch(), args)):
-        for a, b in zip(got, want):
-            torch.testing.assert_close(a, b, **TOL)
+    fused_matches_eager(model, args, fused, **TOL)

@@ -22,9 +22,7 @@ from fusion_helpers import eval_with_bn_stats, op_names, pt2e_int8
 I8, U8 = torch.int8, torch.uint8
 
 
-@pytest.fixture(scope="module", autouse=True)
-def _kernels():
-    kernels.load()
+pytestmark = pytest.mark.usefixtures("eager_kernels")
 
 
 def _range(dtype):
@@ -78,7 +76,7 @@ DEPTHWISE = [c for c in CONV_CASES if c[-1] == c[1] > 1]
 @pytest.mark.parametrize("isa", ["baseline", "avx2", "auto"])
 @pytest.mark.parametrize("dtype", [I8, U8])
 def test_conv_kernel_is_bit_exact_with_its_pattern(isa, dtype):
-    if isa == "avx2" and kernels.load().isa == "baseline":
+    if isa == "avx2" and kernels.info().isa == "baseline":
         pytest.skip("CPU without AVX2")
     g = torch.Generator().manual_seed(0)
     kernels.set_isa(isa)
@@ -113,7 +111,7 @@ def test_pattern_accumulates_integers_exactly():
 
 @pytest.mark.parametrize("isa", ["baseline", "avx2", "auto"])
 def test_linear_kernels_and_packed_forms_are_bit_exact(isa):
-    if isa == "avx2" and kernels.load().isa == "baseline":
+    if isa == "avx2" and kernels.info().isa == "baseline":
         pytest.skip("CPU without AVX2")
     g = torch.Generator().manual_seed(2)
     kernels.set_isa(isa)

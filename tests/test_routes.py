@@ -98,9 +98,7 @@ CASES = {
 }
 
 
-@pytest.fixture(scope="module", autouse=True)
-def kernels():
-    etfuse.kernels.load()
+pytestmark = pytest.mark.usefixtures("runtime_kernels")
 
 
 @pytest.mark.parametrize("case", sorted(CASES))
