@@ -7,7 +7,7 @@
 //                                                           PACKED=1 the fuse-time packed weight)
 //
 // e.g. ResNet8's 16 -> 16 3x3 on 32x32: `/tmp/conv_threads 16 16 32 32 3 1`; DS-CNN's stem:
-// `/tmp/conv_threads 1 64 49 10 10 2 4 5 1`. The numbers in kernels/README.md's phase-plane GEMM
+// `/tmp/conv_threads 1 64 49 10 10 2 4 5 1`. The numbers in docs/performance.md's phase-plane GEMM
 // and threading notes came from it (with `perf record` on top).
 #include <algorithm>
 #include <chrono>

@@ -349,10 +349,6 @@ inline const char* current_isa_name() {
   return selected_isa() == Isa::kAvx2 ? "avx2" : "baseline";
 }
 
-inline const char* isa_name(Isa isa) {
-  return isa == Isa::kAvx2 ? "avx2" : "baseline";
-}
-
 }  // namespace core
 }  // namespace etfuse
 

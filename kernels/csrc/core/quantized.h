@@ -268,6 +268,7 @@ void add(
     const TA* a, const Layout& la, const TB* b, const Layout& lb, TO* o, const Layout& lo, const QParams& qa,
     const QParams& qb, const QParams& qo, bool relu, Par&& par) {
   const Plan p = make_plan(la, lb, lo);
+  if (p.total == 0) return;  // the plan of an empty output has no inner run to divide by
   const bool avx2 = selected_isa() == Isa::kAvx2;
   for_quantized(p.total, par, [&](int64_t e0, int64_t e1) {
     if (relu) {
@@ -291,6 +292,7 @@ void add_scalar(
   Layout lb;  // a 0-dim operand
   lb.ndim = 0;
   const Plan p = make_plan(la, lb, lo);
+  if (p.total == 0) return;
   const bool avx2 = selected_isa() == Isa::kAvx2;
   for_quantized(p.total, par, [&](int64_t e0, int64_t e1) {
     binary_range<TA, float, TO, false>(p, a, &bf, o, e0, e1, qa, qb, qo, avx2);

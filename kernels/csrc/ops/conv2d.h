@@ -71,7 +71,10 @@ inline Tensor& conv2d_into(Context& ctx, const char* op, const Tensor& input, co
   p.max = c.hi;
   // Weights from a .pte are contiguous; anything else is copied once per call.
   Input w(weight, packed ? lpacked : lw);
-  if (ok && !packed && !conv::weight_is_matrix(lw)) w.make_contiguous();
+  if (ok && !packed && !conv::weight_is_matrix(lw)) {
+    w.make_contiguous();
+    lw = w.layout();  // the copy's strides, not the argument's
+  }
   const float* wdata = packed ? nullptr : w.data<float>();
   const Tensor* residual = has(residual_arg) ? &*residual_arg : nullptr;
   Layout lr;
