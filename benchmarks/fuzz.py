@@ -91,7 +91,8 @@ def worker(seed: int) -> None:
         try:
             o = fm.check(spec_for(seed, i))
             res = {"i": i, "kind": o.kind, "detail": o.detail[:4000], "error": o.error,
-                   "fused_ok": o.fused_ok, "fused_ops": o.fused_ops}
+                   "fused_ok": o.fused_ok, "fused_ops": o.fused_ops, "rules": o.rules, "passes": o.passes,
+                   "int8_exact": o.int8_exact}
         except Exception as e:  # noqa: BLE001  (a bug in the harness itself)
             res = {"i": i, "kind": "harness_error", "detail": repr(e)[:2000], "error": fm._err(e)}
         res["s"] = round(time.time() - t, 3)
@@ -99,12 +100,16 @@ def worker(seed: int) -> None:
         out.flush()
 
 
-def shrink(seed: int, i: int) -> int:
+def shrink(seed: int, i: int, repro_dir=None) -> int:
+    """Check graph i, shrink it to a minimal model with the same outcome (kind, error and whether
+    the fused runtime was right), and with `repro_dir` write `repro_<seed>_<i>.py` there: a
+    standalone script that rebuilds the minimal model and exits 1 while the failure is there."""
     import warnings
 
     warnings.filterwarnings("ignore")
     import fuzz_models as fm
 
+    fm.kernels()
     spec = spec_for(seed, i)
     first = fm.check(spec)
     print(f"graph {i}: {first}\n{spec!r}", flush=True)
@@ -116,8 +121,28 @@ def shrink(seed: int, i: int) -> int:
         return o.kind == first.kind and o.fused_ok == first.fused_ok and o.error == first.error
 
     small = fm.shrink(spec, same, log=lambda m: print(m, flush=True))
-    print(f"minimal:\n{small!r}\n{fm.check(small)}", flush=True)
+    outcome = fm.check(small)
+    print(f"minimal:\n{small!r}\n{outcome}", flush=True)
+    if repro_dir is not None:
+        path = Path(repro_dir) / f"repro_{seed}_{i}.py"
+        path.write_text(fm.reproducer(small, outcome, f"graph {i} of seed {seed}, shrunk from {len(spec.ops)} to "
+                                                      f"{len(small.ops)} ops"))
+        print(f"reproducer: {path}", flush=True)
     return 0
+
+
+def rule_families() -> dict:
+    """{rule key: family} from etfuse.patterns' family lists."""
+    import etfuse.patterns as P
+
+    families = {}
+    for name in ("QUANTIZED_ADD_RULES", "EMBEDDING_RULES", "QUANTIZED_GEMM_RULES", "GEMM_CONV_RULES",
+                 "WEIGHT_ONLY_RULES", "LINEAR_RANK_RULES", "LINEAR_RESIDUAL_RULES", "CONV_RESIDUAL_RULES",
+                 "POOL_RULES", "ATTENTION_RULES", "NORM_RULES", "CACHE_RULES", "ROPE_RULES", "LAYOUT_RULES",
+                 "FLOAT_RULES"):
+        for r in getattr(P, name):
+            families.setdefault(r.key, name[: -len("_RULES")].lower())
+    return families
 
 
 class Worker:
@@ -171,22 +196,35 @@ def main(argv=None) -> int:
     ap.add_argument("--start", type=int, default=0, help="first graph index (resume a run)")
     ap.add_argument("--timeout", type=float, default=300.0, help="seconds per graph before it is a hang")
     ap.add_argument("--jobs", type=int, default=1)
+    ap.add_argument("--deadline", type=float, default=None,
+                    help="seconds: start no graph after this (the summary still prints); resume with --start")
     ap.add_argument("--every", type=int, default=25, help="print cumulative counts every N graphs")
     ap.add_argument("--failures", default=None, help="JSON-lines file for failures, aborts and hangs")
     ap.add_argument("--shrink", type=int, default=None, metavar="I",
                     help="check graph I of --seed in this process and shrink it to a minimal model "
                          "with the same outcome")
+    ap.add_argument("--repro-dir", default=None,
+                    help="where reproducers go (default: next to --failures, else the current directory)")
+    ap.add_argument("--no-shrink", action="store_true",
+                    help="do not shrink the etfuse failures at the end of the run")
+    ap.add_argument("--shrink-timeout", type=float, default=1800.0, help="seconds per failure shrink")
     ap.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     a = ap.parse_args(argv)
     if a.worker:
         worker(a.seed)
         return 0
+    repro_dir = a.repro_dir or (str(Path(a.failures).resolve().parent) if a.failures else ".")
     if a.shrink is not None:
-        return shrink(a.seed, a.shrink)
+        return shrink(a.seed, a.shrink, repro_dir)
 
     counts = collections.Counter()
     errors = collections.Counter()
     fused = collections.Counter()  # backend ops in the fused programs, summed
+    families = rule_families()
+    by_family = collections.Counter()  # (family, outcome kind) -> graphs in which a rule of it fired
+    by_rule = collections.Counter()  # rule key -> graphs in which it fired
+    by_pass = collections.Counter()  # pass -> graphs it changed
+    failed = []
     lock = threading.Lock()
     todo = queue.Queue()
     for i in range(a.start, a.start + a.graphs):
@@ -199,8 +237,8 @@ def main(argv=None) -> int:
         el = time.time() - t0
         line = (f"[{'final' if final else 'progress'}] graphs={done[0]}/{a.graphs} "
                 + " ".join(f"{k}={counts[k]}" for k in
-                           ("pass", "etfuse_mismatch", "etfuse_error", "known_etfuse_bug", "stock_bug", "stock_error",
-                            "skip", "abort", "hang", "harness_error"))
+                           ("pass", "etfuse_mismatch", "etfuse_error", "etfuse_unstable", "known_etfuse_bug", "stock_bug",
+                            "stock_error", "skip", "abort", "hang", "harness_error"))
                 + f" time={el:.0f}s ({el / max(done[0], 1):.2f}s/graph)")
         print(line, flush=True)
         if final or done[0] % (a.every * 4) == 0:
@@ -217,11 +255,20 @@ def main(argv=None) -> int:
             ops = res.get("fused_ops") or {}
             counts["with_fusion"] += bool(ops)
             fused.update(ops)
+            rules = res.get("rules") or {}
+            by_rule.update(rules.keys())
+            for fam in {families.get(k, "?") for k in rules}:
+                by_family[(fam, res["kind"])] += 1
+            by_pass.update(res.get("passes") or ())
+            if res.get("int8_exact") is not None:
+                counts["int8_exact" if res["int8_exact"] else "int8_within_a_step"] += 1
+            if res["kind"] in ("etfuse_mismatch", "etfuse_error", "etfuse_unstable"):
+                failed.append(i)
             if res.get("error") and res["kind"] != "pass":
                 errors[f"{res['kind']}: {res['error'][:140]}"] += 1
             if res["kind"] == "stock_bug":
                 counts["stock_bug_fused_ok" if res.get("fused_ok") else "stock_bug_fused_wrong"] += 1
-            if res["kind"] in ("etfuse_mismatch", "etfuse_error", "abort", "hang", "harness_error",
+            if res["kind"] in ("etfuse_mismatch", "etfuse_error", "etfuse_unstable", "abort", "hang", "harness_error",
                                "stock_bug", "known_etfuse_bug"):
                 spec = repr(spec_for(a.seed, i))
                 print(f"--- graph {i}: {res['kind']}: {res['detail'][:600]}\n{spec}", flush=True)
@@ -234,6 +281,8 @@ def main(argv=None) -> int:
     def job():
         w = None
         while True:
+            if a.deadline is not None and time.time() - t0 > a.deadline:
+                break
             try:
                 i = todo.get_nowait()
             except queue.Empty:
@@ -266,7 +315,27 @@ def main(argv=None) -> int:
     report(final=True)
     print(f"stock bugs where the fused runtime matched eager: {counts['stock_bug_fused_ok']}, "
           f"where it was wrong too: {counts['stock_bug_fused_wrong']}", flush=True)
-    return 1 if any(counts[k] for k in ("etfuse_mismatch", "etfuse_error", "abort", "hang")) else 0
+    print(f"int8 graphs whose fused runtime equals the stock int8 runtime bit for bit: {counts['int8_exact']}, "
+          f"within one step: {counts['int8_within_a_step']}", flush=True)
+    kinds = sorted({k for _, k in by_family})
+    print("graphs per rule family (a rule of it fired) and outcome:", flush=True)
+    for fam in sorted({f for f, _ in by_family}):
+        print(f"    {fam:16s} " + " ".join(f"{k}={by_family[(fam, k)]}" for k in kinds if by_family[(fam, k)]), flush=True)
+    all_rules = set(families)
+    never = sorted(all_rules - set(by_rule))
+    print(f"rules fired: {len(set(by_rule) & all_rules)}/{len(all_rules)}; never: "
+          + (f"{never}" if len(never) <= 40 else f"{len(never)} rules"), flush=True)
+    print("graphs each rule fired in: " + ", ".join(f"{k} {v}" for k, v in sorted(by_rule.items())), flush=True)
+    print("graphs each pass changed: " + ", ".join(f"{k} {v}" for k, v in by_pass.most_common()), flush=True)
+    if failed and not a.no_shrink:
+        for i in failed:  # each in its own process: a shrink that aborts or hangs costs only itself
+            print(f"shrinking graph {i} (reproducer in {repro_dir})", flush=True)
+            try:
+                subprocess.run([sys.executable, __file__, "--seed", str(a.seed), "--shrink", str(i),
+                                "--repro-dir", repro_dir], timeout=a.shrink_timeout, check=False)
+            except subprocess.TimeoutExpired:
+                print(f"    shrinking graph {i} timed out after {a.shrink_timeout:.0f}s", flush=True)
+    return 1 if any(counts[k] for k in ("etfuse_mismatch", "etfuse_error", "etfuse_unstable", "abort", "hang")) else 0
 
 
 if __name__ == "__main__":

@@ -94,7 +94,11 @@ class Op:
             params = [f"trips={params[0]}"]
         elif self.kind == "cond":
             params = []
-        kind = self.kind
+        elif self.kind == "block":
+            from fuzz_blocks import BLOCKS
+
+            params = [BLOCKS[params[0]].describe(params[1:])]
+        kind = self.kind if self.kind != "block" else self.params[0]
         if kind == "scalar":
             kind, params = f"{params[0]}_scalar", params[1:]
         args = [name(a) for a in self.args] + [_fmt(p) for p in params]
@@ -134,9 +138,11 @@ class ModelSpec:
     outputs: tuple                # value indices returned
     quant: bool = False           # PT2E int8 (XNNPACK quantizer) over the whole model
     seed: int = 0                 # weights and inputs
+    layout: str = ""              # input 0: "" contiguous, "channels_last" (rank 4), "transposed" (a strided view)
 
     def __repr__(self):
-        lines = [f"ModelSpec(shape={self.shape}, quant={self.quant}, seed={self.seed})"]
+        lay = f", layout={self.layout!r}" if self.layout else ""
+        lines = [f"ModelSpec(shape={self.shape}, quant={self.quant}, seed={self.seed}{lay})"]
         for i, s in enumerate(self.inputs):
             lines.append(f"  v{i} = input{tuple(s)}")
         n = len(self.inputs)
@@ -153,6 +159,20 @@ class ModelSpec:
     def has_while(self) -> bool:
         return any(op.kind == "while" for op in self.ops)
 
+    def blocks(self) -> list:
+        """(block name, params) of every block, in cond bodies too."""
+        out = []
+        for op in self.ops:
+            for o in (op, *(b for body in op.bodies for b in body)):
+                if o.kind == "block":
+                    out.append((o.params[0], o.params[1:]))
+        return out
+
+    def code(self) -> str:
+        """Python that rebuilds this spec (`ModelSpec(...)`, names from fuzz_models)."""
+        return (f"ModelSpec(shape={self.shape!r}, inputs={self.inputs!r},\n    ops=({''.join(f'{op!r}, ' for op in self.ops)}),"
+                f"\n    outputs={self.outputs!r}, quant={self.quant!r}, seed={self.seed!r}, layout={self.layout!r})")
+
 
 # --- the generator -------------------------------------------------------------------------------
 
@@ -168,6 +188,9 @@ def _broadcast_shapes(shape, draw) -> tuple:
     if len(shape) == 2:
         b, f = shape
         options = [(f,), (1, f), (b, 1), (), (1, 1)]
+    elif len(shape) == 3:
+        b, t, f = shape
+        options = [(f,), (1, 1, f), (t, 1), (), (b, 1, 1), (1, t, f)]
     else:
         b, c, h, w = shape
         options = [(c, 1, 1), (1, c, 1, 1), (w,), (), (b, 1, 1, 1), (1, 1, h, w)]
@@ -176,6 +199,14 @@ def _broadcast_shapes(shape, draw) -> tuple:
 
 def _bshape(a, b) -> tuple:
     return tuple(torch.broadcast_shapes(a, b))
+
+
+def _broadcasts(s, shape) -> bool:
+    """`s` broadcasts against the main shape without growing it (a usable operand)."""
+    try:
+        return _bshape(s, shape) == tuple(shape)
+    except RuntimeError:
+        return False
 
 
 def _pick(draw, n: int, recent_bias: bool = True) -> int:
@@ -202,11 +233,39 @@ def _elementwise(draw, kind: str, pick, shapes) -> tuple[Op, tuple]:
     raise AssertionError(kind)
 
 
-def _body(draw, shapes: dict, out_shape: tuple, max_ops: int = 3) -> tuple:
-    """A body over locals "a" and "b" (shapes given) whose result has shape `out_shape`."""
+def _blocks_for(shape, quant: bool) -> list:
+    from fuzz_blocks import BLOCKS
+
+    return [b for b in BLOCKS.values() if b.accepts(shape) and (b.quant_ok or not quant)]
+
+
+def draw_block(draw, shape, quant: bool = False, usable_only: bool = False):
+    """(Op params (name, *params), result shape) of a block drawn for main shape `shape`, or None."""
+    from fuzz_blocks import BLOCKS
+
+    names = [b.name for b in _blocks_for(shape, quant)]
+    if not names:
+        return None
+    block = BLOCKS[names[draw.int(0, len(names) - 1)]]
+    params = block.draw(draw, shape, quant)
+    out = tuple(block.out_shape(params, shape))
+    if usable_only and out != tuple(shape):
+        return None
+    return (block.name, *params), out
+
+
+def _body(draw, shapes: dict, out_shape: tuple, max_ops: int = 3, block_shape=None) -> tuple:
+    """A body over locals "a" and "b" (shapes given) whose result has shape `out_shape`; with
+    `block_shape` (the main shape), maybe a building block on "a" first (a cond around a block)."""
     ops, names = [], list(shapes)
     shapes = dict(shapes)
-    for i in range(draw.int(1, max_ops)):
+    if block_shape is not None and tuple(shapes["a"]) == tuple(block_shape) and draw.bool(0.5):
+        drawn = draw_block(draw, block_shape, usable_only=True)
+        if drawn is not None:
+            ops.append(Op("block", ("a",), drawn[0]))
+            shapes[0] = drawn[1]
+            names.append(0)
+    for i in range(len(ops), len(ops) + draw.int(1, max_ops)):
         kind = ELEMENTWISE[draw.int(0, len(ELEMENTWISE) - 1)]
         op, shape = _elementwise(draw, kind, lambda: names[_pick(draw, len(names))], shapes)
         ops.append(op)
@@ -217,32 +276,47 @@ def _body(draw, shapes: dict, out_shape: tuple, max_ops: int = 3) -> tuple:
     return tuple(ops)
 
 
+# "block" drawn about as often as all the elementwise kinds together
+DRAWN_KINDS = TOP_KINDS + ("block",) * 6
+QUANT_KINDS = TOP_KINDS[:9] + ("block",) * 3  # PT2E models: no control flow, blocks the quantizer takes
+
+
+def _main_shape(draw) -> tuple:
+    rank = (2, 4, 3)[draw.int(0, 2)]
+    if rank == 4:
+        return (draw.int(1, 2), draw.int(1, 4), draw.int(3, 5), draw.int(3, 5))
+    if rank == 3:
+        return (draw.int(1, 2), draw.int(1, 4), draw.int(1, 6))
+    return (draw.int(1, 4), draw.int(1, 8))
+
+
 def generate(draw, quant=None) -> ModelSpec:
     """A random model; `quant` forces the int8 choice (the draw is still made, so the rest of
     the choices are the same)."""
     drawn = draw.bool(0.15)
     quant = drawn if quant is None else quant
-    rank4 = draw.bool(0.35)
-    if rank4:
-        shape = (draw.int(1, 2), draw.int(1, 4), draw.int(3, 5), draw.int(3, 5))
-    else:
-        shape = (draw.int(1, 4), draw.int(1, 8))
+    shape = _main_shape(draw)
+    rank4 = len(shape) == 4
     inputs = [shape] + [_broadcast_shapes(shape, draw) if draw.bool(0.7) else shape
                         for _ in range(draw.int(0, 2))]
+    layout = ("", "channels_last" if rank4 else "transposed")[draw.int(0, 1) if draw.bool(0.15) else 0]
+    if layout == "transposed" and shape[-1] == 1:
+        layout = ""
     shapes = list(inputs)
     full = lambda i: tuple(shapes[i]) == tuple(shape)  # noqa: E731
-    ops = []
-    kinds = TOP_KINDS[:9] if quant else TOP_KINDS  # PT2E blocks: no control flow
+    ops, sinks = [], []
+    kinds = QUANT_KINDS if quant else DRAWN_KINDS
     for _ in range(draw.int(1, 7)):
         n = len(shapes)
+        usable = [i for i in range(n) if _broadcasts(shapes[i], shape)]
         kind = kinds[draw.int(0, len(kinds) - 1)]
         fulls = [i for i in range(n) if full(i)]
         if kind in ELEMENTWISE:
-            op, s = _elementwise(draw, kind, lambda: _pick(draw, n), shapes)
+            op, s = _elementwise(draw, kind, lambda: usable[_pick(draw, len(usable))], shapes)
         elif kind == "linear":
-            cands = [i for i in range(n) if len(shapes[i]) >= 1 and shapes[i][-1] == shape[-1]]
+            cands = [i for i in usable if len(shapes[i]) >= 1 and shapes[i][-1] == shape[-1]]
             a = cands[-1 - draw.int(0, min(1, len(cands) - 1))] if draw.bool(0.7) else cands[draw.int(0, len(cands) - 1)]
-            bn = not rank4 and full(a) and draw.bool(0.25)
+            bn = len(shape) == 2 and full(a) and draw.bool(0.25)
             op, s = Op("linear", (a,), (draw.bool(0.6), "bn" if bn else "")), shapes[a]
         elif kind == "conv":
             if not rank4:
@@ -251,11 +325,18 @@ def generate(draw, quant=None) -> ModelSpec:
             k = (1, 3)[draw.int(0, 1)]
             groups = "dw" if shape[1] > 1 and draw.bool(0.3) else ""
             op, s = Op("conv", (a,), (k, draw.bool(0.6), "bn" if draw.bool(0.4) else "", groups)), shape
+        elif kind == "block":
+            a = fulls[-1] if draw.bool(0.7) else fulls[draw.int(0, len(fulls) - 1)]
+            got = draw_block(draw, shape, quant)
+            if got is None:
+                continue
+            op, s = Op("block", (a,), got[0]), got[1]
         elif kind == "cond":
             a = fulls[-1] if draw.bool(0.6) else fulls[draw.int(0, len(fulls) - 1)]
-            b, p = _pick(draw, n), _pick(draw, n, recent_bias=False)
+            b, p = usable[_pick(draw, len(usable))], usable[_pick(draw, len(usable), recent_bias=False)]
             local = {"a": shape, "b": shapes[b]}
-            op = Op("cond", (p, a, b), (), (_body(draw, local, shape), _body(draw, local, shape)))
+            op = Op("cond", (p, a, b), (), (_body(draw, local, shape, block_shape=shape),
+                                            _body(draw, local, shape, block_shape=shape)))
             s = shape
         elif kind == "scan":
             a = fulls[-1] if draw.bool(0.6) else fulls[draw.int(0, len(fulls) - 1)]
@@ -266,12 +347,15 @@ def generate(draw, quant=None) -> ModelSpec:
             s = shape if take == "ys" else shape[1:]
         else:  # while: for i < trips: a = body(a, b)
             a = fulls[-1] if draw.bool(0.6) else fulls[draw.int(0, len(fulls) - 1)]
-            b = _pick(draw, n)
+            b = usable[_pick(draw, len(usable))]
             local = {"a": shape, "b": shapes[b]}
             op = Op("while", (a, b), (draw.int(1, 3),), (_body(draw, local, shape),))
             s = shape
         ops.append(op)
         shapes.append(s)
+        if not _broadcasts(s, shape):
+            sinks.append(len(shapes) - 1)
+            continue
         if kind in ("add", "sub", "linear", "conv") and draw.bool(0.5):
             # an activation right after: the chains the fusions look for (add_relu, linear_act,
             # conv2d_act, quantized add_relu)
@@ -279,17 +363,20 @@ def generate(draw, quant=None) -> ModelSpec:
             op, s = _elementwise(draw, act, lambda: len(shapes) - 1, shapes)
             ops.append(op)
             shapes.append(s)
-    if not ops:
+    usable = [i for i in range(len(shapes)) if _broadcasts(shapes[i], shape)]
+    if not [i for i in usable if i >= len(inputs)]:
         ops.append(Op("relu", (0,)))
         shapes.append(shape)
-    last = len(shapes) - 1
+        usable.append(len(shapes) - 1)
+    last = usable[-1]
     outputs = [last]
     if draw.bool(0.4):  # an intermediate with a user outside a would-be fusion
-        extra = draw.int(len(inputs), last)
+        extra = draw.int(len(inputs), len(shapes) - 1)
         if extra != last:
             outputs.append(extra)
+    outputs += [k for k in sinks if k not in outputs]
     return ModelSpec(tuple(shape), tuple(tuple(s) for s in inputs), tuple(ops), tuple(outputs), quant,
-                     draw.int(0, 3))
+                     draw.int(0, 3), layout)
 
 
 # --- building the nn.Module ----------------------------------------------------------------------
@@ -315,10 +402,14 @@ def _apply_elementwise(op: Op, env):
     raise AssertionError(op.kind)
 
 
-def _run_body(body, a, b):
+def _run_body(body, a, b, blocks=None):
+    """`blocks`: {body op index: module} (looked up outside: torch.cond traces this in eager too)."""
     env = {"a": a, "b": b}
     for i, op in enumerate(body):
-        env[i] = _apply_elementwise(op, env)
+        if op.kind == "block":
+            env[i] = blocks[i](env[op.args[0]])
+        else:
+            env[i] = _apply_elementwise(op, env)
     return env[len(body) - 1]
 
 
@@ -328,6 +419,7 @@ class FuzzModel(torch.nn.Module):
         self.spec = spec
         g = torch.Generator().manual_seed(spec.seed)
         self.layers = torch.nn.ModuleDict()
+        self.blocks = torch.nn.ModuleDict()
         for j, op in enumerate(spec.ops):
             if op.kind == "linear":
                 f = spec.shape[-1]
@@ -341,6 +433,12 @@ class FuzzModel(torch.nn.Module):
                 if bn:
                     layer = torch.nn.Sequential(layer, torch.nn.BatchNorm2d(c))
             else:
+                for bi, body in enumerate(op.bodies):
+                    for i, bop in enumerate(body):
+                        if bop.kind == "block":
+                            self.blocks[f"{j}_{bi}_{i}"] = _build_block(bop, spec.shape, g)
+                if op.kind == "block":
+                    self.blocks[str(j)] = _build_block(op, spec.shape, g)
                 continue
             for p in layer.parameters():
                 with torch.no_grad():
@@ -361,11 +459,15 @@ class FuzzModel(torch.nn.Module):
                 r = _apply_elementwise(op, env)
             elif op.kind in ("linear", "conv"):
                 r = self.layers[str(j)](env[op.args[0]])
+            elif op.kind == "block":
+                r = self.blocks[str(j)](env[op.args[0]])
             elif op.kind == "cond":
                 p, a, b = (env[i] for i in op.args)
                 then, other = op.bodies
-                r = torch.cond(p.sum() > 0, lambda a, b: _run_body(then, a, b),
-                               lambda a, b: _run_body(other, a, b), (a, b))
+                m0, m1 = ({i: self.blocks[f"{j}_{bi}_{i}"] for i, o in enumerate(body) if o.kind == "block"}
+                          for bi, body in enumerate(op.bodies))
+                r = torch.cond(p.sum() > 0, lambda a, b: _run_body(then, a, b, m0),
+                               lambda a, b: _run_body(other, a, b, m1), (a, b))
             elif op.kind == "scan":
                 from torch._higher_order_ops.scan import scan
 
@@ -393,9 +495,20 @@ class FuzzModel(torch.nn.Module):
         return tuple(env[o] for o in spec.outputs)
 
 
+def _build_block(op: Op, shape, g) -> torch.nn.Module:
+    from fuzz_blocks import BLOCKS
+
+    return BLOCKS[op.params[0]].build(op.params[1:], shape, g)
+
+
 def example_inputs(spec: ModelSpec, which: int = 0) -> tuple:
     g = torch.Generator().manual_seed(1000 * spec.seed + which)
-    return tuple(torch.randn(s, generator=g) for s in spec.inputs)
+    xs = [torch.randn(s, generator=g) for s in spec.inputs]
+    if spec.layout == "channels_last" and xs[0].dim() == 4:
+        xs[0] = xs[0].contiguous(memory_format=torch.channels_last)
+    elif spec.layout == "transposed" and xs[0].dim() >= 2:
+        xs[0] = xs[0].transpose(-1, -2).contiguous().transpose(-1, -2)  # same values, strided
+    return tuple(xs)
 
 
 # --- lowering and the four-way check -------------------------------------------------------------
@@ -404,11 +517,12 @@ def example_inputs(spec: ModelSpec, which: int = 0) -> tuple:
 PASS = "pass"
 ETFUSE_MISMATCH = "etfuse_mismatch"      # fused (eager or runtime) differs while the unfused runtime matches
 ETFUSE_ERROR = "etfuse_error"            # etfuse.fuse, or lowering/running the fused program, raised
+ETFUSE_UNSTABLE = "etfuse_unstable"      # fusing the fused program again changes its ops
 STOCK_BUG = "stock_bug"                  # the unfused runtime is wrong (stock executorch)
 STOCK_ERROR = "stock_error"              # the unfused program does not lower/run on the stock runtime
 SKIP = "skip"                            # export / to_edge / quantization unsupported
 KNOWN_ETFUSE_BUG = "known_etfuse_bug"    # an etfuse failure listed in KNOWN_ETFUSE_BUGS
-FAILURES = (ETFUSE_MISMATCH, ETFUSE_ERROR)
+FAILURES = (ETFUSE_MISMATCH, ETFUSE_ERROR, ETFUSE_UNSTABLE)
 EXPECTED = (PASS, STOCK_BUG, STOCK_ERROR, SKIP, KNOWN_ETFUSE_BUG)
 
 
@@ -419,6 +533,9 @@ class Outcome:
     error: str = ""   # "ExceptionType: first line" for errors, the grouping key
     fused_ok: Optional[bool] = None  # for stock bugs: whether the fused runtime matched eager
     fused_ops: dict = dataclasses.field(default_factory=dict)  # backend op -> count in the fused program
+    rules: dict = dataclasses.field(default_factory=dict)  # rule key -> times it fired (FusionPass.report)
+    passes: list = dataclasses.field(default_factory=list)  # passes that changed the graph
+    int8_exact: Optional[bool] = None  # int8: the fused runtime equal, bit for bit, to the stock one
 
     def __str__(self):
         return f"{self.kind}: {self.detail}"
@@ -459,7 +576,8 @@ def _pt2e_int8(model, args):
     from torchao.quantization.pt2e.quantize_pt2e import convert_pt2e, prepare_pt2e
 
     m = torch.export.export(model, args).module()
-    m = prepare_pt2e(m, XNNPACKQuantizer().set_global(get_symmetric_quantization_config()))
+    # per-channel weights, as XNNPACK users quantize (the quantized conv / linear rules take those)
+    m = prepare_pt2e(m, XNNPACKQuantizer().set_global(get_symmetric_quantization_config(is_per_channel=True)))
     for k in range(3):
         m(*example_inputs(model.spec, 10 + k))
     m(*args)
@@ -487,6 +605,8 @@ def _compare(got, want, atol, rtol) -> Optional[str]:
             return f"output {i} is {type(g).__name__}"
         if tuple(g.shape) != tuple(w.shape):
             return f"output {i} shape {tuple(g.shape)}, want {tuple(w.shape)}"
+        if w.dtype in (torch.float16, torch.bfloat16):  # half outputs: their own rounding step
+            atol, rtol = max(atol, 1e-2), max(rtol, 1e-2)
         g, w = g.double(), w.double()
         finite = torch.isfinite(w)
         scale = max(1.0, w[finite].abs().max().item()) if finite.any() else 1.0
@@ -535,6 +655,80 @@ def fused_ops(program) -> dict:
     return counts
 
 
+def _graph_signature(gm) -> list:
+    """What a pass may change: every node's op and target, in every (nested) graph."""
+    return [(path, n.op, str(n.target), len(n.args)) for path, m in gm.named_modules()
+            if isinstance(m, torch.fx.GraphModule) for n in m.graph.nodes]
+
+
+def instrumented_passes(changed: set, passes=None) -> list:
+    """`default_passes()` (less EmitRuntimeNamesPass, as `etfuse.fuse` runs them), each one
+    recording its class name in `changed` when its output graph differs from its input's."""
+    from executorch.exir.pass_base import ExportedProgramPassBase
+    from etfuse.passes import EmitRuntimeNamesPass, default_passes
+
+    if passes is None:
+        passes = [p for p in default_passes() if not isinstance(p, EmitRuntimeNamesPass)]
+    for p in passes:
+        cls = type(p)
+
+        def call(self, arg, _cls=cls):
+            before = _graph_signature(arg.graph_module if isinstance(self, ExportedProgramPassBase) else arg)
+            res = _cls.__call__(self, arg)
+            gm = res.exported_program.graph_module if isinstance(self, ExportedProgramPassBase) else res.graph_module
+            if _graph_signature(gm) != before:
+                changed.add(_cls.__name__)
+            return res
+
+        p.__class__ = type(cls.__name__, (cls,), {"__call__": call})
+    return passes
+
+
+def rule_keys(report) -> dict:
+    """{rule key: count} of a `FusionReport` (keys are unique where names are not: the float and
+    the quantized add_relu)."""
+    from etfuse.patterns import RULES
+
+    by_name = {}
+    for r in RULES:
+        by_name.setdefault(r.name, []).append(r.key)
+    out = {}
+    for f in report.fused:
+        keys = by_name.get(f.rule, [f.rule])
+        if len(keys) > 1:
+            quantized = any("quantize" in n for n in f.replaced)
+            keys = [k for k in keys if k.startswith("quantized_decomposed::") == quantized] or keys
+        out[keys[0]] = out.get(keys[0], 0) + 1
+    return out
+
+
+def fuse_instrumented(edge):
+    """`etfuse.fuse(edge)` with the fusion report and the passes that changed the graph:
+    (fused, {rule key: count}, set of pass class names). EmitRuntimeNamesPass (a lowering step
+    `to_executorch` runs) is run on a copy of the result to see whether it renames anything."""
+    import etfuse
+    from etfuse.passes import EmitRuntimeNamesPass, FusionPass
+
+    changed = set()
+    passes = instrumented_passes(changed)
+    fused = etfuse.fuse(edge, passes)
+    rules = {}
+    for p in passes:
+        if isinstance(p, FusionPass):
+            for k, v in rule_keys(p.report).items():
+                rules[k] = rules.get(k, 0) + v
+    gm = fused.exported_program().graph_module
+    names = instrumented_passes(changed, [EmitRuntimeNamesPass()])
+    names[0](copy.deepcopy(gm))
+    return fused, rules, changed
+
+
+def op_list(program) -> list:
+    """The call_function targets of a program, nested bodies included, in graph order."""
+    return [str(getattr(n.target, "_op", n.target)) for gm in program.graph_module.modules()
+            if isinstance(gm, torch.fx.GraphModule) for n in gm.graph.nodes if n.op == "call_function"]
+
+
 def _check(spec: ModelSpec, runs: int) -> Outcome:
     import etfuse
     from executorch.exir import to_edge
@@ -566,15 +760,34 @@ def _check(spec: ModelSpec, runs: int) -> Outcome:
             return Outcome(ETFUSE_ERROR, f"LoopLoweringPass: {_err(e)}\n{traceback.format_exc()[-1500:]}", _err(e))
     # -- fuse --
     try:
-        fused = etfuse.fuse(edge)
+        fused, rules, changed = fuse_instrumented(edge)
         fused_lowered = copy.deepcopy(fused)
     except Exception as e:  # noqa: BLE001
         return Outcome(ETFUSE_ERROR, f"fuse: {_err(e)}\n{traceback.format_exc()[-1500:]}", _err(e))
-    # -- fused program in torch eager --
+    info = dict(fused_ops=fused_ops(fused.exported_program()), rules=rules, passes=sorted(changed))
+    # -- fusing twice is fusing once --
+    try:
+        again = etfuse.fuse(fused)
+    except Exception as e:  # noqa: BLE001
+        return Outcome(ETFUSE_ERROR, f"fuse of the fused program: {_err(e)}\n{traceback.format_exc()[-1500:]}",
+                       _err(e), **info)
+    once, twice = op_list(fused.exported_program()), op_list(again.exported_program())
+    if once != twice:
+        return Outcome(ETFUSE_UNSTABLE, f"fusing the fused program again: {once} -> {twice}", **info)
+    # -- fused program in torch eager, and retraced to ATen --
     try:
         fused_module = fused.exported_program().module()
     except Exception as e:  # noqa: BLE001
-        return Outcome(ETFUSE_ERROR, f"fused .module(): {_err(e)}", _err(e))
+        return Outcome(ETFUSE_ERROR, f"fused .module(): {_err(e)}", _err(e), **info)
+    try:
+        retraced_module = fused.exported_program().run_decompositions().module()
+    except Exception as e:  # noqa: BLE001
+        try:  # torch cannot retrace some programs at all (a while_loop: FunctionalTensor used on its own)
+            edge.exported_program().run_decompositions()
+        except Exception:  # noqa: BLE001
+            retraced_module = None  # the unfused program does not retrace either: not etfuse's
+        else:
+            return Outcome(ETFUSE_ERROR, f"retrace (run_decompositions): {_err(e)}", _err(e), **info)
     # -- unfused and fused on the runtime --
     try:
         unfused_method = load_method(edge_unfused.to_executorch())
@@ -585,8 +798,8 @@ def _check(spec: ModelSpec, runs: int) -> Outcome:
         fused_method = load_method(fused_lowered.to_executorch())
     except Exception as e:  # noqa: BLE001
         if unfused_problem is not None:
-            return Outcome(STOCK_ERROR, f"lowering both: {unfused_problem}", unfused_problem)
-        return Outcome(ETFUSE_ERROR, f"fused to_executorch: {_err(e)}", _err(e))
+            return Outcome(STOCK_ERROR, f"lowering both: {unfused_problem}", unfused_problem, **info)
+        return Outcome(ETFUSE_ERROR, f"fused to_executorch: {_err(e)}", _err(e), **info)
 
     if spec.quant:
         step = _quant_step(fused.exported_program())
@@ -594,6 +807,7 @@ def _check(spec: ModelSpec, runs: int) -> Outcome:
     else:
         atol, rtol = 1e-4, 1e-4
     stock_bug = None
+    int8_exact = None
     for k in range(runs):
         a = example_inputs(spec, k)
         with torch.no_grad():
@@ -601,15 +815,18 @@ def _check(spec: ModelSpec, runs: int) -> Outcome:
             try:
                 fe = list(fused_module(*a))
             except Exception as e:  # noqa: BLE001
-                return Outcome(ETFUSE_ERROR, f"fused eager run: {_err(e)}", _err(e))
+                return Outcome(ETFUSE_ERROR, f"fused eager run: {_err(e)}", _err(e), **info)
+        # the runtime takes contiguous or channels-last inputs only: a strided view goes as a copy
+        ra = tuple(t if t.is_contiguous() or t.is_contiguous(memory_format=torch.channels_last) else t.contiguous()
+                   for t in a)
         try:
-            fr = list(fused_method.execute(tuple(a)))
+            fr = list(fused_method.execute(ra))
         except Exception as e:  # noqa: BLE001
             fr, fr_problem = None, _err(e)
         ur, ur_problem = None, unfused_problem
         if unfused_method is not None:
             try:
-                ur = list(unfused_method.execute(tuple(a)))
+                ur = list(unfused_method.execute(ra))
             except Exception as e:  # noqa: BLE001
                 ur_problem = _err(e)
         if ur is not None:
@@ -623,13 +840,24 @@ def _check(spec: ModelSpec, runs: int) -> Outcome:
             ref, ref_name = want, "eager"
         fe_bad = _compare(fe, want, atol, rtol)
         if fe_bad:
-            return Outcome(ETFUSE_MISMATCH, f"fused eager vs eager (input set {k}): {fe_bad}")
+            return Outcome(ETFUSE_MISMATCH, f"fused eager vs eager (input set {k}): {fe_bad}", **info)
+        try:
+            with torch.no_grad():
+                rt = want if retraced_module is None else list(retraced_module(*a))
+        except Exception as e:  # noqa: BLE001
+            return Outcome(ETFUSE_ERROR, f"retraced run: {_err(e)}", _err(e), **info)
+        rt_bad = _compare(rt, want, atol, rtol)
+        if rt_bad:
+            return Outcome(ETFUSE_MISMATCH, f"retraced ATen program vs eager (input set {k}): {rt_bad}", **info)
+        if spec.quant and fr is not None and ur is not None:
+            same = len(fr) == len(ur) and all(torch.equal(x, y) for x, y in zip(fr, ur))
+            int8_exact = same if int8_exact is None else (int8_exact and same)
         fr_bad = f"fused runtime raised {fr_problem}" if fr is None else _compare(fr, ref, atol, rtol)
         if ur_bad is None or (spec.quant and ur is not None):
             if fr is None:
-                return Outcome(ETFUSE_ERROR, f"fused runtime (input set {k}): {fr_problem}", fr_problem)
+                return Outcome(ETFUSE_ERROR, f"fused runtime (input set {k}): {fr_problem}", fr_problem, **info)
             if fr_bad:
-                return Outcome(ETFUSE_MISMATCH, f"fused runtime vs {ref_name} (input set {k}): {fr_bad}")
+                return Outcome(ETFUSE_MISMATCH, f"fused runtime vs {ref_name} (input set {k}): {fr_bad}", **info)
             if spec.quant and ur_bad is not None:
                 # both runtimes agree, both differ from the quantized eager module by > 1 step
                 fr_eager = _compare(fr, want, 4 * atol, 0.0)
@@ -641,7 +869,8 @@ def _check(spec: ModelSpec, runs: int) -> Outcome:
                                                    f"fused runtime: {fr_bad or 'matches eager'}",
                                              ur_problem or "", fused_ok=fr_bad is None)
     out = stock_bug or Outcome(PASS)
-    out.fused_ops = fused_ops(fused.exported_program())
+    out.fused_ops, out.rules, out.passes = info["fused_ops"], info["rules"], info["passes"]
+    out.int8_exact = int8_exact
     return out
 
 
@@ -729,3 +958,95 @@ def _safe(pred, spec) -> bool:
         return bool(pred(spec))
     except Exception:  # noqa: BLE001  (an invalid model: not a simplification)
         return False
+
+
+# --- the coverage sample (tests/test_fuzz_coverage.py) ------------------------------------------------
+
+def _structural_specs(seed: int) -> list:
+    """Control flow the passes need: a while loop (LoopLoweringPass), two conds whose first result
+    outlives the second (CondOutputCopyPass), a cond result read through a view
+    (CondViewCopyPass), a cond around a block, a scan."""
+    s2, s4 = (3, 4), (1, 2, 3, 4)
+    gemm = ("gemm", "relu", True, False, "none")
+    while_body = (Op("mul", ("a", "b")), Op("clamp", (0,), (-1.0, 1.0)))
+    relu_a, mul_ab = (Op("relu", ("a",)),), (Op("mul", ("a", "b")),)
+    return [
+        ModelSpec(s2, (s2,), (Op("while", (0, 0), (2,), (while_body,)),), (1,), seed=seed),
+        ModelSpec(s2, (s2, s2), (Op("cond", (1, 0, 1), (), (relu_a, mul_ab)),
+                                 Op("cond", (0, 0, 1), (), ((Op("add", ("a", "b")),), (Op("sub", ("a", "b")),))),
+                                 Op("add", (2, 3))), (4,), seed=seed),
+        ModelSpec(s4, (s4,), (Op("cond", (0, 0, 0), (), (relu_a, (Op("mul", ("a", "a")),))),
+                              Op("block", (1,), ("permute", True, (1, 0, 2, 3, 4))), Op("relu", (2,))), (3,), seed=seed),
+        ModelSpec(s2, (s2,), (Op("cond", (0, 0, 0), (), ((Op("block", ("a",), gemm),), relu_a)),), (1,), seed=seed),
+        ModelSpec(s2, (s2,), (Op("scan", (0, 0), ("ys",), ((Op("add", ("a", "b")), Op("relu", (0,))),)),), (1,),
+                  seed=seed),
+    ]
+
+
+def coverage_sample(seed: int = 0, per_spec: int = 8) -> list:
+    """The fixed sample: every block of fuzz_blocks.BLOCKS with every combination of its key choices
+    (float, and int8 where the block allows it) at each of its coverage shapes, the other choices
+    drawn from `random.Random(seed)`; `per_spec` blocks side by side on one input per model (each
+    block's result an output); then the structural control-flow specs."""
+    from fuzz_blocks import BLOCKS, ForcedDraw, key_combinations
+
+    rng = random.Random(seed)
+    specs = []
+    for block in BLOCKS.values():
+        for shape in block.shapes:
+            for quant in (False, True) if block.quant_ok else (False,):
+                ops = [Op("block", (0,), (block.name, *block.draw(ForcedDraw(combo, rng), shape, quant)))
+                       for combo in key_combinations(block, shape, quant)]
+                # key choices a block ignores (an activation beside a residual) give the same op
+                ops = list({op.params[:-3] if block.name == "conv" else op.params: op for op in ops}.values())
+                for i in range(0, len(ops), per_spec):
+                    chunk = tuple(ops[i:i + per_spec])
+                    outputs = tuple(range(1, len(chunk) + 1))
+                    if quant:  # each result read by a quantized op (an add): its activation is quantized
+                        chunk += tuple(Op("add", (k, 0)) for k in outputs)
+                        outputs = tuple(range(len(outputs) + 1, len(chunk) + 1))
+                    specs.append(ModelSpec(tuple(shape), (tuple(shape),), chunk, outputs, quant, rng.randint(0, 3)))
+    return specs + _structural_specs(seed)
+
+
+def export_edge(spec: ModelSpec):
+    """The model of `spec` exported (PT2E-quantized when `spec.quant`) and lowered to edge."""
+    from executorch.exir import to_edge
+
+    torch.manual_seed(spec.seed)
+    model = FuzzModel(spec)
+    args = example_inputs(spec)
+    with torch.no_grad():
+        if spec.quant:
+            model = _pt2e_int8(model, args)
+        return to_edge(torch.export.export(model, args))
+
+
+def reproducer(spec: ModelSpec, outcome: "Outcome", note: str = "") -> str:
+    """A standalone script (it imports this module from the repository's tests/) that rebuilds
+    `spec`, runs the four-way check and exits 1 while the failure is still there."""
+    import os
+
+    tests = os.path.dirname(os.path.abspath(__file__))
+    comment = "\n".join(f"#   {line}" for line in repr(spec).splitlines())
+    detail = "\n".join(f"#   {line}" for line in str(outcome).splitlines()[:12])
+    return f'''"""etfuse fuzz reproducer{': ' + note if note else ''}."""
+# The model:
+{comment}
+# Outcome when written:
+{detail}
+import sys
+import warnings
+
+warnings.filterwarnings("ignore")
+sys.path.insert(0, {tests!r})
+from fuzz_models import FAILURES, ModelSpec, Op, check  # noqa: E402
+
+spec = {spec.code()}
+
+if __name__ == "__main__":
+    print(repr(spec))
+    outcome = check(spec)
+    print(outcome)
+    sys.exit(1 if outcome.kind in FAILURES else 0)
+'''
