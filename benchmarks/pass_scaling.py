@@ -1,43 +1,49 @@
-"""Fusion time vs graph size, for what the user calls and for the parts inside it.
+"""Fusion time vs graph size, for what the user calls and for each step inside it.
 
-    python benchmarks/pass_scaling.py [--max-blocks 8000] [--transform-max-nodes 10000]
+    python benchmarks/pass_scaling.py [--max-blocks 8000] [--min-blocks 500] [--repeat 3] [--transform-max-nodes 10000]
 
 Lowers a 4-block program with to_edge once (to_edge itself takes over 20 minutes at 16,000
 nodes on a loaded 2-core machine), repeats its first add+relu block to build each size (every
 block is the same edge ops with the same meta), and times, side by side in one run on the same
-graphs:
+graphs, from 1,000 to 16,000 nodes by default:
 
-* `etfuse.fuse(edge)` end to end (what users call: all of `default_passes()`, constant folding,
-  verification of etfuse's nodes, the result program);
+* `etfuse.fuse(edge)` end to end (what users call: all of `default_passes()`, verification of
+  etfuse's nodes, the result program), wall and CPU time; and `etfuse.fuse(edge.exported_program())`;
+* each step inside `fuse` (`fuse(..., step_times=...)`): every pass of `default_passes()` (their
+  graph copies included), the copy carrying the constants' values, program construction,
+  `verify_written_nodes`, the setup and the result manager;
 * the sum of `default_passes()`' own times (each pass called on the graph module the previous
   one returned), the bare `FloatFusionPass`;
 * `edge.transform(default_passes())`, executorch's route (its verifier re-runs every node on fake
   tensors after each call; skipped above `--transform-max-nodes`);
 * `torch.fx.subgraph_rewriter.replace_pattern` with the same pattern, the baseline.
 
-Prints a Markdown table, the ratio fuse / sum of passes, and growth exponents (slope of log time
-vs log nodes between the smallest and largest size).
+Each time is the minimum over `--repeat` runs (the machine may be shared), each run after a full
+garbage collection (so one size does not pay for the previous one's garbage). Prints Markdown
+tables and growth exponents: the slope of log time vs log nodes between the smallest and
+largest size (1.0 is linear).
 """
 
 from __future__ import annotations
 
 import argparse
 import copy
+import gc
 import math
 import os
-import statistics
 import time
 
 import torch
 import torch.fx as fx
 from torch.fx import subgraph_rewriter
 
-from executorch.exir import EdgeProgramManager
+from executorch.exir import EdgeCompileConfig, EdgeProgramManager
 from torch.export.graph_signature import ExportGraphSignature, OutputKind, OutputSpec, TensorArgument
 
 import etfuse
 from etfuse.backend_ops import ADD_RELU
 from etfuse.passes import FloatFusionPass, default_passes
+from etfuse.passes.pipeline import fuse as fuse_with_steps
 from etfuse.passes.graph_copy import program_with
 
 
@@ -53,10 +59,11 @@ class Blocks(torch.nn.Module):
 
 
 def edge_manager(blocks: int) -> EdgeProgramManager:
-    from executorch.exir import EdgeCompileConfig, to_edge
+    """`to_edge` with its default configuration: `fuse` verifies the nodes it wrote, as for users."""
+    from executorch.exir import to_edge
 
     ep = torch.export.export(Blocks(blocks), (torch.randn(8), torch.randn(8)))
-    return to_edge(ep, compile_config=EdgeCompileConfig(_check_ir_validity=False))
+    return to_edge(ep, compile_config=EdgeCompileConfig())
 
 
 def prefix_manager(full: EdgeProgramManager, blocks: int) -> EdgeProgramManager:
@@ -111,12 +118,21 @@ def op_count(gm: fx.GraphModule) -> int:
 
 
 def timed(fn, repeat: int) -> float:
-    times = []
-    for _ in range(repeat):
-        t0 = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - t0)
-    return statistics.median(times)
+    """The minimum wall time of `repeat` calls, each after a full garbage collection."""
+    return min(_timed_once(fn)[0] for _ in range(repeat))
+
+
+def _timed_once(fn) -> tuple[float, float]:
+    """(wall, CPU) seconds of one call of `fn`, after a full garbage collection."""
+    gc.collect()
+    t0, c0 = time.perf_counter(), time.process_time()
+    fn()
+    return time.perf_counter() - t0, time.process_time() - c0
+
+
+def exponent(n0: int, t0: float, n1: int, t1: float) -> float:
+    """k in time ~ nodes^k between two sizes."""
+    return math.log(t1 / t0) / math.log(n1 / n0) if t0 > 0 and t1 > 0 else float("nan")
 
 
 def main() -> None:
@@ -135,33 +151,36 @@ def main() -> None:
     fusion = FloatFusionPass()
     pattern, replacement = rewriter_pattern_and_replacement()
 
-    sizes, rows = [], []
+    sizes = []
     blocks = args.max_blocks
     while blocks >= args.min_blocks:
         sizes.append(blocks)
         blocks //= 2
-    if 4800 <= args.max_blocks and 4800 not in sizes:
-        sizes.append(4800)  # 9,600 nodes: the issue's reference size
     # Once per process, not per call: the rule table is traced to edge (patterns.RULES, one
-    # export) on the first fusion. Paid here, timed, so the table times per-call work only.
+    # export) on the first fusion. Paid here, timed, so the tables time per-call work only.
     t0 = time.perf_counter()
     etfuse.fuse(prefix_manager(full_manager, 1))
     print(f"one-time rule preparation (first fuse of a 1-block program): {time.perf_counter() - t0:.1f} s\n", flush=True)
+    rows, steps_by_size = [], []
     for blocks in sorted(sizes):
         manager = prefix_manager(full_manager, blocks)
         gm = manager.exported_program().graph_module
         nodes = len(gm.graph.nodes)
 
-        # interleaved: each repeat times fuse, then the passes, then the bare pass
-        t_fuse, t_passes, t_pass = [], [], []
+        # interleaved: each repeat times fuse (with its steps), fuse of the program, the passes, the bare pass
+        t_fuse, c_fuse, t_fuse_ep, t_passes, t_pass, steps = [], [], [], [], [], {}
         for _ in range(args.repeat):
-            t0 = time.perf_counter()
-            fused = etfuse.fuse(manager)
-            t_fuse.append(time.perf_counter() - t0)
+            times: dict = {}
+            wall, cpu = _timed_once(lambda: fuse_with_steps(manager, step_times=times))
+            t_fuse.append(wall)
+            c_fuse.append(cpu)
+            for step, t in times.items():
+                steps[step] = min(steps.get(step, math.inf), t)
+            t_fuse_ep.append(_timed_once(lambda: etfuse.fuse(manager.exported_program()))[0])
+            gc.collect()
             t_passes.append(passes_own_time(gm))
-            t0 = time.perf_counter()
-            fusion(gm)
-            t_pass.append(time.perf_counter() - t0)
+            t_pass.append(_timed_once(lambda: fusion(gm))[0])
+        fused = etfuse.fuse(manager)
         assert op_count(fused.exported_program().graph_module) == blocks
         t_transform = float("nan")
         if nodes <= args.transform_max_nodes:
@@ -175,25 +194,34 @@ def main() -> None:
         replaced = subgraph_rewriter.replace_pattern(copies.pop(), pattern, replacement)
         assert len(replaced) == blocks, len(replaced)
         t_rewriter = timed(lambda: subgraph_rewriter.replace_pattern(copies.pop(), pattern, replacement), args.repeat)
-        med = statistics.median
-        rows.append((nodes, med(t_fuse), med(t_passes), med(t_pass), t_transform, t_rewriter))
-        print(f"  measured {nodes} nodes", flush=True)
+        rows.append((nodes, min(t_fuse), min(c_fuse), min(t_fuse_ep), min(t_passes), min(t_pass), t_transform, t_rewriter))
+        steps_by_size.append(steps)
+        print(f"  measured {nodes} nodes (load average {os.getloadavg()[0]:.1f})", flush=True)
 
-    print("| nodes | etfuse.fuse end to end (s) | sum of default_passes (s) | fuse / passes "
-          "| FloatFusionPass (s) | edge.transform(default_passes()) (s) | replace_pattern (s) |")
-    print("|---:|---:|---:|---:|---:|---:|---:|")
-    for nodes, tf, tps, tp, tt, tr in rows:
-        print(f"| {nodes} | {tf:.3f} | {tps:.3f} | {tf / tps:.2f}x | {tp:.3f} | {tt:.3f} | {tr:.3f} |")
-
-    def exponent(col):
-        (n0, *t0), (n1, *t1) = rows[0], rows[-1]
-        return math.log(t1[col] / t0[col]) / math.log(n1 / n0)
-
-    print(f"load average at end: {os.getloadavg()[0]:.1f}")
+    columns = ["etfuse.fuse(edge) (s)", "its CPU time (s)", "etfuse.fuse(exported program) (s)",
+               "sum of default_passes (s)", "FloatFusionPass (s)", "edge.transform(default_passes()) (s)",
+               "replace_pattern (s)"]
+    print("\n| nodes | " + " | ".join(columns) + " |")
+    print("|---:" * (len(columns) + 1) + "|")
+    for nodes, *ts in rows:
+        print(f"| {nodes} | " + " | ".join(f"{t:.3f}" for t in ts) + " |")
     if len(rows) < 2:
         return
-    print(f"\ngrowth exponent (time ~ nodes^k), {rows[0][0]} -> {rows[-1][0]} nodes: fuse k = {exponent(0):.2f}, "
-          f"passes k = {exponent(1):.2f}, FloatFusionPass k = {exponent(2):.2f}, replace_pattern k = {exponent(4):.2f}")
+    (n0, *first), (n1, *last) = rows[0], rows[-1]
+    print(f"| k ({n0} -> {n1}) | " + " | ".join(f"{exponent(n0, a, n1, b):.2f}" for a, b in zip(first, last)) + " |")
+
+    print(f"\nInside etfuse.fuse(edge), per step (s; minimum over {args.repeat} runs):\n")
+    names = list(steps_by_size[-1])
+    print("| step | " + " | ".join(str(n) for n, *_ in rows) + f" | share at {n1} | k ({n0} -> {n1}) |")
+    print("|---" + "|---:" * (len(rows) + 2) + "|")
+    total_last = sum(steps_by_size[-1].values())
+    for name in names:
+        ts = [s.get(name, float("nan")) for s in steps_by_size]
+        print(f"| {name} | " + " | ".join(f"{t:.3f}" for t in ts)
+              + f" | {ts[-1] / total_last:.0%} | {exponent(n0, ts[0], n1, ts[-1]):.2f} |")
+    sums = [sum(s.values()) for s in steps_by_size]
+    print("| sum of steps | " + " | ".join(f"{t:.3f}" for t in sums) + f" | 100% | {exponent(n0, sums[0], n1, sums[-1]):.2f} |")
+    print(f"\nload average at end: {os.getloadavg()[0]:.1f}")
 
 
 if __name__ == "__main__":

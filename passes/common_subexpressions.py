@@ -105,8 +105,9 @@ def _node_key(node: fx.Node, written: set) -> Optional[tuple]:
     return None if args is None or kwargs is None else (node.target, args, kwargs)
 
 
-def merge_common_subexpressions(graph: fx.Graph) -> int:
-    """Merge the repeated pure computations of `graph` in place; returns how many nodes went."""
+def merge_common_subexpressions(graph: fx.Graph, find_only: bool = False) -> int:
+    """Merge the repeated pure computations of `graph` in place; returns how many nodes went.
+    `find_only`: change nothing, return 1 at the first repeat (there is one to merge) or 0."""
     written = _written(graph)
     first: dict = {}
     merged = 0
@@ -119,6 +120,8 @@ def merge_common_subexpressions(graph: fx.Graph) -> int:
         except TypeError:  # a constant that does not hash after all
             continue
         if earlier is not node:
+            if find_only:  # the first repeat merged sees the graph as given: it is this one
+                return 1
             node.replace_all_uses_with(earlier)
             graph.erase_node(node)
             merged += 1
@@ -180,9 +183,10 @@ class CommonSubexpressionPass(ExportedProgramPassBase):
         if merged is not None:  # a program of this pass's own: its ops are merged in place
             _merge_ops(merged.graph_module)
             return ExportedProgramPassResult(merged, True)
+        if not any(merge_common_subexpressions(m.graph, find_only=True) for _, m in graph_modules(ep.graph_module)):
+            return ExportedProgramPassResult(ep, False)  # no copy made for nothing
         gm = copy_graph_module(ep.graph_module)
-        if not _merge_ops(gm):
-            return ExportedProgramPassResult(ep, False)
+        _merge_ops(gm)
         return ExportedProgramPassResult(program_with(ep, gm, copy.deepcopy(ep.graph_signature)), True)
 
 

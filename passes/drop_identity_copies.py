@@ -24,7 +24,7 @@ from executorch.exir.dialects._ops import ops as exir_ops
 from executorch.exir.pass_base import ExportPass
 from torch.fx.passes.infra.pass_base import PassResult
 
-from .graph_copy import copy_graph_module
+from .graph_copy import copy_graph_module, unchanged
 
 _COPIES = (exir_ops.edge.dim_order_ops._clone_dim_order.default, torch.ops.dim_order_ops._clone_dim_order.default)
 
@@ -57,18 +57,23 @@ class DropIdentityCopiesPass(ExportPass):
     """Users of an unobservable `_clone_dim_order` read its source instead (module docstring)."""
 
     def call(self, graph_module: fx.GraphModule) -> PassResult:
+        if not _droppable(graph_module.graph):
+            return unchanged(graph_module, copy_modified=False)
         result = copy_graph_module(graph_module)
         graph = result.graph
-        if any(_mutates(n) for n in graph.nodes):
-            return PassResult(result, False)
-        outputs: set = set()
-        for n in graph.nodes:
-            if n.op == "output":
-                fx.node.map_arg(n.args, outputs.add)
-        dropped = [n for n in graph.nodes if _identity_copy(n) and n not in outputs]
-        for n in dropped:
+        for n in _droppable(graph):
             n.replace_all_uses_with(n.args[0])
             graph.erase_node(n)
-        if dropped:
-            result.recompile()
-        return PassResult(result, bool(dropped))
+        result.recompile()
+        return PassResult(result, True)
+
+
+def _droppable(graph: fx.Graph) -> list[fx.Node]:
+    """The identity copies of `graph` to drop (none where some op mutates its input)."""
+    if any(_mutates(n) for n in graph.nodes):
+        return []
+    outputs: set = set()
+    for n in graph.nodes:
+        if n.op == "output":
+            fx.node.map_arg(n.args, outputs.add)
+    return [n for n in graph.nodes if _identity_copy(n) and n not in outputs]

@@ -32,7 +32,7 @@ from etfuse.patterns import (
 )
 
 from .engine import FusionReport, RuleIndex, apply_matches, find_matches, rebuild_with_matches
-from .graph_copy import copy_graph_module, graph_modules
+from .graph_copy import copy_graph_module, graph_modules, unchanged
 from .split_dequantize import has_shared_dequantize, split_dequantize
 
 _MAX_SWEEPS = 8
@@ -64,7 +64,7 @@ class FusionPass(ExportPass):
             if any(isinstance(r, QuantRule) for r in matched):
                 return result
             if not self.report.fused:
-                return PassResult(copy_graph_module(graph_module), True)
+                return unchanged(graph_module)
             # the split served no quantized fusion: fuse the caller's graph as it is
         return self._fuse(graph_module)[0]
 
@@ -74,6 +74,8 @@ class FusionPass(ExportPass):
         found = {id(gm): find_matches(gm.graph, self.index, path, self.report, self.near_misses, self.node_value_dict)
                  for path, gm in graph_modules(graph_module)}
         matched = {m.rule for ms in found.values() for m in ms}
+        if not matched:  # the rebuild would copy every graph as it is: a copy, or to etfuse.fuse the module itself
+            return unchanged(graph_module), matched
         return PassResult(copy_graph_module(graph_module, lambda gm, path: self._fused_graph(gm, path, found)), True), matched
 
     def _fused_graph(self, gm: fx.GraphModule, path: str, found: dict) -> fx.Graph:

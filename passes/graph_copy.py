@@ -6,14 +6,30 @@ inside one, corrupt each other when either is lowered. Every etfuse pass therefo
 graph modules of its own, made here: each graph (top and every control-flow body, nested) is a
 new `fx.Graph`; tensors, fake values and other attributes are shared, because nothing rewrites
 them.
+
+The modules made here generate their Python code when first needed (torch's `_LazyGraphModule`:
+on the first call, `gm.code` or `str(gm)`), not when built: `etfuse.fuse` makes a dozen modules
+of which it reads only the graphs, and generating and compiling a module's code costs about as
+much as copying its graph (over a third of `fuse` at 16,000 nodes, and a little more than linear
+in the graph's size; benchmarks/pass_scaling.py).
+
+A pass that changes nothing still returns a copy, except to `etfuse.fuse`: it owns the module it
+hands each pass (its own copy of the caller's, or what the previous pass returned), so within
+`owned(gm)` a pass that changes nothing returns `gm` itself (`unchanged`) and fuse goes on with
+it. Most of the default passes change nothing in most programs (no loops, no conds, no unit-dim
+copies): at 16,000 nodes their copies and the garbage collections they caused were nearly half
+of `fuse`.
 """
 
 from __future__ import annotations
 
+import contextlib
+import contextvars
 import copy
-from typing import Callable, Optional
+from typing import Callable, Iterator, Optional
 
 import torch.fx as fx
+from torch.fx._lazy_graph_module import _LazyGraphModule
 from executorch.exir._program_utils import _get_updated_graph_signature, _get_updated_range_constraints
 from executorch.exir.pass_base import ExportedProgramPassBase
 from torch.export import ExportedProgram
@@ -53,7 +69,7 @@ def copy_graph_module(gm: fx.GraphModule, rewrite: Optional[GraphRewrite] = None
         if id(m) in done:
             return done[id(m)]
         graph = rewrite(m, path) if rewrite else copy_graph(m.graph)
-        new = fx.GraphModule(m, graph, class_name=type(m).__name__)
+        new = _LazyGraphModule(m, graph, class_name=type(m).__name__)  # its code generated when first needed
         new.meta.update(m.meta)
         for name, child in m.named_children():
             if isinstance(child, fx.GraphModule):
@@ -86,6 +102,28 @@ def editable_copy(ep: ExportedProgram) -> ExportedProgram:
     may edit (the tensors stay shared)."""
     return program_with(ep, copy_graph_module(ep.graph_module), copy.deepcopy(ep.graph_signature),
                         dict(ep.state_dict), dict(ep.constants))
+
+
+_OWNED: contextvars.ContextVar[Optional[fx.GraphModule]] = contextvars.ContextVar("etfuse_owned_module", default=None)
+
+
+@contextlib.contextmanager
+def owned(gm: fx.GraphModule) -> Iterator[None]:
+    """Within: the caller owns `gm` (nothing else holds it, it is dropped when replaced), so a pass
+    that leaves it unchanged may hand `gm` itself back (`unchanged`). `etfuse.fuse` runs each pass so."""
+    token = _OWNED.set(gm)
+    try:
+        yield
+    finally:
+        _OWNED.reset(token)
+
+
+def unchanged(gm: fx.GraphModule, copy_modified: bool = True) -> PassResult:
+    """What a pass that changed nothing in `gm` returns: `gm` itself with `modified` False where its
+    caller owns it (`owned`), else a copy (never the caller's module) with `modified` `copy_modified`."""
+    if _OWNED.get() is gm:
+        return PassResult(gm, False)
+    return PassResult(copy_graph_module(gm), copy_modified)
 
 
 class ValuesPass(ExportedProgramPassBase):

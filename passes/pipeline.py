@@ -15,11 +15,12 @@ whose `to_executorch()` leaves it intact (`fused_program.py`).
 from __future__ import annotations
 
 import threading
+import time
 from typing import Optional, Sequence, Union
 
 import torch
 import torch.fx as fx
-from executorch.exir import EdgeProgramManager
+from executorch.exir import EdgeCompileConfig, EdgeProgramManager
 from executorch.exir.pass_base import ExportedProgramPassBase
 from torch.export import ExportedProgram
 
@@ -41,7 +42,7 @@ from .prepack_weights import PrepackWeightsPass
 from .runtime_names import EmitRuntimeNamesPass
 from .fused_program import FusedEdgeProgramManager
 from .fusion_pass import BesideXnnpackFusionPass, FusionPass
-from .graph_copy import copy_graph_module, graph_modules, has_hop, program_with
+from .graph_copy import copy_graph_module, graph_modules, has_hop, owned, program_with
 from .verify import verify_written_nodes
 
 
@@ -104,7 +105,6 @@ def to_edge(program: ExportedProgram, compile_config=None, **kwargs) -> EdgeProg
     """
     import dataclasses
 
-    from executorch.exir import EdgeCompileConfig
     from executorch.exir import to_edge as executorch_to_edge
 
     before = {str(k): v for k, v in program.range_constraints.items()}
@@ -132,34 +132,57 @@ Program = Union[EdgeProgramManager, ExportedProgram]
 _FUSE_LOCK = threading.Lock()
 
 
-def fuse(program: Program, passes: Optional[Sequence] = None) -> Program:
+def fuse(program: Program, passes: Optional[Sequence] = None, *, step_times: Optional[dict] = None) -> Program:
     """Fuse an `EdgeProgramManager` or an edge-dialect `ExportedProgram`; returns the same type.
 
     The caller's object is never modified and shares no graph module with the result. An error
     raised by an etfuse pass arrives as itself (`LoopLoweringError`, `FusionError`, ...); any
-    error leaves the caller's program as it was.
+    error leaves the caller's program as it was. `step_times`, a dict, receives the seconds each
+    step took (each pass by its class name, and fuse's own steps), summed over the programs:
+    what `benchmarks/pass_scaling.py` reports.
     """
+    clock = _Clock(step_times)
     install()
     # the emission names are the lowering's business (FusedEdgeProgramManager.to_executorch)
     passes = [p for p in default_passes() if not isinstance(p, EmitRuntimeNamesPass)] if passes is None else list(passes)
-    if isinstance(program, EdgeProgramManager):
-        manager = program
-    elif isinstance(program, ExportedProgram):
+    if isinstance(program, ExportedProgram):
         if program.dialect != "EDGE":
             raise TypeError(
                 f"etfuse.fuse takes an edge-dialect program, got a {program.dialect} ExportedProgram: "
                 "lower it first with executorch.exir.to_edge(program)"
             )
-        manager = EdgeProgramManager({"forward": program})
-    else:
+        # Not through `EdgeProgramManager(program)`: its constructor re-runs executorch's verifier
+        # over the whole program (every node on fake tensors, 3x the rest of fuse at 16,000 nodes), which
+        # `to_edge` ran already; as for a manager, fuse verifies the nodes it writes.
+        clock("setup (passes, manager)")
+        with _FUSE_LOCK:
+            return _run(program, passes, EdgeCompileConfig(), clock)
+    if not isinstance(program, EdgeProgramManager):
         raise TypeError(
             f"etfuse.fuse takes an EdgeProgramManager or an edge ExportedProgram, got {type(program).__name__}"
         )
+    clock("setup (passes, manager)")
     with _FUSE_LOCK:
-        fused = {name: _run(ep, passes, manager.compile_config)
-                 for name, ep in manager._edge_programs.items()}
-    result = FusedEdgeProgramManager.replacing_programs(manager, fused)
-    return result if isinstance(program, EdgeProgramManager) else result.exported_program()
+        fused = {name: _run(ep, passes, program.compile_config, clock)
+                 for name, ep in program._edge_programs.items()}
+    result = FusedEdgeProgramManager.replacing_programs(program, fused)
+    clock("result manager")
+    return result
+
+
+class _Clock:
+    """`clock(step)` adds the seconds since its previous call (or its creation) to `times[step]`;
+    does nothing when `times` is None."""
+
+    def __init__(self, times: Optional[dict]):
+        self.times = times
+        self.last = time.perf_counter()
+
+    def __call__(self, step: str) -> None:
+        if self.times is not None:
+            now = time.perf_counter()
+            self.times[step] = self.times.get(step, 0.0) + now - self.last
+            self.last = now
 
 
 def _with_constant_values(ep: ExportedProgram) -> fx.GraphModule:
@@ -178,11 +201,13 @@ def _with_constant_values(ep: ExportedProgram) -> fx.GraphModule:
     return gm
 
 
-def _run(ep: ExportedProgram, passes: list, compile_config) -> ExportedProgram:
+def _run(ep: ExportedProgram, passes: list, compile_config, clock: Optional[_Clock] = None) -> ExportedProgram:
     """`passes` over one program: graph-module passes on the graph module (no program rebuilt or
     verified between them), `ExportedProgramPassBase` passes on a program; then constants folded
-    and the nodes etfuse wrote verified."""
+    and the nodes etfuse wrote verified. `clock` (`fuse`'s) times each step."""
+    clock = clock or _Clock(None)
     gm = _with_constant_values(ep)
+    clock("copy with constant values")
     for i, p in enumerate(passes):
         try:
             if isinstance(p, ExportedProgramPassBase):
@@ -190,7 +215,8 @@ def _run(ep: ExportedProgram, passes: list, compile_config) -> ExportedProgram:
                 ep = p(current).exported_program
                 gm = ep.graph_module
             else:
-                res = p(gm)
+                with owned(gm):  # a pass that changes nothing hands gm back instead of a copy
+                    res = p(gm)
                 if res is None:
                     raise TypeError(f"pass {p!r} returned None, not a PassResult")
                 if res.modified:
@@ -198,9 +224,12 @@ def _run(ep: ExportedProgram, passes: list, compile_config) -> ExportedProgram:
         except Exception as e:
             e.add_note(f"(etfuse.fuse: in pass {i} of {len(passes)}, {p!r})")
             raise
+        clock(type(p).__name__)
     for _, m in graph_modules(gm):
         for n in m.graph.find_nodes(op="placeholder"):
             n.meta.pop(CONSTANT_VALUE, None)
     out = program_with(ep, gm)
+    clock("program construction")
     verify_written_nodes(out.graph_module, compile_config)
+    clock("verify_written_nodes")
     return out

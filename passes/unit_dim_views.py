@@ -40,7 +40,7 @@ from torch.fx.passes.infra.pass_base import PassResult
 from etfuse.backend_ops import PERMUTE_COPY
 
 from .engine import _aten
-from .graph_copy import copy_graph_module
+from .graph_copy import copy_graph_module, unchanged
 
 # unsqueeze_copy / squeeze_copy -> the view_copy of the same dialect
 _UNIT_DIM_COPIES = {
@@ -93,6 +93,9 @@ class UnitDimViewsPass(ExportPass):
     (module docstring)."""
 
     def call(self, graph_module: fx.GraphModule) -> PassResult:
+        # the first node rewritten is the first that qualifies in the graph as given
+        if not any(_view_target(n) is not None and _view_sizes(n) is not None for n in graph_module.graph.nodes):
+            return unchanged(graph_module, copy_modified=False)
         result = copy_graph_module(graph_module)
         changed = False
         for node in result.graph.nodes:

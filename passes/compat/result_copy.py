@@ -4,7 +4,9 @@ executorch 1.5.1 binds a control-flow op's result to its body's output buffer in
 writing it to a buffer planned in the enclosing graph; cond_outputs.py and cond_views.py each
 work around one consequence. Both insert a `_clone_dim_order` right after the result and make
 some of its readers read the copy; they differ only in which results and which readers
-(`results_to_copy`). The graph module given is never modified; top graph and every body, nested.
+(`results_to_copy`). The graph module given is never modified (and, where there is nothing to
+copy, handed back only to a caller that owns it, `graph_copy.unchanged`); top graph and every
+body, nested.
 """
 
 from __future__ import annotations
@@ -19,7 +21,7 @@ import torch.fx as fx
 from executorch.exir.dialects._ops import ops as exir_ops
 from executorch.exir.pass_base import ExportPass, PassResult
 
-from ..graph_copy import copy_graph_module
+from ..graph_copy import copy_graph_module, graph_modules, unchanged
 
 CONTROL_FLOW_OPS = (torch.ops.higher_order.cond, torch.ops.higher_order.scan, torch.ops.higher_order.map_impl,
                     torch.ops.higher_order.while_loop)
@@ -40,6 +42,8 @@ class ResultCopyPass(ExportPass):
 
     def call(self, graph_module: fx.GraphModule) -> PassResult:
         self.copied = []
+        if not any(self.results_to_copy(m.graph) for _, m in graph_modules(graph_module)):
+            return unchanged(graph_module)
         # Always a new module (graph_copy): a module shared with the caller breaks when either is lowered.
         return PassResult(copy_graph_module(graph_module, self._copied_graph), True)
 

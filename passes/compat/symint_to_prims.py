@@ -56,7 +56,7 @@ from executorch.exir.pass_base import ExportPass, PassResult
 from etfuse.backend_ops import install
 from etfuse.backend_ops.prims import BOOL_RESULT_EDGE_FORM, PRIMS, sym_ite
 from etfuse.errors import EtfuseError
-from ..graph_copy import copy_graph, copy_graph_module
+from ..graph_copy import copy_graph, copy_graph_module, graph_modules, unchanged
 
 
 _SYM_TYPES = (torch.SymInt, torch.SymFloat, torch.SymBool)
@@ -335,6 +335,20 @@ def _lowering_for(node: fx.Node) -> Optional[Callable]:
         return None
 
 
+def _todo(gm: fx.GraphModule, path: str) -> list[fx.Node]:
+    """The nodes of `gm`'s graph to lower; raises `SymIntLoweringError` at a symbolic builtin
+    that has no lowering."""
+    todo = []
+    for n in gm.graph.nodes:
+        if _lowering_for(n) is not None:
+            todo.append(n)
+        elif _is_symbolic_scalar_op(n) and n.target not in _PRIM_TARGETS and n.target not in _FINAL:
+            raise SymIntLoweringError(
+                f"node {n.name!r} ({_target_name(n.target)}) in graph {path or '<top>'}: "
+                f"{_target_name(n.target)} on symbolic values has no executorch_prim lowering")
+    return todo
+
+
 def _is_edge(gm: fx.GraphModule) -> bool:
     return any(isinstance(n.target, EdgeOpOverload) for n in gm.graph.nodes if n.op == "call_function")
 
@@ -353,19 +367,16 @@ class SymIntToPrimsPass(ExportPass):
 
     def call(self, graph_module: fx.GraphModule) -> PassResult:
         self.lowered = {}
+        # graphs in the order the copy visits them (top first, then each body, depth first), so the
+        # first graph with a builtin that has no lowering is the one named
+        if not any([_todo(m, path) for path, m in graph_modules(graph_module)]):
+            return unchanged(graph_module)
         edge = _is_edge(graph_module)
         # Always a new module (graph_copy): a module shared with the caller breaks when either is lowered.
         return PassResult(copy_graph_module(graph_module, lambda gm, path: self._lowered_graph(gm, path, edge)), True)
 
     def _lowered_graph(self, gm: fx.GraphModule, path: str, edge: bool) -> fx.Graph:
-        todo = []
-        for n in gm.graph.nodes:
-            if _lowering_for(n) is not None:
-                todo.append(n)
-            elif _is_symbolic_scalar_op(n) and n.target not in _PRIM_TARGETS and n.target not in _FINAL:
-                raise SymIntLoweringError(
-                    f"node {n.name!r} ({_target_name(n.target)}) in graph {path or '<top>'}: "
-                    f"{_target_name(n.target)} on symbolic values has no executorch_prim lowering")
+        todo = _todo(gm, path)
         if not todo:
             return copy_graph(gm.graph)
         graph = fx.Graph(tracer_cls=gm.graph._tracer_cls)

@@ -42,7 +42,7 @@ from executorch.exir.dialects._ops import ops as exir_ops
 from executorch.exir.pass_base import ExportPass, PassResult, ProxyValue
 from etfuse.errors import EtfuseError
 from etfuse.patterns.rule import CONSTANT_VALUE  # where `etfuse.fuse` records a constant input's value
-from ..graph_copy import copy_graph_module, has_hop
+from ..graph_copy import copy_graph_module, has_hop, unchanged
 
 aten = torch.ops.aten
 edge = exir_ops.edge.aten
@@ -262,7 +262,7 @@ class LoopLoweringPass(ExportPass):
         self._known = {n.name: n.meta[CONSTANT_VALUE] for n in graph_module.graph.nodes
                        if n.op == "placeholder" and CONSTANT_VALUE in n.meta}
         if not has_hop(graph_module, torch.ops.higher_order.while_loop):
-            return PassResult(copy_graph_module(graph_module), True)  # never the caller's module (graph_copy)
+            return unchanged(graph_module)  # never the caller's module, unless it owns it (graph_copy)
         # The retrace runs the graph on fake tensors; with grad enabled, a loop whose carry depends
         # on a parameter makes the scan's autograd tracing fail (an inference graph needs no grad).
         with torch.no_grad():
