@@ -864,6 +864,10 @@ def _check(spec: ModelSpec, runs: int) -> Outcome:
                 if fr_eager:
                     stock_bug = stock_bug or Outcome(STOCK_BUG, f"quant: both runtimes vs eager: {ur_bad}", fused_ok=False)
         else:
+            if ur is None and fr is not None and fr_bad and not spec.quant:
+                # the stock runtime cannot run it (no dequantize_affine kernel, ...): eager is the reference
+                return Outcome(ETFUSE_MISMATCH, f"fused runtime vs eager, the stock runtime cannot run the program "
+                                                f"({ur_problem}) (input set {k}): {fr_bad}", **info)
             kind = STOCK_ERROR if ur is None else STOCK_BUG
             stock_bug = stock_bug or Outcome(kind, f"unfused runtime vs eager (input set {k}): {ur_bad}; "
                                                    f"fused runtime: {fr_bad or 'matches eager'}",
