@@ -765,15 +765,6 @@ def _check(spec: ModelSpec, runs: int) -> Outcome:
     except Exception as e:  # noqa: BLE001
         return Outcome(ETFUSE_ERROR, f"fuse: {_err(e)}\n{traceback.format_exc()[-1500:]}", _err(e))
     info = dict(fused_ops=fused_ops(fused.exported_program()), rules=rules, passes=sorted(changed))
-    # -- fusing twice is fusing once --
-    try:
-        again = etfuse.fuse(fused)
-    except Exception as e:  # noqa: BLE001
-        return Outcome(ETFUSE_ERROR, f"fuse of the fused program: {_err(e)}\n{traceback.format_exc()[-1500:]}",
-                       _err(e), **info)
-    once, twice = op_list(fused.exported_program()), op_list(again.exported_program())
-    if once != twice:
-        return Outcome(ETFUSE_UNSTABLE, f"fusing the fused program again: {once} -> {twice}", **info)
     # -- fused program in torch eager, and retraced to ATen --
     try:
         fused_module = fused.exported_program().module()
@@ -872,6 +863,15 @@ def _check(spec: ModelSpec, runs: int) -> Outcome:
             stock_bug = stock_bug or Outcome(kind, f"unfused runtime vs eager (input set {k}): {ur_bad}; "
                                                    f"fused runtime: {fr_bad or 'matches eager'}",
                                              ur_problem or "", fused_ok=fr_bad is None)
+    # -- fusing twice is fusing once (after the comparisons: a wrong program is a mismatch first) --
+    try:
+        again = etfuse.fuse(fused)
+    except Exception as e:  # noqa: BLE001
+        return Outcome(ETFUSE_ERROR, f"fuse of the fused program: {_err(e)}\n{traceback.format_exc()[-1500:]}",
+                       _err(e), **info)
+    once, twice = op_list(fused.exported_program()), op_list(again.exported_program())
+    if once != twice:
+        return Outcome(ETFUSE_UNSTABLE, f"fusing the fused program again: {once} -> {twice}", **info)
     out = stock_bug or Outcome(PASS)
     out.fused_ops, out.rules, out.passes = info["fused_ops"], info["rules"], info["passes"]
     out.int8_exact = int8_exact
