@@ -10,7 +10,10 @@ dim order and nobody can observe that it is a copy, its users read the source in
 * the copy is not a program output;
 * every user of the copy is an operator, and no operator in the graph mutates a tensor (a
   mutable buffer's update, etfuse's in-place cache update): in a functional graph a tensor and
-  its copy hold the same values for as long as either is read.
+  its copy hold the same values for as long as either is read;
+* no user of the copy is a functional op that `to_executorch` may switch to its in-place form
+  (`update_cache`, passes/inplace_updates.py): that one writes into the copy, and without it into
+  the source, which other nodes or the program's outputs still read.
 
 Only the top-level graph is visited. It runs after the fusion pass, so the rules see the graph as
 export made it, and before the control-flow copy passes, whose copies it never sees.
@@ -25,6 +28,7 @@ from executorch.exir.pass_base import ExportPass
 from torch.fx.passes.infra.pass_base import PassResult
 
 from .graph_copy import copy_graph_module, unchanged
+from .inplace_updates import inplace_overrides
 
 _COPIES = (exir_ops.edge.dim_order_ops._clone_dim_order.default, torch.ops.dim_order_ops._clone_dim_order.default)
 
@@ -76,4 +80,6 @@ def _droppable(graph: fx.Graph) -> list[fx.Node]:
     for n in graph.nodes:
         if n.op == "output":
             fx.node.map_arg(n.args, outputs.add)
-    return [n for n in graph.nodes if _identity_copy(n) and n not in outputs]
+    in_place_later = set(inplace_overrides())
+    return [n for n in graph.nodes
+            if _identity_copy(n) and n not in outputs and not any(u.target in in_place_later for u in n.users)]

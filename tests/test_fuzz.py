@@ -175,12 +175,10 @@ def test_fusing_the_fused_program_again_changes_nothing():
     assert fm.op_list(etfuse.fuse(fused).exported_program()) == fm.op_list(fused.exported_program())
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "etfuse bug (fuzz seed 44 graph 149, issue 44): a KV-cache write into a copy, `c = h.clone(); "
-    "c[:, pos] = v; return c, h`, gives a wrong h on the runtime: DropIdentityCopiesPass drops the clone "
-    "(h is not a graph input) and to_executorch then runs the fused etfuse::update_cache in place on h's "
-    "buffer, which the graph also returns. Eager, the fused program in eager and the stock runtime are right."))
 def test_a_cache_write_into_a_copy_leaves_the_source_alone_on_the_runtime():
+    """Fuzz seed 44 graph 149 (issue 44): `c = h.clone(); c[:, pos] = v; return c, h` gave a wrong h on
+    the runtime: DropIdentityCopiesPass dropped the clone and to_executorch ran the fused
+    update_cache in place on h's buffer. The copy stays where its user may run in place."""
     fm.kernels()
     s = (2, 3, 4, 5)
     spec = fm.ModelSpec(s, (s,), (fm.Op("relu", (0,)), fm.Op("block", (1,), ("kv_cache", 0))), (2, 1))
