@@ -20,10 +20,10 @@ from typing import Callable, TypeVar
 
 T = TypeVar("T")
 
-# (logger, start of the messages dropped)
+# (logger, start of the messages dropped, what they must also contain)
 _DROPPED = (
-    ("torchao", "Failed to load "),
-    ("torch.utils._pytree", "<enum 'KernelPreference'> is an Enum subclass"),
+    ("torchao", "Failed to load ", "/torchao/_C"),  # only its compiled extensions, not any failure it reports
+    ("torch.utils._pytree", "<enum 'KernelPreference'> is an Enum subclass", ""),
 )
 # torch's deprecation of its own internal check, raised inside its deepcopy of a tree spec
 _TREESPEC_DEPRECATION = r"`isinstance\(treespec, LeafSpec\)` is deprecated"
@@ -32,28 +32,25 @@ _RUNTIME_START_LINES = "[cpuinfo_utils.cpp:"
 
 
 class _DropMessages(logging.Filter):
-    def __init__(self, prefix: str):
+    def __init__(self, prefix: str, contains: str):
         super().__init__()
-        self.prefix = prefix
+        self.prefix, self.contains = prefix, contains
 
     def filter(self, record: logging.LogRecord) -> bool:
         try:
             message = record.getMessage()
         except Exception:  # noqa: BLE001 - a record that cannot format is not ours to judge
             return True
-        if record.name == "torchao" and self.prefix == "Failed to load ":
-            # only its compiled extensions (_C*.so), not any failure torchao reports
-            return not (message.startswith(self.prefix) and "/torchao/_C" in message)
-        return not message.startswith(self.prefix)
+        return not (message.startswith(self.prefix) and self.contains in message)
 
 
 def install_log_filters() -> None:
     """Drop the known foreign messages (idempotent; configures loggers and one warning filter,
     imports nothing)."""
-    for name, prefix in _DROPPED:
+    for name, prefix, contains in _DROPPED:
         logger = logging.getLogger(name)
         if not any(isinstance(f, _DropMessages) and f.prefix == prefix for f in logger.filters):
-            logger.addFilter(_DropMessages(prefix))
+            logger.addFilter(_DropMessages(prefix, contains))
     warnings.filterwarnings("ignore", message=_TREESPEC_DEPRECATION, category=FutureWarning)
 
 
