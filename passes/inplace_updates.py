@@ -11,6 +11,7 @@ own copy of each program, so the fused program itself stays functional and retra
 
 from __future__ import annotations
 
+import torch
 from torch.export import ExportedProgram
 
 
@@ -29,4 +30,19 @@ def run_inplace_updates(program: ExportedProgram) -> ExportedProgram:
     overrides = inplace_overrides()
     if not any(n.op == "call_function" and n.target in overrides for n in program.graph.nodes):
         return program
-    return reinplace_pass(program, ops_to_inplace=(), inplace_overrides=overrides)
+    program = reinplace_pass(program, ops_to_inplace=(), inplace_overrides=overrides)
+    _keep_functional_where_control_flow_reads(program, overrides)
+    return program
+
+
+def _keep_functional_where_control_flow_reads(program: ExportedProgram, overrides: dict) -> None:
+    """An in-place result read by a `scan` / `cond` / `while_loop` goes back to the functional op.
+    Memory planning gives the in-place result its input's storage, but ends that storage's lifetime
+    at the in-place op, not at the control-flow op that reads it: a `scan` whose output got the same
+    offset overwrote the operand its later iterations still read (fuzz seed 44 graph 149)."""
+    functional = {inplace: op for op, inplace in overrides.items()}
+    for node in program.graph.nodes:
+        if node.op == "call_function" and node.target in functional and any(
+                isinstance(u.target, torch._ops.HigherOrderOperator) for u in node.users):
+            node.target = functional[node.target]
+    program.graph_module.recompile()

@@ -59,10 +59,12 @@ def default_passes() -> list:
        (`linear_packed_act`; given a graph module alone it changes nothing).
        `DropIdentityCopiesPass`, right after `FusionPass`, drops the copies nothing can tell from their
        source (eval-mode dropout's); after fusion, so the rules see the graph as export made it.
-       `CommonSubexpressionPass` then runs once what export traced once per layer (llama's mask).
        `UnitDimViewsPass` makes static unsqueeze / squeeze copies, and permutes that move only unit
        dims, `view_copy`s, which `to_executorch` turns into views (conv1d's, around the conv2d
        kernel it runs on; a decoding step's head transposes).
+       `CommonSubexpressionPass` then runs once what export traced once per layer (llama's mask);
+       after `UnitDimViewsPass`, so copies that become equal views are merged too, and fusing a
+       fused program again changes nothing.
     3. `CondOutputCopyPass`, `CondViewCopyPass`: they copy results read by the final ops, so they
        run once those ops exist.
     4. `SymIntToPrimsPass`: the builtins of every pass before it (loop bounds included) become prims.
@@ -71,7 +73,7 @@ def default_passes() -> list:
        `fuse` leaves it out of the program it returns and runs it in that program's `to_executorch()`.
     """
     install_typed_pass_errors()  # so `edge.transform(default_passes())` raises etfuse's errors as themselves
-    return [LoopLoweringPass(), FusionPass(), DropIdentityCopiesPass(), CommonSubexpressionPass(), UnitDimViewsPass(),
+    return [LoopLoweringPass(), FusionPass(), DropIdentityCopiesPass(), UnitDimViewsPass(), CommonSubexpressionPass(),
             FoldPackedWeightsPass(), GatedLinearsPass(), PrepackWeightsPass(), CondOutputCopyPass(), CondViewCopyPass(),
             SymIntToPrimsPass(), EmitRuntimeNamesPass()]
 
@@ -82,8 +84,8 @@ def passes_beside_xnnpack() -> list:
     then `.to_backend(XnnpackPartitioner())`. Fusing after lowering instead finds attention already
     split between the delegate (bmm, softmax) and the portable runtime."""
     install_typed_pass_errors()
-    return [LoopLoweringPass(), BesideXnnpackFusionPass(), DropIdentityCopiesPass(), CommonSubexpressionPass(),
-            UnitDimViewsPass(), FoldPackedWeightsPass(), GatedLinearsPass(), PrepackWeightsPass(), CondOutputCopyPass(), CondViewCopyPass(),
+    return [LoopLoweringPass(), BesideXnnpackFusionPass(), DropIdentityCopiesPass(), UnitDimViewsPass(),
+            CommonSubexpressionPass(), FoldPackedWeightsPass(), GatedLinearsPass(), PrepackWeightsPass(), CondOutputCopyPass(), CondViewCopyPass(),
             SymIntToPrimsPass()]
 
 

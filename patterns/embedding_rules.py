@@ -203,7 +203,26 @@ def _group_exact(m: Match) -> Optional[str]:
         return f"the pattern rounds (q - zp) * scale to {product} before the {out} output; the kernel rounds once"
     if z.is_floating_point:
         return _exact_subtraction(m, z)
+    wrap = _integer_subtraction_wraps(m, torch.promote_types(m.value("weight").dtype, z))
+    if wrap:
+        return wrap
     return _exact_subtraction(m, product) if product != F32 else None
+
+
+def _integer_subtraction_wraps(m: Match, in_dtype) -> Optional[str]:
+    """q - zp computed in the integer `in_dtype` (an int8 zero point keeps int8 weights in int8)
+    wraps unless every difference fits; the fused op subtracts exactly."""
+    qmin, qmax = _literal(m, "quant_min"), _literal(m, "quant_max")
+    info = torch.iinfo(in_dtype)
+    z = m.constant("zero_point") if m.bindings["zero_point"] is not None else torch.zeros(1)
+    if z is None:
+        zmin, zmax = info.min, info.max  # unknown values: anything the dtype holds
+    else:
+        zmin, zmax = (int(z.min()), int(z.max())) if z.numel() else (0, 0)
+    if qmin is None or qmax is None or qmin - zmax < info.min or qmax - zmin > info.max:
+        return (f"q - zp wraps in {in_dtype} (quant range [{qmin}, {qmax}], zero points in [{zmin}, {zmax}]) "
+                "where the pattern subtracts; the fused op subtracts exactly")
+    return None
 
 
 def _variant(dtype_variant: bool):

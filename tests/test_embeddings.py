@@ -10,6 +10,7 @@ import copy
 import pytest
 import torch
 from executorch.exir import EdgeCompileConfig, ExecutorchBackendConfig, to_edge
+from executorch.exir.passes.quant_fusion_pass import _get_node_value_dict
 
 import etfuse
 import etfuse.backend_ops as bo
@@ -279,11 +280,17 @@ def test_dequantize_per_channel_group_form():
                                          (F32, BF16, "embedding_4bit_group_dtype")):
         m = GroupDequantize(scale_dtype, out_dtype)
         edge = to_edge(torch.export.export(m, (idx,)))
-        p = QuantFusionPass()
+        p = QuantFusionPass(node_value_dict=_get_node_value_dict(edge.exported_program()))
         p(copy.deepcopy(edge.exported_program().graph_module))
         assert p.report.counts() == {rule: 1}, p.report.declined
         (got,) = run(etfuse.fuse(edge).to_executorch(), (idx,))
         assert torch.equal(got, m(idx))
+    # the graph module alone: the int8 zero points' values are unknown, and q - zp may wrap in int8
+    p = QuantFusionPass()
+    p(copy.deepcopy(edge.exported_program().graph_module))
+    assert p.report.fused == []
+    assert ("q - zp wraps in torch.int8 (quant range [-8, 7], zero points in [-128, 127]) where the pattern "
+            "subtracts; the fused op subtracts exactly") in {d.reason for d in p.report.declined}
     # float16 scales, float32 out: the pattern rounds the product to float16 first; the kernel would not
     edge = to_edge(torch.export.export(GroupDequantize(F16, F32), (idx,)))
     p = QuantFusionPass()

@@ -160,12 +160,10 @@ def test_blocks_are_drawn_readably_and_deterministically():
     assert set(BLOCKS) & texts, texts  # a block prints as its name: v3 = gemm(v2, silu, bias)
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "etfuse.fuse is not idempotent (fuzz seed 44 graph 68, issue 44): CommonSubexpressionPass runs before "
-    "UnitDimViewsPass, so two unsqueeze_copy of one tensor that UnitDimViewsPass turns into equal view_copy "
-    "nodes (here the cos / sin slices of two rotary embeddings, [1, S, 1, D/2] and [S, 1, D/2]) stay two nodes; "
-    "fusing the fused program again merges them (10 ops -> 8). Values are right either way."))
 def test_fusing_the_fused_program_again_changes_nothing():
+    """Fuzz seed 44 graph 68 (issue 44): two rotary embeddings' cos / sin slices are unsqueeze
+    copies of one tensor that UnitDimViewsPass turns into equal view_copy nodes; with
+    CommonSubexpressionPass before it they stayed two nodes and fusing again merged them."""
     import etfuse
 
     fm.kernels()
@@ -186,13 +184,9 @@ def test_a_cache_write_into_a_copy_leaves_the_source_alone_on_the_runtime():
     assert outcome.kind == fm.PASS, outcome
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "etfuse bug (fuzz seed 44 graph 248, issue 44): quantized_decomposed.dequantize_per_channel_group subtracts "
-    "the int8 zero point in int8 (q 100, zp -100 -> -56: it wraps); the embedding_byte_group[_dtype] rules fuse "
-    "it anyway and the fused op subtracts exactly (200), so the fused program differs from the program it "
-    "replaced (max abs diff 26.7 here). embedding_rules promises to decline where q - zp is not exact in the "
-    "pattern's dtype; its check misses the int8 wrap of 8-bit values with nonzero zero points."))
 def test_an_8bit_group_embedding_whose_q_minus_zp_wraps_in_int8_is_not_fused_differently():
+    """Fuzz seed 44 graph 248 (issue 44): dequantize_per_channel_group subtracts an int8 zero point
+    in int8 (q 100, zp -100 -> -56); the fused op subtracts exactly, so the rule must decline."""
     fm.kernels()
     spec = fm.ModelSpec((2, 3, 4), ((2, 3, 4),), (fm.Op("block", (0,), ("embedding", "group", 8, False, True)),), (1,),
                         seed=3)
@@ -200,12 +194,11 @@ def test_an_8bit_group_embedding_whose_q_minus_zp_wraps_in_int8_is_not_fused_dif
     assert outcome.kind != fm.ETFUSE_MISMATCH, outcome
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "etfuse bug (fuzz seed 44 graph 149, shrunk; issue 44): a KV-cache write into a copy of an input, read by a "
-    "while_loop as its loop-invariant operand, `c = x1.clone(); c[:, pos] = v; while i < 3: acc = hardtanh(c)`, "
-    "gives wrong values on the fused runtime (e.g. -0.5 for 0.599); eager, the fused program in eager and the "
-    "stock runtime (with etfuse's loop lowering only) are right."))
 def test_a_cache_write_read_by_a_while_loop_is_right_on_the_runtime():
+    """Fuzz seed 44 graph 149, shrunk (issue 44): `c = x1.clone(); c[:, pos] = v; while i < 3:
+    acc = hardtanh(c)` was wrong on the fused runtime: the in-place update_cache_'s storage ended
+    its lifetime at the update, and the loop's output was planned over the operand it reads
+    (passes/inplace_updates.py keeps such a write functional)."""
     fm.kernels()
     s = (2, 3, 4, 5)
     spec = fm.ModelSpec(s, (s, s), (fm.Op("block", (1,), ("kv_cache", 0)),
