@@ -649,6 +649,70 @@ class QuantScalarAdd(Block):
         return _Fn(forward)
 
 
+class QuantGemm(Block):
+    """An int8 conv2d / linear written on quantized_decomposed ops, the way a model quantized by
+    hand or by a quantizer that closes the activation into the output's quantize spells it:
+    dq(q(x)) -> conv / linear with dequantize_per_channel(w) [+ bias] -> then either a requantize
+    with the output's own qparams and relu (`q(relu(dq(q(y))))`, equal qparams) or hardtanh
+    straight on the float result (`q(hardtanh(y))`) -> q -> dq. The XNNPACK quantizer leaves
+    neither (relu after a conv / linear is annotated with it; hardtanh gets its own quantize):
+    quantized_gemm_rules' quantized_{conv2d,linear}_requant_relu and _hardtanh[_no_bias].
+
+    Scales are powers of two and the bias a multiple of x_scale * w_scale: every float32 sum of
+    the reference is exact, so the fused integer kernel equals it bit for bit (the float
+    tolerance of a float model holds)."""
+
+    name, family = "qgemm", "quantized_gemm"
+    shapes = ((3, 4), (1, 2, 3, 3))
+    ACTS = ("requant_relu", "hardtanh")
+
+    def accepts(self, shape):
+        return len(shape) in (2, 4)
+
+    def keys(self, shape, quant=False):
+        return [len(self.ACTS), 2 if len(shape) == 2 else 1]  # act, bias (the conv rules take a bias)
+
+    def draw(self, draw, shape, quant=False):
+        a, nobias = super().draw(draw, shape)
+        k = (1, 3)[draw.int(0, 1)] if len(shape) == 4 else 0
+        bounds = ((-1.0, 1.0), (0.0, 6.0), (-0.5, 0.25))[draw.int(0, 2)]
+        return (self.ACTS[a], not nobias, k, bounds, "uint8" if draw.bool(0.3) else "int8")
+
+    def build(self, params, shape, g):
+        a, bias, k, bounds, dt = params
+        dt = getattr(torch, dt)
+        lo, hi = _RANGES[dt]
+        zx, zo = (3, -5) if dt == torch.int8 else (131, 120)
+        c = shape[1] if len(shape) == 4 else shape[-1]
+        wshape = (c, c, k, k) if len(shape) == 4 else (c, c)
+        m = _Fn(QuantGemm._forward)
+        m.register_buffer("w", torch.randint(-127, 128, wshape, dtype=torch.int8, generator=g))
+        m.register_buffer("ws", 2.0 ** -torch.randint(5, 8, (c,), generator=g).float())
+        m.register_buffer("wz", torch.zeros(c, dtype=torch.int64))
+        xs, os = 2.0 ** -4, 2.0 ** -1
+        m.b = (torch.nn.Parameter(torch.randint(-2000, 2000, (c,), generator=g).float() * (xs * 2.0 ** -7))
+               if bias else None)
+        m.act, m.bounds, m.k, m.conv = a, bounds, k, len(shape) == 4
+        m.qx, m.qo = (xs, zx, lo, hi, dt), (os, zo, lo, hi, dt)
+        return m
+
+    @staticmethod
+    def _forward(self, x):
+        xq = qd.dequantize_per_tensor.default(qd.quantize_per_tensor.default(x, *self.qx), *self.qx)
+        w = qd.dequantize_per_channel.default(self.w, self.ws, self.wz, 0, -127, 127, torch.int8)
+        y = F.conv2d(xq, w, self.b, padding=self.k // 2) if self.conv else F.linear(xq, w, self.b)
+        if self.act == "requant_relu":
+            y = torch.relu(qd.dequantize_per_tensor.default(qd.quantize_per_tensor.default(y, *self.qo), *self.qo))
+        else:
+            y = F.hardtanh(y, *self.bounds)
+        return qd.dequantize_per_tensor.default(qd.quantize_per_tensor.default(y, *self.qo), *self.qo)
+
+    def describe(self, p):
+        a, bias, k, bounds, dt = p
+        return ", ".join([a + (f"{bounds}" if a == "hardtanh" else ""), dt] + ([f"k={k}"] if k else [])
+                         + (["bias"] if bias else []))
+
+
 def _qweight(g, n, k, bits, groups, zero_points):
     lo, hi = {8: (-128, 127), 4: (-8, 7), 2: (-2, 1)}[bits]
     q = torch.randint(lo, hi + 1, (n, k), dtype=torch.int8, generator=g)
@@ -762,7 +826,7 @@ class Embedding(Block):
 
 
 BLOCKS = {b.name: b for b in (Gemm(), Conv(), Conv1d(), Addmm(), Gated(), Pool(), Attention(), Norm(), Rope(),
-                              KVCache(), Permute(), Scale(), Identities(), QuantScalarAdd(), WeightOnly(),
+                              KVCache(), Permute(), Scale(), Identities(), QuantScalarAdd(), QuantGemm(), WeightOnly(),
                               Embedding())}
 
 
