@@ -40,16 +40,20 @@ find_package(etfuse CONFIG REQUIRED)
 """
 
 
-def build_runner(build_dir: Path) -> Path:
-    """etfuse_runner from the package (-DETFUSE_BUILD_RUNNER=ON), Release, built once per folder."""
+def build_runner(build_dir: Path, executorch_cmake: Path = None, cmake_args: tuple = ()) -> Path:
+    """etfuse_runner from the package (-DETFUSE_BUILD_RUNNER=ON), Release, built once per folder,
+    against this Python's executorch package or the one at `executorch_cmake` (another platform's
+    SDK, with its toolchain file in `cmake_args`)."""
     import executorch
 
-    et_cmake = next(Path(p) / "share" / "cmake" for p in executorch.__path__ if (Path(p) / "share" / "cmake").is_dir())
+    et_cmake = executorch_cmake or next(Path(p) / "share" / "cmake" for p in executorch.__path__
+                                        if (Path(p) / "share" / "cmake").is_dir())
     src = build_dir / "src"
     src.mkdir(parents=True, exist_ok=True)
     (src / "CMakeLists.txt").write_text(_CONSUMER)
     subprocess.run(["cmake", "-S", str(src), "-B", str(build_dir / "build"), "-DCMAKE_BUILD_TYPE=Release",
-                    "-DETFUSE_BUILD_RUNNER=ON", f"-DCMAKE_PREFIX_PATH={etfuse.kernels.cmake_prefix_path};{et_cmake}"],
+                    "-DETFUSE_BUILD_RUNNER=ON", f"-DCMAKE_PREFIX_PATH={etfuse.kernels.cmake_prefix_path};{et_cmake}",
+                    *cmake_args],
                    check=True, stdout=subprocess.DEVNULL)
     subprocess.run(["cmake", "--build", str(build_dir / "build"), "-j2", "--target", "etfuse_runner"], check=True,
                    stdout=subprocess.DEVNULL)
