@@ -127,10 +127,13 @@ class TestX86Runner:
 
 
 class TestAarch64Runner:
-    # neoverse-n1: Armv8.2 with dot products; cortex-a53: Armv8.0, the kernels' plain NEON paths
-    @pytest.fixture(scope="module", params=["neoverse-n1", "cortex-a53"])
+    # neoverse-n1: Armv8.2 with dot products; cortex-a53: Armv8.0, the kernels' plain NEON paths;
+    # ETFUSE_KERNELS_ISA=baseline: the portable code instead of the NEON micro-kernels
+    @pytest.fixture(scope="module", params=["neoverse-n1", "cortex-a53", "neoverse-n1 baseline"])
     def runner(self, request) -> list[str]:
-        return ["qemu-aarch64", "-L", "/usr/aarch64-linux-gnu", "-cpu", request.param,
+        cpu, *isa = request.param.split()
+        env = ["-E", f"ETFUSE_KERNELS_ISA={isa[0]}"] if isa else []
+        return ["qemu-aarch64", "-L", "/usr/aarch64-linux-gnu", "-cpu", cpu, *env,
                 str(readme_consumer.app("aarch64"))]
 
     @pytest.mark.parametrize("name", NAMES)

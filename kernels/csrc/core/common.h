@@ -35,6 +35,13 @@
 #else
 #define ETFUSE_HAVE_X86_DISPATCH 0
 #endif
+// aarch64: NEON (Advanced SIMD) is part of the architecture; the NEON micro-kernels are the
+// default there and the portable code stays reachable as "baseline".
+#if defined(__aarch64__)
+#define ETFUSE_HAVE_ARM_NEON 1
+#else
+#define ETFUSE_HAVE_ARM_NEON 0
+#endif
 
 // For the loops that must round every float32 step (the quantized ones, bit-exact with the
 // decomposed ops): GCC contracts a * b + c into an FMA even across statements, and aarch64's
@@ -222,7 +229,7 @@ ETFUSE_ALWAYS_INLINE float relu(float v) {
   return v < 0.0f ? 0.0f : v;
 }
 
-enum class Isa { kBaseline = 0, kAvx2 = 1 };
+enum class Isa { kBaseline = 0, kAvx2 = 1, kNeon = 2 };
 
 #if ETFUSE_HAVE_X86_DISPATCH
 inline bool cpu_has_avx2() {
@@ -280,6 +287,27 @@ inline bool use_avx512() {
   }
   return v == 1 && selected_isa() == Isa::kAvx2;
 }
+#elif ETFUSE_HAVE_ARM_NEON
+// NEON unless the environment variable ETFUSE_KERNELS_ISA=baseline forces the portable code.
+inline Isa detect_isa() {
+  const char* env = std::getenv("ETFUSE_KERNELS_ISA");
+  if (env && std::strcmp(env, "baseline") == 0) return Isa::kBaseline;
+  return Isa::kNeon;
+}
+
+inline std::atomic<int>& isa_state() {
+  static std::atomic<int> state{-1};
+  return state;
+}
+
+inline Isa selected_isa() {
+  int v = isa_state().load(std::memory_order_relaxed);
+  if (v < 0) {
+    v = static_cast<int>(detect_isa());
+    isa_state().store(v, std::memory_order_relaxed);
+  }
+  return static_cast<Isa>(v);
+}
 #else
 // One ISA: the baseline.
 inline Isa selected_isa() { return Isa::kBaseline; }
@@ -314,7 +342,8 @@ inline bool same_strides(const Layout& a, const Layout& b) {
   return true;
 }
 
-// Force "baseline", "avx2" (no AVX-512 anywhere) or "avx512" (if the CPU has them), or "auto".
+// Force "baseline", "avx2" (no AVX-512 anywhere) or "avx512" (if the CPU has them) on x86, "baseline"
+// or "neon" on aarch64, or "auto".
 // Returns false for an unknown or unsupported name. For tests and benchmarks; not meant to
 // race with running kernels.
 inline bool set_isa(const char* name) {
@@ -336,17 +365,34 @@ inline bool set_isa(const char* name) {
   isa_state().store(v, std::memory_order_relaxed);
   avx512_state().store(wide, std::memory_order_relaxed);
   return true;
+#elif ETFUSE_HAVE_ARM_NEON
+  Isa v;
+  if (name == nullptr || std::strcmp(name, "auto") == 0) {
+    v = detect_isa();
+  } else if (std::strcmp(name, "baseline") == 0) {
+    v = Isa::kBaseline;
+  } else if (std::strcmp(name, "neon") == 0) {
+    v = Isa::kNeon;
+  } else {
+    return false;
+  }
+  isa_state().store(static_cast<int>(v), std::memory_order_relaxed);
+  return true;
 #else
   return name == nullptr || std::strcmp(name, "auto") == 0 || std::strcmp(name, "baseline") == 0;
 #endif
 }
 
-// "avx512" (AVX2 loops + AVX-512 GEMM), "avx2" or "baseline".
+// "avx512" (AVX2 loops + AVX-512 GEMM), "avx2", "neon" or "baseline".
 inline const char* current_isa_name() {
 #if ETFUSE_HAVE_X86_DISPATCH
   if (use_avx512()) return "avx512";
 #endif
-  return selected_isa() == Isa::kAvx2 ? "avx2" : "baseline";
+  switch (selected_isa()) {
+    case Isa::kAvx2: return "avx2";
+    case Isa::kNeon: return "neon";
+    default: return "baseline";
+  }
 }
 
 }  // namespace core

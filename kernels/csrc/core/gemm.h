@@ -272,14 +272,31 @@ ETFUSE_ALWAYS_INLINE void accumulate(int64_t kc, const float* const* arow, int64
     accumulate_loop<MR, NR, W, false>(kc, arow, a_cs, pack, ldp, vstride, prefetch, acc);
 }
 
+// How a tile's sums are accumulated: the portable vector code above (every ISA's tiles but
+// NEON's). A per-ISA micro-kernel is another such struct (arch/arm/gemm_neon.h), given to
+// tiles_impl; the tiling, packing and epilogues above and below it are the same for all.
+struct PortableAccumulate {
+  template <int MR, int NR, int W>
+  static ETFUSE_ALWAYS_INLINE void rows(int64_t kc, const float* const* arow, int64_t a_cs, const float* pack,
+                                        int64_t ldp, int64_t vstride, typename Vec<W>::type (&acc)[MR][NR / W],
+                                        const char* prefetch) {
+    accumulate<MR, NR, W>(kc, arow, a_cs, pack, ldp, vstride, acc, prefetch);
+  }
+  template <int MR, int NR, int W>
+  static ETFUSE_ALWAYS_INLINE void adjacent(int64_t kc, const float* a0, int64_t a_cs, const float* pack, int64_t ldp,
+                                            int64_t vstride, typename Vec<W>::type (&acc)[MR][NR / W]) {
+    accumulate_adjacent<MR, NR, W>(kc, a0, a_cs, pack, ldp, vstride, acc);
+  }
+};
+
 // tile[MR][NR] = the sums of accumulate, for store_tile
-template <int MR, int NR, int W>
+template <int MR, int NR, int W, class Acc>
 ETFUSE_ALWAYS_INLINE void micro(
     int64_t kc, const float* const* arow, int64_t a_cs, const float* pack, int64_t ldp, int64_t vstride,
     float (&tile)[MR][NR],
     const char* prefetch) {
   typename Vec<W>::type acc[MR][NR / W];
-  accumulate<MR, NR, W>(kc, arow, a_cs, pack, ldp, vstride, acc, prefetch);
+  Acc::template rows<MR, NR, W>(kc, arow, a_cs, pack, ldp, vstride, acc, prefetch);
   for (int i = 0; i < MR; ++i)
     for (int v = 0; v < NR / W; ++v) store<W>(&tile[i][v * W], acc[i][v]);
 }
@@ -308,14 +325,14 @@ ETFUSE_ALWAYS_INLINE typename Vec<W>::type epilogue_vector(const float* p, int64
 // into C: no round trip through the tile buffer, which cost as much as the multiply-adds at a
 // short K (a 1x1 conv from 16 channels: K = 16), and a tenth of a long K's time (ViT's K = 768
 // in three slices: store_tile's strided loops over C twice).
-template <int MR, int NR, int W>
+template <int MR, int NR, int W, class Acc>
 ETFUSE_ALWAYS_INLINE void micro_to_c(const Args& g, int64_t kc, const float* const* arow, const float* pack,
                                      int64_t ldp, int64_t vstride, int64_t i0, int64_t j0, int64_t nr,
                                      const char* prefetch,
                                      bool first, bool last) {
   typedef typename Vec<W>::type vf;
   vf acc[MR][NR / W];
-  accumulate<MR, NR, W>(kc, arow, g.a_cs, pack, ldp, vstride, acc, prefetch);
+  Acc::template rows<MR, NR, W>(kc, arow, g.a_cs, pack, ldp, vstride, acc, prefetch);
   // Args copied to locals first (a store to C may alias them: each was reloaded per vector),
   // and a full panel's sums go from the registers straight to C (with the row's stores and the
   // partial panel's copy in one loop, the sums went through the stack): the epilogue was a third
@@ -369,7 +386,7 @@ inline bool epilogue_transposed(const Args& g, int64_t nr, int64_t NR, bool firs
 // columns, i.e. output channels), then each column of the tile written as one run of MR floats.
 // store_tile's per-element epilogue with strided stores took as long as the multiply-adds
 // there (a 128 -> 128 1x1 conv with batch norm on 6x6: 40% of the GEMM's time).
-template <int MR, int NR, int W>
+template <int MR, int NR, int W, class Acc>
 ETFUSE_ALWAYS_INLINE void micro_to_c_transposed(const Args& g, int64_t kc, const float* const* arow,
                                                 const float* pack, int64_t ldp, int64_t vstride, int64_t i0,
                                                 int64_t j0,
@@ -377,9 +394,9 @@ ETFUSE_ALWAYS_INLINE void micro_to_c_transposed(const Args& g, int64_t kc, const
   typedef typename Vec<W>::type vf;
   vf acc[MR][NR / W];
   if (g.a_rs == 1 && !prefetch) {
-    accumulate_adjacent<MR, NR, W>(kc, arow[0], g.a_cs, pack, ldp, vstride, acc);
+    Acc::template adjacent<MR, NR, W>(kc, arow[0], g.a_cs, pack, ldp, vstride, acc);
   } else {
-    accumulate<MR, NR, W>(kc, arow, g.a_cs, pack, ldp, vstride, acc, prefetch);
+    Acc::template rows<MR, NR, W>(kc, arow, g.a_cs, pack, ldp, vstride, acc, prefetch);
   }
   const vf lo = vf{} + g.act_min, hi = vf{} + g.act_max;
   // A residual (laid out as C) is added to each column after the transpose, then the clamp.
@@ -460,7 +477,7 @@ ETFUSE_ALWAYS_INLINE void store_tile(
 
 // One tile of exactly mr (<= MR) rows: a short last row block (37 = 6 * 6 + 1 rows) computes
 // its own rows only, not MR.
-template <int MR, int NR, int W>
+template <int MR, int NR, int W, class Acc>
 ETFUSE_ALWAYS_INLINE void rows_tile(
     const Args& g, int64_t mr, int64_t i0, int64_t j0, int64_t nr, int64_t kc, const float* const* arow,
     const float* panel, int64_t ldp, int64_t vstride, float (&tile)[MR][NR], bool first, bool last,
@@ -468,19 +485,19 @@ ETFUSE_ALWAYS_INLINE void rows_tile(
   if constexpr (MR > 1) {
     if (mr < MR) {
       float(&fewer)[MR - 1][NR] = *reinterpret_cast<float(*)[MR - 1][NR]>(&tile[0][0]);
-      rows_tile<MR - 1, NR, W>(g, mr, i0, j0, nr, kc, arow, panel, ldp, vstride, fewer, first, last, prefetch);
+      rows_tile<MR - 1, NR, W, Acc>(g, mr, i0, j0, nr, kc, arow, panel, ldp, vstride, fewer, first, last, prefetch);
       return;
     }
   }
   if (epilogue_in_registers(g, nr, NR)) {
-    micro_to_c<MR, NR, W>(g, kc, arow, panel, ldp, vstride, i0, j0, nr, prefetch, first, last);
+    micro_to_c<MR, NR, W, Acc>(g, kc, arow, panel, ldp, vstride, i0, j0, nr, prefetch, first, last);
     return;
   }
   if (epilogue_transposed(g, nr, NR, first, last)) {
-    micro_to_c_transposed<MR, NR, W>(g, kc, arow, panel, ldp, vstride, i0, j0, tile, prefetch);
+    micro_to_c_transposed<MR, NR, W, Acc>(g, kc, arow, panel, ldp, vstride, i0, j0, tile, prefetch);
     return;
   }
-  micro<MR, NR, W>(kc, arow, g.a_cs, panel, ldp, vstride, tile, prefetch);
+  micro<MR, NR, W, Acc>(kc, arow, g.a_cs, panel, ldp, vstride, tile, prefetch);
   store_tile<MR, NR>(g, i0, j0, mr, nr, tile, first, last);
 }
 
@@ -497,7 +514,7 @@ inline int64_t group_panels(int64_t panels) { return (panels + kColumnGroups - 1
 // or with `rows_outer` column group t / (mblocks * gp), then row block, then panel within the
 // group (gp = group_panels; a chunk of tasks then walks along a few rows of C: a few long write
 // streams instead of mc short ones; a task past the last panel is empty).
-template <int MR, int NR, int W>
+template <int MR, int NR, int W, class Acc = PortableAccumulate>
 ETFUSE_ALWAYS_INLINE void tiles_impl(const Args& g, int64_t t0, int64_t t1, int64_t mblocks, int64_t mc) {
   const int64_t panels = (g.N + NR - 1) / NR;
   const bool rows_outer = mblocks < 0;  // run() passes -mblocks for that order
@@ -575,7 +592,7 @@ ETFUSE_ALWAYS_INLINE void tiles_impl(const Args& g, int64_t t0, int64_t t1, int6
         const char* prefetch = nullptr;
         if (prefetch_b && (tile_index > 0 || ntiles == 1))
           prefetch = reinterpret_cast<const char*>(panel + kc * kPanel);
-        rows_tile<MR, NR, W>(g, mr, i0, j0, nr, kc, arow, panel, ldp, vstride, tile, first, last, prefetch);
+        rows_tile<MR, NR, W, Acc>(g, mr, i0, j0, nr, kc, arow, panel, ldp, vstride, tile, first, last, prefetch);
         i0 += mr;
       }
       if (last) break;
@@ -588,16 +605,40 @@ struct Kernel {
   void (*tiles)(const Args&, int64_t, int64_t, int64_t, int64_t);
 };
 
+}  // namespace detail
+}  // namespace gemm
+}  // namespace core
+}  // namespace etfuse
+
+#if ETFUSE_HAVE_ARM_NEON
+#include "arch/arm/gemm_neon.h"
+#endif
+
+namespace etfuse {
+namespace core {
+namespace gemm {
+namespace detail {
+
 // Compiled once per library in core/kernels.cpp.
 void tiles_baseline(const Args& g, int64_t t0, int64_t t1, int64_t mblocks, int64_t mc);
 #if ETFUSE_HAVE_X86_DISPATCH
 ETFUSE_TARGET_AVX2 void tiles_avx2(const Args& g, int64_t t0, int64_t t1, int64_t mblocks, int64_t mc);
 ETFUSE_TARGET_AVX512 void tiles_avx512(const Args& g, int64_t t0, int64_t t1, int64_t mblocks, int64_t mc);
 #endif
+#if ETFUSE_HAVE_ARM_NEON
+void tiles_neon(const Args& g, int64_t t0, int64_t t1, int64_t mblocks, int64_t mc);
+#endif
 #if defined(ETFUSE_CORE_KERNELS)
 void tiles_baseline(const Args& g, int64_t t0, int64_t t1, int64_t mblocks, int64_t mc) {
   tiles_impl<4, 8, 4>(g, t0, t1, mblocks, mc);
 }
+#if ETFUSE_HAVE_ARM_NEON
+// 4 x 16: 16 of the 32 vector registers hold sums, 4 hold A's values, 4 B's; NR
+// = kPanel reads a prepacked weight in place.
+void tiles_neon(const Args& g, int64_t t0, int64_t t1, int64_t mblocks, int64_t mc) {
+  tiles_impl<4, 16, 4, arm::NeonAccumulate>(g, t0, t1, mblocks, mc);
+}
+#endif
 #if ETFUSE_HAVE_X86_DISPATCH
 ETFUSE_TARGET_AVX2 void tiles_avx2(const Args& g, int64_t t0, int64_t t1, int64_t mblocks, int64_t mc) {
   tiles_impl<6, 16, 8>(g, t0, t1, mblocks, mc);
@@ -709,6 +750,9 @@ inline Kernel select_kernel() {
 #if ETFUSE_HAVE_X86_DISPATCH
   if (use_avx512()) return Kernel{12, 32, &tiles_avx512};
   if (selected_isa() == Isa::kAvx2) return Kernel{6, 16, &tiles_avx2};
+#endif
+#if ETFUSE_HAVE_ARM_NEON
+  if (selected_isa() == Isa::kNeon) return Kernel{4, 16, &tiles_neon};
 #endif
   return Kernel{4, 8, &tiles_baseline};
 }

@@ -1,0 +1,141 @@
+// The f32 GEMM's NEON micro-kernel (aarch64): how an MR x NR tile's sums are accumulated, for
+// gemm::detail::tiles_impl (the tiling, packing and epilogues are the portable ones).
+//
+// The portable code multiplies each B vector by one A value loaded per row and k: per k step an
+// MR x NR / 4 tile costs MR scalar loads and MR pointer steps besides its B loads and multiply-adds
+// (4 x 8: 18 instructions per 8 fmla). Here A's values arrive four at a time in one vector and
+// each multiply-add takes its A value by lane (fmla v.4s, v.4s, v.s[l], as XNNPACK's
+// f32-gemm neonfma kernels do):
+//   * rows of A contiguous along k (a linear's input, a conv's [Cout, K] weight): each row's next
+//     four k values in one q register, then four k steps of NR / 4 B loads and MR x NR / 4 fmla;
+//   * rows of A one float apart (conv2d's transposed problems, A = the input's [K][pixels]): each
+//     k step loads the MR values of its k row as q / d registers;
+//   * other strides: the portable code.
+#pragma once
+
+#include <arm_neon.h>
+
+#include <cstdint>
+#include <cstring>
+
+#include "core/common.h"
+
+namespace etfuse {
+namespace core {
+namespace gemm {
+namespace arm {
+
+// acc[i][v] += a's lane L * b[v], for every row i and vector v.
+template <int L, int MR, int NV>
+ETFUSE_ALWAYS_INLINE void fma_lane(float32x4_t (&acc)[MR][NV], const float32x4_t (&a)[MR], const float* b,
+                                   int64_t vstride) {
+  for (int v = 0; v < NV; ++v) {
+    const float32x4_t bv = vld1q_f32(b + v * vstride);
+    for (int i = 0; i < MR; ++i) acc[i][v] = vfmaq_laneq_f32(acc[i][v], bv, a[i], L);
+  }
+}
+
+// Rows of A contiguous along k (a_cs == 1).
+template <int MR, int NV>
+ETFUSE_ALWAYS_INLINE void accumulate_rows(int64_t kc, const float* const* arow, const float* pack, int64_t ldp,
+                                          int64_t vstride, float32x4_t (&acc)[MR][NV]) {
+  for (int i = 0; i < MR; ++i)
+    for (int v = 0; v < NV; ++v) acc[i][v] = vdupq_n_f32(0.0f);
+  const float* ap[MR];
+  for (int i = 0; i < MR; ++i) ap[i] = arow[i];
+  const float* b = pack;
+  int64_t k = 0;
+  for (; k + 4 <= kc; k += 4, b += 4 * ldp) {
+    float32x4_t a[MR];
+    for (int i = 0; i < MR; ++i) a[i] = vld1q_f32(ap[i] + k);
+    fma_lane<0>(acc, a, b, vstride);
+    fma_lane<1>(acc, a, b + ldp, vstride);
+    fma_lane<2>(acc, a, b + 2 * ldp, vstride);
+    fma_lane<3>(acc, a, b + 3 * ldp, vstride);
+  }
+  for (; k < kc; ++k, b += ldp) {
+    for (int v = 0; v < NV; ++v) {
+      const float32x4_t bv = vld1q_f32(b + v * vstride);
+      for (int i = 0; i < MR; ++i) acc[i][v] = vfmaq_n_f32(acc[i][v], bv, ap[i][k]);
+    }
+  }
+}
+
+// acc[i0 + i][v] += a's lane i * b[v] for the G (4, 2 or 1) rows from i0.
+template <int G, int I0, int MR, int NV>
+ETFUSE_ALWAYS_INLINE void fma_rows(float32x4_t (&acc)[MR][NV], const float* a0, const float32x4_t (&bv)[NV]) {
+  if constexpr (G == 4) {
+    const float32x4_t a = vld1q_f32(a0 + I0);
+    for (int v = 0; v < NV; ++v) {
+      acc[I0][v] = vfmaq_laneq_f32(acc[I0][v], bv[v], a, 0);
+      acc[I0 + 1][v] = vfmaq_laneq_f32(acc[I0 + 1][v], bv[v], a, 1);
+      acc[I0 + 2][v] = vfmaq_laneq_f32(acc[I0 + 2][v], bv[v], a, 2);
+      acc[I0 + 3][v] = vfmaq_laneq_f32(acc[I0 + 3][v], bv[v], a, 3);
+    }
+  } else if constexpr (G == 2) {
+    const float32x2_t a = vld1_f32(a0 + I0);
+    for (int v = 0; v < NV; ++v) {
+      acc[I0][v] = vfmaq_lane_f32(acc[I0][v], bv[v], a, 0);
+      acc[I0 + 1][v] = vfmaq_lane_f32(acc[I0 + 1][v], bv[v], a, 1);
+    }
+  } else {
+    for (int v = 0; v < NV; ++v) acc[I0][v] = vfmaq_n_f32(acc[I0][v], bv[v], a0[I0]);
+  }
+}
+
+// The rows from I0 on, in groups of 4, then 2, then 1 (no load past row MR - 1).
+template <int I0, int MR, int NV>
+ETFUSE_ALWAYS_INLINE void fma_adjacent_rows(float32x4_t (&acc)[MR][NV], const float* a0, const float32x4_t (&bv)[NV]) {
+  if constexpr (MR - I0 >= 4) {
+    fma_rows<4, I0>(acc, a0, bv);
+    fma_adjacent_rows<I0 + 4>(acc, a0, bv);
+  } else if constexpr (MR - I0 >= 2) {
+    fma_rows<2, I0>(acc, a0, bv);
+    fma_adjacent_rows<I0 + 2>(acc, a0, bv);
+  } else if constexpr (MR - I0 == 1) {
+    fma_rows<1, I0>(acc, a0, bv);
+  }
+}
+
+// Rows of A one float apart: A(i, k) = a0[i + k * a_cs].
+template <int MR, int NV>
+ETFUSE_ALWAYS_INLINE void accumulate_adjacent(int64_t kc, const float* a0, int64_t a_cs, const float* pack,
+                                              int64_t ldp, int64_t vstride, float32x4_t (&acc)[MR][NV]) {
+  for (int i = 0; i < MR; ++i)
+    for (int v = 0; v < NV; ++v) acc[i][v] = vdupq_n_f32(0.0f);
+  for (int64_t k = 0; k < kc; ++k, a0 += a_cs, pack += ldp) {
+    float32x4_t bv[NV];
+    for (int v = 0; v < NV; ++v) bv[v] = vld1q_f32(pack + v * vstride);
+    fma_adjacent_rows<0>(acc, a0, bv);
+  }
+}
+
+// The accumulation policy of tiles_impl for the NEON tiles (4-wide vectors).
+struct NeonAccumulate {
+  template <int MR, int NR, int W>
+  static ETFUSE_ALWAYS_INLINE void rows(int64_t kc, const float* const* arow, int64_t a_cs, const float* pack,
+                                        int64_t ldp, int64_t vstride, typename detail::Vec<W>::type (&acc)[MR][NR / W],
+                                        const char* prefetch) {
+    static_assert(W == 4, "NEON vectors hold 4 floats");
+    if (a_cs != 1) {
+      detail::accumulate<MR, NR, W>(kc, arow, a_cs, pack, ldp, vstride, acc, prefetch);
+      return;
+    }
+    float32x4_t sums[MR][NR / 4];
+    accumulate_rows<MR, NR / 4>(kc, arow, pack, ldp, vstride, sums);
+    std::memcpy(acc, sums, sizeof(sums));  // the same 16-byte vectors, two types
+  }
+  template <int MR, int NR, int W>
+  static ETFUSE_ALWAYS_INLINE void adjacent(int64_t kc, const float* a0, int64_t a_cs, const float* pack, int64_t ldp,
+                                            int64_t vstride, typename detail::Vec<W>::type (&acc)[MR][NR / W]) {
+    static_assert(W == 4, "NEON vectors hold 4 floats");
+    float32x4_t sums[MR][NR / 4];
+    accumulate_adjacent<MR, NR / 4>(kc, a0, a_cs, pack, ldp, vstride, sums);
+    std::memcpy(acc, sums, sizeof(sums));  // the same 16-byte vectors, two types
+  }
+};
+
+}  // namespace arm
+}  // namespace gemm
+}  // namespace core
+}  // namespace etfuse

@@ -1,0 +1,122 @@
+// gemm::run against a plain triple loop, on every ISA this CPU has and this build compiles
+// ("baseline", "avx2", "avx512" on x86-64; "baseline", "neon" on aarch64): edge tiles (M, N, K
+// not multiples of the tile), K in several slices, A by rows, by columns (the transposed
+// problems' adjacent rows) and strided, B by rows, transposed and prepacked, C transposed,
+// and the epilogue (per-row scale, per-column bias, residual, clamp). tests/test_gemm_isa.py
+// builds it natively and for aarch64 (run under qemu-aarch64). Prints one line per ISA checked;
+// exits 1 at the first mismatch, naming the case.
+#define ETFUSE_CORE_KERNELS 1
+#include "core/gemm.h"
+
+#include <cmath>
+#include <cstdio>
+#include <vector>
+
+using etfuse::core::gemm::Args;
+
+namespace {
+
+uint32_t rng = 12345;
+float next_value() {
+  rng = rng * 1664525u + 1013904223u;
+  return static_cast<float>((rng >> 8) % 2001) / 1000.0f - 1.0f;
+}
+
+struct Case {
+  int64_t M, N, K;
+  int a_layout;  // 0 rows (a_cs 1), 1 columns (a_rs 1), 2 rows with a stride of 2 along k
+  int b_layout;  // 0 rows, 1 transposed ([N, K]), 2 prepacked panels
+  bool c_transposed, epilogue, clamp;
+};
+
+bool check(const Case& c, const char* isa) {
+  const int64_t M = c.M, N = c.N, K = c.K;
+  std::vector<float> a(static_cast<size_t>(M * K * 2 + 1)), b(static_cast<size_t>(K * N)), bias(N), scale(M),
+      residual(M * N);
+  for (auto& v : a) v = next_value();
+  for (auto& v : b) v = next_value();
+  for (auto& v : bias) v = next_value();
+  for (auto& v : scale) v = next_value();
+  for (auto& v : residual) v = next_value();
+  Args g;
+  g.M = M, g.N = N, g.K = K;
+  g.A = a.data();
+  if (c.a_layout == 0) g.a_rs = K, g.a_cs = 1;
+  if (c.a_layout == 1) g.a_rs = 1, g.a_cs = M;
+  if (c.a_layout == 2) g.a_rs = 2 * K, g.a_cs = 2;
+  const auto A = [&](int64_t i, int64_t k) { return a[i * g.a_rs + k * g.a_cs]; };
+  // B(k, j) stored [K, N] (layout 0) or [N, K] (1); the prepacked form is built from layout 0
+  const int64_t b_rs = c.b_layout == 1 ? 1 : N, b_cs = c.b_layout == 1 ? K : 1;
+  const auto B = [&](int64_t k, int64_t j) { return b[k * b_rs + j * b_cs]; };
+  std::vector<float> packed;
+  if (c.b_layout == 2) {
+    const int64_t P = etfuse::core::gemm::kPanel;
+    packed.assign(static_cast<size_t>(etfuse::core::gemm::packed_panels(N) * K * P), 0.0f);
+    for (int64_t k = 0; k < K; ++k)
+      for (int64_t j = 0; j < N; ++j) packed[(j / P) * K * P + k * P + j % P] = B(k, j);
+    g.packed_b = packed.data();
+  } else {
+    g.B = b.data(), g.b_rs = b_rs, g.b_cs = b_cs;
+  }
+  std::vector<float> out(static_cast<size_t>(M * N), 12345.0f);
+  g.C = out.data();
+  if (c.c_transposed) g.c_rs = 1, g.c_cs = M;
+  else g.c_rs = N, g.c_cs = 1;
+  g.clamp = c.clamp;
+  g.act_min = -0.5f, g.act_max = 0.75f;
+  if (c.epilogue) {
+    g.scale = scale.data(), g.scale_rs = 1, g.scale_cs = 0;
+    g.bias = bias.data(), g.bias_rs = 0, g.bias_cs = 1;
+    g.residual = residual.data(), g.residual_rs = g.c_rs, g.residual_cs = g.c_cs;
+  }
+  etfuse::core::gemm::run(g, [](int64_t begin, int64_t end, int64_t, auto&& fn) { fn(begin, end); });
+  for (int64_t i = 0; i < M; ++i) {
+    for (int64_t j = 0; j < N; ++j) {
+      double sum = 0.0, magnitude = 0.0;
+      for (int64_t k = 0; k < K; ++k) {
+        sum += double(A(i, k)) * double(B(k, j));
+        magnitude += std::fabs(double(A(i, k)) * double(B(k, j)));
+      }
+      double want = sum;
+      if (c.epilogue) want = want * scale[i] + bias[j] + residual[i * g.c_rs + j * g.c_cs];
+      if (c.clamp) want = want < g.act_min ? g.act_min : (want > g.act_max ? g.act_max : want);
+      const double got = out[i * g.c_rs + j * g.c_cs];
+      const double tol = 1e-5 * (magnitude * (c.epilogue ? std::fabs(scale[i]) + 1 : 1) + 1);
+      if (!(std::fabs(got - want) <= tol)) {
+        std::printf("MISMATCH isa=%s M=%lld N=%lld K=%lld a_layout=%d b_layout=%d c_transposed=%d epilogue=%d "
+                    "clamp=%d at (%lld, %lld): got %.7g, want %.7g\n",
+                    isa, (long long)M, (long long)N, (long long)K, c.a_layout, c.b_layout, int(c.c_transposed),
+                    int(c.epilogue), int(c.clamp), (long long)i, (long long)j, got, want);
+        return false;
+      }
+    }
+  }
+  return true;
+}
+
+}  // namespace
+
+int main() {
+  const char* isas[] = {"baseline", "avx2", "avx512", "neon"};
+  const int64_t rows[] = {1, 3, 4, 5, 7, 13, 37};
+  const int64_t cols[] = {1, 7, 16, 17, 40};
+  const int64_t depths[] = {1, 3, 4, 9, 64, 300};
+  int checked = 0;
+  for (const char* isa : isas) {
+    if (!etfuse::core::set_isa(isa) || std::strcmp(etfuse::core::current_isa_name(), isa) != 0) continue;
+    int cases = 0;
+    for (int64_t M : rows)
+      for (int64_t N : cols)
+        for (int64_t K : depths)
+          for (int a_layout = 0; a_layout < 3; ++a_layout)
+            for (int b_layout = 0; b_layout < 3; ++b_layout)
+              for (int variant = 0; variant < 3; ++variant) {
+                const Case c{M, N, K, a_layout, b_layout, variant == 1, variant != 0, variant == 2};
+                if (!check(c, isa)) return 1;
+                ++cases;
+              }
+    std::printf("isa %s: %d cases match\n", isa, cases);
+    ++checked;
+  }
+  return checked > 0 ? 0 : 1;
+}
