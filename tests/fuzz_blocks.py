@@ -105,6 +105,7 @@ class Block:
     name = ""
     family = ""          # the rule family (patterns/<family>_rules.py) or pass it is for
     quant_ok = False
+    dynamic_ok = True    # the model may be exported with a dynamic batch (fuzz_models.dynamic_ok)
     shapes: tuple = ()   # main shapes the coverage sample uses
 
     def accepts(self, shape) -> bool:
@@ -604,6 +605,41 @@ class Identities(Block):
         return m
 
 
+class SymShape(Block):
+    """Shape arithmetic on the batch as models write it: a reshape to [B * T, -1] and back, a scale
+    by `B // 2 + B % 3`. Static shapes fold it to constants; with a dynamic batch
+    (fuzz_models.ModelSpec.dynamic_batch) the program keeps the Python builtins on SymInts that
+    SymIntToPrimsPass lowers. (No slice at `B // 2`: export asks for guards it cannot prove over
+    the Dim's range, or specialises a size-1 slice.)"""
+
+    name, family = "symshape", "pass:SymIntToPrimsPass"
+    shapes = ((3, 4), (2, 3, 4))
+    FORMS = ("merge", "scale")
+
+    def accepts(self, shape):
+        return len(shape) >= 2
+
+    def keys(self, shape, quant=False):
+        return [len(self.FORMS)]
+
+    def draw(self, draw, shape, quant=False):
+        (i,) = super().draw(draw, shape)
+        return (self.FORMS[i],)
+
+    def build(self, params, shape, g):
+        (form,) = params
+        m = _Fn(SymShape._forward)
+        m.form = form
+        return m
+
+    @staticmethod
+    def _forward(self, x):
+        b = x.shape[0]
+        if self.form == "merge":
+            return torch.tanh(x.reshape(b * x.shape[1], -1)).reshape(x.shape)
+        return x * (b // 2) + (b % 3)
+
+
 # --- quantized blocks written by hand, weight-only linears, quantized embeddings ---------------------------
 
 _RANGES = {torch.int8: (-128, 127), torch.uint8: (0, 255)}
@@ -826,7 +862,7 @@ class Embedding(Block):
 
 
 BLOCKS = {b.name: b for b in (Gemm(), Conv(), Conv1d(), Addmm(), Gated(), Pool(), Attention(), Norm(), Rope(),
-                              KVCache(), Permute(), Scale(), Identities(), QuantScalarAdd(), QuantGemm(), WeightOnly(),
+                              KVCache(), Permute(), Scale(), Identities(), SymShape(), QuantScalarAdd(), QuantGemm(), WeightOnly(),
                               Embedding())}
 
 

@@ -139,9 +139,12 @@ class ModelSpec:
     quant: bool = False           # PT2E int8 (XNNPACK quantizer) over the whole model
     seed: int = 0                 # weights and inputs
     layout: str = ""              # input 0: "" contiguous, "channels_last" (rank 4), "transposed" (a strided view)
+    dynamic_batch: tuple = ()     # (lo, hi): exported with dim 0 of S a torch.export.Dim in [lo, hi] (every
+                                  # input whose dim 0 is S's batch), run at `batch_sizes()`; () static
 
     def __repr__(self):
         lay = f", layout={self.layout!r}" if self.layout else ""
+        lay += f", dynamic_batch={self.dynamic_batch!r}" if self.dynamic_batch else ""
         lines = [f"ModelSpec(shape={self.shape}, quant={self.quant}, seed={self.seed}{lay})"]
         for i, s in enumerate(self.inputs):
             lines.append(f"  v{i} = input{tuple(s)}")
@@ -171,7 +174,29 @@ class ModelSpec:
     def code(self) -> str:
         """Python that rebuilds this spec (`ModelSpec(...)`, names from fuzz_models)."""
         return (f"ModelSpec(shape={self.shape!r}, inputs={self.inputs!r},\n    ops=({''.join(f'{op!r}, ' for op in self.ops)}),"
-                f"\n    outputs={self.outputs!r}, quant={self.quant!r}, seed={self.seed!r}, layout={self.layout!r})")
+                f"\n    outputs={self.outputs!r}, quant={self.quant!r}, seed={self.seed!r}, layout={self.layout!r}"
+                + (f", dynamic_batch={self.dynamic_batch!r}" if self.dynamic_batch else "") + ")")
+
+    def batched(self, i: int) -> bool:
+        """Input i has the (maybe dynamic) batch dim at 0: its rank is S's and its dim 0 S's batch."""
+        s = self.inputs[i]
+        return len(s) == len(self.shape) and len(s) > 0 and s[0] == self.shape[0] and self.shape[0] >= 2
+
+    def batch_sizes(self) -> tuple:
+        """The batch sizes `check` runs: S's, then (dynamic) the range's ends and one inside it."""
+        if not self.dynamic_batch:
+            return (self.shape[0],)
+        lo, hi = self.dynamic_batch
+        return tuple(dict.fromkeys((self.shape[0], lo, hi, (lo + hi + 1) // 2)))
+
+    def dynamic_shapes(self):
+        """`torch.export.export(dynamic_shapes=...)` for the inputs, or None."""
+        if not self.dynamic_batch:
+            return None
+        lo, hi = self.dynamic_batch
+        batch = torch.export.Dim("batch", min=lo, max=hi)
+        # FuzzModel.forward(*inputs): one spec for the parameter `inputs`, a tuple
+        return {"inputs": tuple({0: batch} if self.batched(i) else None for i in range(len(self.inputs)))}
 
 
 # --- the generator -------------------------------------------------------------------------------
@@ -343,13 +368,13 @@ def generate(draw, quant=None) -> ModelSpec:
             init = fulls[draw.int(0, len(fulls) - 1)]
             take = ("ys", "h")[draw.int(0, 1)]
             local = {"a": shape[1:], "b": shape[1:]}  # a: the carry h, b: the slice x
-            op = Op("scan", (a, init), (take,), (_body(draw, local, shape[1:]),))
+            op = Op("scan", (a, init), (take,), (_body(draw, local, shape[1:], block_shape=shape[1:]),))
             s = shape if take == "ys" else shape[1:]
         else:  # while: for i < trips: a = body(a, b)
             a = fulls[-1] if draw.bool(0.6) else fulls[draw.int(0, len(fulls) - 1)]
             b = usable[_pick(draw, len(usable))]
             local = {"a": shape, "b": shapes[b]}
-            op = Op("while", (a, b), (draw.int(1, 3),), (_body(draw, local, shape),))
+            op = Op("while", (a, b), (draw.int(1, 3),), (_body(draw, local, shape, block_shape=shape),))
             s = shape
         ops.append(op)
         shapes.append(s)
@@ -375,8 +400,24 @@ def generate(draw, quant=None) -> ModelSpec:
         if extra != last:
             outputs.append(extra)
     outputs += [k for k in sinks if k not in outputs]
-    return ModelSpec(tuple(shape), tuple(tuple(s) for s in inputs), tuple(ops), tuple(outputs), quant,
+    spec = ModelSpec(tuple(shape), tuple(tuple(s) for s in inputs), tuple(ops), tuple(outputs), quant,
                      draw.int(0, 3), layout)
+    # drawn last: the rest of a seed's model does not depend on it
+    if draw.bool(0.25) and dynamic_ok(spec):
+        spec = dataclasses.replace(spec, dynamic_batch=(2, shape[0] + 1 + draw.int(0, 4)))
+    return spec
+
+
+def dynamic_ok(spec: ModelSpec) -> bool:
+    """The model may be exported with a dynamic batch: float, S's batch >= 2 (export specialises a
+    size-1 dim), only blocks that allow it (`Block.dynamic_ok`), no scan and no while_loop: stock
+    executorch's scan (and LoopLoweringPass lowers while_loop to one) copies a carry whose size
+    depends on the Dim into a buffer it never resizes (op_copy: "tensor_is_broadcastable_to"),
+    which fails at every batch but the Dim's max, fused or not."""
+    from fuzz_blocks import BLOCKS
+
+    return (not spec.quant and spec.shape[0] >= 2 and not any(op.kind in ("scan", "while") for op in spec.ops)
+            and all(BLOCKS[name].dynamic_ok for name, _ in spec.blocks()))
 
 
 # --- building the nn.Module ----------------------------------------------------------------------
@@ -436,7 +477,9 @@ class FuzzModel(torch.nn.Module):
                 for bi, body in enumerate(op.bodies):
                     for i, bop in enumerate(body):
                         if bop.kind == "block":
-                            self.blocks[f"{j}_{bi}_{i}"] = _build_block(bop, spec.shape, g)
+                            # a scan body runs on one slice: S without its first dim
+                            local = spec.shape[1:] if op.kind == "scan" else spec.shape
+                            self.blocks[f"{j}_{bi}_{i}"] = _build_block(bop, local, g)
                 if op.kind == "block":
                     self.blocks[str(j)] = _build_block(op, spec.shape, g)
                 continue
@@ -449,6 +492,11 @@ class FuzzModel(torch.nn.Module):
                     m.running_var.copy_(torch.rand(m.running_var.shape, generator=g) + 0.5)
             self.layers[str(j)] = layer
         self.eval()
+
+    def _body_blocks(self, j: int) -> list:
+        """For each body of op j: {body op index: its block's module}."""
+        return [{i: self.blocks[f"{j}_{bi}_{i}"] for i, o in enumerate(body) if o.kind == "block"}
+                for bi, body in enumerate(self.spec.ops[j].bodies)]
 
     def forward(self, *inputs):
         spec = self.spec
@@ -464,8 +512,7 @@ class FuzzModel(torch.nn.Module):
             elif op.kind == "cond":
                 p, a, b = (env[i] for i in op.args)
                 then, other = op.bodies
-                m0, m1 = ({i: self.blocks[f"{j}_{bi}_{i}"] for i, o in enumerate(body) if o.kind == "block"}
-                          for bi, body in enumerate(op.bodies))
+                m0, m1 = self._body_blocks(j)
                 r = torch.cond(p.sum() > 0, lambda a, b: _run_body(then, a, b, m0),
                                lambda a, b: _run_body(other, a, b, m1), (a, b))
             elif op.kind == "scan":
@@ -473,9 +520,10 @@ class FuzzModel(torch.nn.Module):
 
                 xs, init = env[op.args[0]], env[op.args[1]][0].clone()
                 (body,) = op.bodies
+                mods = self._body_blocks(j)[0]
 
-                def step(h, x, body=body):
-                    nh = _run_body(body, h, x)
+                def step(h, x, body=body, mods=mods):
+                    nh = _run_body(body, h, x, mods)
                     return nh, nh.clone()
 
                 h, ys = scan(step, init, xs)
@@ -486,8 +534,9 @@ class FuzzModel(torch.nn.Module):
                 a, b = env[op.args[0]], env[op.args[1]]
                 (body,) = op.bodies
                 trips = op.params[0]
+                mods = self._body_blocks(j)[0]
                 r = while_loop(lambda i, acc: i < trips,
-                               lambda i, acc, body=body: (i + 1, _run_body(body, acc, b)),
+                               lambda i, acc, body=body, mods=mods: (i + 1, _run_body(body, acc, b, mods)),
                                (torch.zeros((), dtype=torch.int64), a.clone()))[1]
             else:
                 raise AssertionError(op.kind)
@@ -501,9 +550,11 @@ def _build_block(op: Op, shape, g) -> torch.nn.Module:
     return BLOCKS[op.params[0]].build(op.params[1:], shape, g)
 
 
-def example_inputs(spec: ModelSpec, which: int = 0) -> tuple:
+def example_inputs(spec: ModelSpec, which: int = 0, batch: Optional[int] = None) -> tuple:
+    """Input set `which`; `batch`: the batched inputs' dim 0 (a dynamic batch), S's by default."""
     g = torch.Generator().manual_seed(1000 * spec.seed + which)
-    xs = [torch.randn(s, generator=g) for s in spec.inputs]
+    shapes = [s if batch is None or not spec.batched(i) else (batch, *s[1:]) for i, s in enumerate(spec.inputs)]
+    xs = [torch.randn(s, generator=g) for s in shapes]
     if spec.layout == "channels_last" and xs[0].dim() == 4:
         xs[0] = xs[0].contiguous(memory_format=torch.channels_last)
     elif spec.layout == "transposed" and xs[0].dim() >= 2:
@@ -744,7 +795,7 @@ def _check(spec: ModelSpec, runs: int) -> Outcome:
         with torch.no_grad():
             if spec.quant:
                 model = _pt2e_int8(model, args)
-            ep = torch.export.export(model, args)
+            ep = torch.export.export(model, args, dynamic_shapes=spec.dynamic_shapes())
         # two independent edge programs: to_executorch() rewrites programs in place and shares
         # graph modules with anything derived from them.
         edge_unfused = to_edge(ep)
@@ -799,8 +850,11 @@ def _check(spec: ModelSpec, runs: int) -> Outcome:
         atol, rtol = 1e-4, 1e-4
     stock_bug = None
     int8_exact = None
-    for k in range(runs):
-        a = example_inputs(spec, k)
+    # (input set, batch): `runs` sets at S's batch, then one at each other size of a dynamic batch
+    sets = [(k, None) for k in range(runs)] + [(runs + j, b) for j, b in enumerate(spec.batch_sizes()[1:])]
+    for k, batch in sets:
+        a = example_inputs(spec, k, batch)
+        bt = "" if batch is None else f", batch {batch}"
         with torch.no_grad():
             want = list(model(*a))
             try:
@@ -831,7 +885,7 @@ def _check(spec: ModelSpec, runs: int) -> Outcome:
             ref, ref_name = want, "eager"
         fe_bad = _compare(fe, want, atol, rtol)
         if fe_bad:
-            return Outcome(ETFUSE_MISMATCH, f"fused eager vs eager (input set {k}): {fe_bad}", **info)
+            return Outcome(ETFUSE_MISMATCH, f"fused eager vs eager (input set {k}{bt}): {fe_bad}", **info)
         try:
             with torch.no_grad():
                 rt = want if retraced_module is None else list(retraced_module(*a))
@@ -839,16 +893,16 @@ def _check(spec: ModelSpec, runs: int) -> Outcome:
             return Outcome(ETFUSE_ERROR, f"retraced run: {_err(e)}", _err(e), **info)
         rt_bad = _compare(rt, want, atol, rtol)
         if rt_bad:
-            return Outcome(ETFUSE_MISMATCH, f"retraced ATen program vs eager (input set {k}): {rt_bad}", **info)
+            return Outcome(ETFUSE_MISMATCH, f"retraced ATen program vs eager (input set {k}{bt}): {rt_bad}", **info)
         if spec.quant and fr is not None and ur is not None:
             same = len(fr) == len(ur) and all(torch.equal(x, y) for x, y in zip(fr, ur))
             int8_exact = same if int8_exact is None else (int8_exact and same)
         fr_bad = f"fused runtime raised {fr_problem}" if fr is None else _compare(fr, ref, atol, rtol)
         if ur_bad is None or (spec.quant and ur is not None):
             if fr is None:
-                return Outcome(ETFUSE_ERROR, f"fused runtime (input set {k}): {fr_problem}", fr_problem, **info)
+                return Outcome(ETFUSE_ERROR, f"fused runtime (input set {k}{bt}): {fr_problem}", fr_problem, **info)
             if fr_bad:
-                return Outcome(ETFUSE_MISMATCH, f"fused runtime vs {ref_name} (input set {k}): {fr_bad}", **info)
+                return Outcome(ETFUSE_MISMATCH, f"fused runtime vs {ref_name} (input set {k}{bt}): {fr_bad}", **info)
             if spec.quant and ur_bad is not None:
                 # both runtimes agree, both differ from the quantized eager module by > 1 step
                 fr_eager = _compare(fr, want, 4 * atol, 0.0)
@@ -858,9 +912,9 @@ def _check(spec: ModelSpec, runs: int) -> Outcome:
             if ur is None and fr is not None and fr_bad and not spec.quant:
                 # the stock runtime cannot run it (no dequantize_affine kernel, ...): eager is the reference
                 return Outcome(ETFUSE_MISMATCH, f"fused runtime vs eager, the stock runtime cannot run the program "
-                                                f"({ur_problem}) (input set {k}): {fr_bad}", **info)
+                                                f"({ur_problem}) (input set {k}{bt}): {fr_bad}", **info)
             kind = STOCK_ERROR if ur is None else STOCK_BUG
-            stock_bug = stock_bug or Outcome(kind, f"unfused runtime vs eager (input set {k}): {ur_bad}; "
+            stock_bug = stock_bug or Outcome(kind, f"unfused runtime vs eager (input set {k}{bt}): {ur_bad}; "
                                                    f"fused runtime: {fr_bad or 'matches eager'}",
                                              ur_problem or "", fused_ok=fr_bad is None)
     # -- fusing twice is fusing once (after the comparisons: a wrong program is a mismatch first) --
@@ -969,8 +1023,9 @@ def _safe(pred, spec) -> bool:
 def _structural_specs(seed: int) -> list:
     """Control flow the passes need: a while loop (LoopLoweringPass), two conds whose first result
     outlives the second (CondOutputCopyPass), a cond result read through a view
-    (CondViewCopyPass), a cond around a block, a scan."""
-    s2, s4 = (3, 4), (1, 2, 3, 4)
+    (CondViewCopyPass), a cond around a block, a scan, blocks in while / scan bodies, a dynamic
+    batch with shape arithmetic (SymIntToPrimsPass)."""
+    s2, s3, s4 = (3, 4), (2, 3, 4), (1, 2, 3, 4)
     gemm = ("gemm", "relu", True, False, "none")
     while_body = (Op("mul", ("a", "b")), Op("clamp", (0,), (-1.0, 1.0)))
     relu_a, mul_ab = (Op("relu", ("a",)),), (Op("mul", ("a", "b")),)
@@ -984,6 +1039,16 @@ def _structural_specs(seed: int) -> list:
         ModelSpec(s2, (s2,), (Op("cond", (0, 0, 0), (), ((Op("block", ("a",), gemm),), relu_a)),), (1,), seed=seed),
         ModelSpec(s2, (s2,), (Op("scan", (0, 0), ("ys",), ((Op("add", ("a", "b")), Op("relu", (0,))),)),), (1,),
                   seed=seed),
+        # blocks in loop bodies: a while around a linear + relu, a scan step around an RMS norm
+        ModelSpec(s2, (s2,), (Op("while", (0, 0), (2,), ((Op("block", ("a",), gemm), Op("mul", (0, "b"))),)),), (1,),
+                  seed=seed),
+        ModelSpec(s3, (s3,), (Op("scan", (0, 0), ("ys",), ((Op("block", ("a",), ("norm", "rms_mul")),
+                                                             Op("add", (0, "b"))),)),), (1,), seed=seed),
+        # a dynamic batch: shape arithmetic (SymIntToPrimsPass), beside a rank-3 linear and a cond
+        ModelSpec(s3, (s3, s3), tuple(Op("block", (0,), ("symshape", f)) for f in ("merge", "scale"))
+                  + (Op("block", (0,), ("gemm", "silu", True, False, "none")),
+                     Op("cond", (1, 0, 1), (), ((Op("block", ("a",), ("symshape", "scale")),), relu_a))),
+                  (2, 3, 4, 5), seed=seed, dynamic_batch=(2, 6)),
     ]
 
 
@@ -1023,7 +1088,7 @@ def export_edge(spec: ModelSpec):
     with torch.no_grad():
         if spec.quant:
             model = _pt2e_int8(model, args)
-        return to_edge(torch.export.export(model, args))
+        return to_edge(torch.export.export(model, args, dynamic_shapes=spec.dynamic_shapes()))
 
 
 def reproducer(spec: ModelSpec, outcome: "Outcome", note: str = "") -> str:
