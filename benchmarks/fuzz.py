@@ -136,16 +136,17 @@ def shrink(seed: int, i: int, repro_dir=None) -> int:
     print(f"graph {i}: {first}\n{spec!r}", flush=True)
     if first.kind == fm.PASS:
         return 0
+    routes = True if first.kind == fm.ETFUSE_ROUTES else None  # a smaller model is checked on every route too
 
     def same(s):
         # the same kind, error and comparison that failed ("fused runtime vs eager", ...): a shrink
         # that drifts to another failure of the same kind is not taken
-        o = fm.check(s)
+        o = fm.check(s, routes=routes)
         return (o.kind == first.kind and o.fused_ok == first.fused_ok and o.error == first.error
                 and o.detail.split("(")[0] == first.detail.split("(")[0])
 
     small = fm.shrink(spec, same, log=lambda m: print(m, flush=True))
-    outcome = fm.check(small)
+    outcome = fm.check(small, routes=routes)
     print(f"minimal:\n{small!r}\n{outcome}", flush=True)
     if repro_dir is not None:
         path = Path(repro_dir) / f"repro_{seed}_{i}.py"
@@ -261,7 +262,8 @@ def main(argv=None) -> int:
         el = time.time() - t0
         line = (f"[{'final' if final else 'progress'}] graphs={done[0]}/{a.graphs} "
                 + " ".join(f"{k}={counts[k]}" for k in
-                           ("pass", "etfuse_mismatch", "etfuse_error", "etfuse_unstable", "known_etfuse_bug", "stock_bug",
+                           ("pass", "etfuse_mismatch", "etfuse_error", "etfuse_unstable", "etfuse_routes", "known_etfuse_bug",
+                            "stock_bug",
                             "stock_error", "skip", "abort", "hang", "harness_error"))
                 + f" time={el:.0f}s ({el / max(done[0], 1):.2f}s/graph)")
         print(line, flush=True)
@@ -286,13 +288,14 @@ def main(argv=None) -> int:
             by_pass.update(res.get("passes") or ())
             if res.get("int8_exact") is not None:
                 counts["int8_exact" if res["int8_exact"] else "int8_within_a_step"] += 1
-            if res["kind"] in ("etfuse_mismatch", "etfuse_error", "etfuse_unstable"):
+            if res["kind"] in ("etfuse_mismatch", "etfuse_error", "etfuse_unstable", "etfuse_routes"):
                 failed.append(i)
             if res.get("error") and res["kind"] != "pass":
                 errors[f"{res['kind']}: {res['error'][:140]}"] += 1
             if res["kind"] == "stock_bug":
                 counts["stock_bug_fused_ok" if res.get("fused_ok") else "stock_bug_fused_wrong"] += 1
-            if res["kind"] in ("etfuse_mismatch", "etfuse_error", "etfuse_unstable", "abort", "hang", "harness_error",
+            if res["kind"] in ("etfuse_mismatch", "etfuse_error", "etfuse_unstable", "etfuse_routes", "abort", "hang",
+                               "harness_error",
                                "stock_bug", "known_etfuse_bug"):
                 spec = repr(spec_for(a.seed, i))
                 print(f"--- graph {i}: {res['kind']}: {res['detail'][:600]}\n{spec}", flush=True)

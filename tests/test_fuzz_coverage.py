@@ -2,7 +2,7 @@
 
 A fixed sample (`fuzz_models.coverage_sample(seed=0)`: every building block of
 tests/fuzz_blocks.py with every combination of its key choices, float and PT2E int8, plus the
-control-flow specs the passes need) is exported, lowered and fused with the fusion report
+control-flow specs the passes need: blocks in cond / while / scan bodies, a dynamic batch) is exported, lowered and fused with the fusion report
 (`FusionPass.report`) and with each pass of `default_passes()` watched for a change of the
 graph. The test fails naming every rule of `etfuse.patterns.RULES` (by key) and every pass that
 the sample never exercised, so a new rule or pass without a generator block fails here.
@@ -10,8 +10,9 @@ the sample never exercised, so a new rule or pass without a generator block fail
 Rules and passes the sample cannot reach yet are listed below with the reason; an entry that the
 sample does reach fails the test too (delete it).
 
-Cost: 60 models, ~2 minutes of CPU (measured: 2 min user time; 5.5 min wall beside other jobs on 2
-shared cores); the int8 ones (prepare/convert_pt2e) are ~40%.
+Cost: 67 models, ~2.5 minutes (measured at the QuantGemm / SymShape blocks and the dynamic-batch and
+loop-body specs: 151 s wall, 150 s user, on 2 cores shared with another engineer's builds); the
+int8 ones (prepare/convert_pt2e) are ~40%.
 """
 
 from __future__ import annotations

@@ -266,7 +266,16 @@ class LoopLoweringPass(ExportPass):
         # The retrace runs the graph on fake tensors; with grad enabled, a loop whose carry depends
         # on a parameter makes the scan's autograd tracing fail (an inference graph needs no grad).
         with torch.no_grad():
-            return PassResult(copy_graph_module(super().call(graph_module).graph_module), True)
+            lowered = copy_graph_module(super().call(graph_module).graph_module)
+        # The same holds for every retrace after this pass that etfuse does not run under no_grad:
+        # `to_executorch(ExecutorchBackendConfig(passes=default_passes()))` retraces the scan in its
+        # own passes (SpecPropPass, ...) with grad enabled, from the placeholders' values, where a
+        # parameter's requires grad. Those values say nothing else about an inference program.
+        for n in lowered.graph.nodes:
+            val = n.meta.get("val") if n.op == "placeholder" else None
+            if isinstance(val, torch.Tensor) and val.requires_grad:
+                n.meta["val"] = val.detach()
+        return PassResult(lowered, True)
 
     def call_while(self, cond_fn, body_fn, carried_inputs, additional_inputs, meta) -> ProxyValue:
         debug = getattr(self, "node_debug_str", "") or ""
