@@ -605,6 +605,22 @@ ETFUSE_TARGET_AVX512 void split_rows_avx512(const Problem& pb, const PhaseGeom& 
 // The padding positions are the same for every plane: zeroed once, only the input is copied,
 // once per group per task; or, with `split` (groups 1: a stem), the caller split the image's
 // channels once for every task (split_phases; W * kDirectBlock zeros after them).
+// Output planes summed together by direct_planes: aarch64's 32 vector registers hold 4 planes x 4
+// vectors of sums (with 2, its stem spent 18 instructions per 8 multiply-adds, loading every
+// input vector for two); x86's 16 hold 2 x 4.
+constexpr int kDirectPlanes = ETFUSE_HAVE_ARM_NEON ? 4 : 2;
+
+// direct_block over `np` (2 .. kDirectPlanes) planes
+template <int W, int U>
+ETFUSE_ALWAYS_INLINE void planes_block(int np, int64_t q, const float* seed, int64_t taps, const float* const* tap,
+                                       const float* wl, float lo, float hi, float* acc, int64_t acc_s) {
+  if constexpr (kDirectPlanes >= 4) {
+    if (np == 4) return direct_block<W, U, 4>(q, seed, taps, tap, wl, lo, hi, acc, acc_s);
+    if (np == 3) return direct_block<W, U, 3>(q, seed, taps, tap, wl, lo, hi, acc, acc_s);
+  }
+  direct_block<W, U, 2>(q, seed, taps, tap, wl, lo, hi, acc, acc_s);
+}
+
 template <int W>
 ETFUSE_ALWAYS_INLINE void direct_planes(const Problem& pb, int64_t t0, int64_t t1, const float* split) {
   constexpr int U = kDirectBlock;  // the largest block of output vectors (direct_block)
@@ -620,13 +636,13 @@ ETFUSE_ALWAYS_INLINE void direct_planes(const Problem& pb, int64_t t0, int64_t t
   const int64_t LP = (L + W - 1) / W * W;  // rounded up to whole vectors
   const int64_t taps = Cg * KH * KW;
   // The phase planes of the group's Cg channels, zero slack for the last block's over-read,
-  // then the flat sums of up to two output planes.
+  // then the flat sums of up to kDirectPlanes output planes.
   const int64_t own = split ? 0 : Cg * channel + W * U, acc_s = LP + W * U;
-  std::vector<float> buf(static_cast<size_t>(own + 2 * acc_s), 0.0f);
+  std::vector<float> buf(static_cast<size_t>(own + kDirectPlanes * acc_s), 0.0f);
   const float* phases = split ? split : buf.data();
   float* __restrict acc = buf.data() + own;
   std::vector<const float*> tap(static_cast<size_t>(taps));
-  std::vector<float> wl(static_cast<size_t>(2 * taps));
+  std::vector<float> wl(static_cast<size_t>(kDirectPlanes * taps));
   geom.taps(pb, phases, tap.data());
   const bool flat_w = pb.lw.strides[3] == 1 && pb.lw.strides[2] == KW && pb.lw.strides[1] == KH * KW;
   for (int64_t t = t0; t < t1;) {
@@ -634,13 +650,14 @@ ETFUSE_ALWAYS_INLINE void direct_planes(const Problem& pb, int64_t t0, int64_t t
     if (!split && (t == t0 || (t - 1) / mult != t / mult || mult == 1)) {  // a new group: split its input planes
       split_phases(pb, geom, n, group, 0, Cg, buf.data());
     }
-    // Two output planes that read the same phase planes (a stem's, or one group's) are summed
-    // together: every input vector loaded then feeds two multiply-adds. One at a time, the
+    // Output planes that read the same phase planes (a stem's, or one group's) are summed
+    // together: every input vector loaded then feeds np multiply-adds. One at a time, the
     // loads bound the loop (one a multiply-add, half of them across a cache line).
-    const int np = t + 1 < t1 && co + 1 < Cout && (split || (co + 1) / mult == group) ? 2 : 1;
+    int np = 1;
+    while (np < kDirectPlanes && t + np < t1 && co + np < Cout && (split || (co + np) / mult == group)) ++np;
     // The per-channel scale is folded into the weights, so clamp(conv * s + b) costs what
     // clamp(conv + b) does; the bias seeds the sums.
-    float seed[2];
+    float seed[kDirectPlanes];
     for (int p = 0; p < np; ++p) {
       const float* wk = pb.w + (co + p) * pb.lw.strides[0];
       const float s = pb.scale ? pb.scale[(co + p) * pb.scale_s] : 1.0f;
@@ -656,16 +673,16 @@ ETFUSE_ALWAYS_INLINE void direct_planes(const Problem& pb, int64_t t0, int64_t t
       seed[p] = pb.bias ? pb.bias[(co + p) * pb.bias_s] : 0.0f;
     }
     // Blocks of 8 vectors for one plane (4 for a depthwise 3x3: its short chains overlap block
-    // to block, and the last block wastes less), of 4 for two; the last vectors as one block of
-    // 2, 4 or 8 (over-reading into the slack), so no sum is a single latency-bound chain of
-    // Cg * KH * KW multiply-adds.
+    // to block, and the last block wastes less), of 4 for several planes; the last vectors as
+    // one block of 2, 4 or 8 (over-reading into the slack), so no sum is a single latency-bound
+    // chain of Cg * KH * KW multiply-adds.
     for (int64_t q = 0; q < LP;) {
-      if (np == 2) {
+      if (np >= 2) {
         if (LP - q > 2 * W) {
-          direct_block<W, 4, 2>(q, seed, taps, tap.data(), wl.data(), lo_v, hi_v, acc, acc_s);
+          planes_block<W, 4>(np, q, seed, taps, tap.data(), wl.data(), lo_v, hi_v, acc, acc_s);
           q += 4 * W;
         } else {
-          direct_block<W, 2, 2>(q, seed, taps, tap.data(), wl.data(), lo_v, hi_v, acc, acc_s);
+          planes_block<W, 2>(np, q, seed, taps, tap.data(), wl.data(), lo_v, hi_v, acc, acc_s);
           q += 2 * W;
         }
       } else if (taps >= 16 && LP - q > 4 * W) {
