@@ -211,15 +211,20 @@ def _group_exact(m: Match) -> Optional[str]:
 
 def _integer_subtraction_wraps(m: Match, in_dtype) -> Optional[str]:
     """q - zp computed in the integer `in_dtype` (an int8 zero point keeps int8 weights in int8)
-    wraps unless every difference fits; the fused op subtracts exactly."""
+    wraps unless every difference fits; the fused op subtracts exactly. Zero points whose values
+    the pass cannot see (a graph module alone, as `ExecutorchBackendConfig.passes` get it) are
+    taken to lie in the quant range, as quantizers make them: 2- and 4-bit tables fuse, an 8-bit
+    one with int8 zero points does not (q - zp reaches +-255)."""
     qmin, qmax = _literal(m, "quant_min"), _literal(m, "quant_max")
+    if qmin is None or qmax is None:
+        return f"quant range [{qmin}, {qmax}] is not literal"
     info = torch.iinfo(in_dtype)
     z = m.constant("zero_point") if m.bindings["zero_point"] is not None else torch.zeros(1)
     if z is None:
-        zmin, zmax = info.min, info.max  # unknown values: anything the dtype holds
+        zmin, zmax = qmin, qmax
     else:
         zmin, zmax = (int(z.min()), int(z.max())) if z.numel() else (0, 0)
-    if qmin is None or qmax is None or qmin - zmax < info.min or qmax - zmin > info.max:
+    if qmin - zmax < info.min or qmax - zmin > info.max:
         return (f"q - zp wraps in {in_dtype} (quant range [{qmin}, {qmax}], zero points in [{zmin}, {zmax}]) "
                 "where the pattern subtracts; the fused op subtracts exactly")
     return None

@@ -221,13 +221,12 @@ def test_the_config_route_lowers_a_loop_whose_carry_depends_on_a_parameter():
     assert outcome.kind == fm.PASS, outcome
 
 
-@pytest.mark.xfail(strict=True, reason="etfuse bug (issue 44 routes check): since 82112d0 the group embedding rules "
-                   "decline a zero point they cannot see (q - zp may wrap in int8), so the config route, which hands "
-                   "the passes no values, leaves dequantize_per_channel_group unfused and the stock runtime has no "
-                   "kernel for it; etfuse.fuse and edge.transform lower it")
 def test_the_config_route_lowers_a_group_embedding_with_zero_points():
     """Fuzz routes check (issue 44), coverage sample model 55 shrunk: a 2-bit group-quantized
-    embedding with zero points (all in its quant range [-2, 1], so q - zp cannot wrap in int8)."""
+    embedding with zero points (all in its quant range [-2, 1], so q - zp cannot wrap in int8).
+    The config route hands the passes no values: the rule takes unseen zero points to be in the
+    quant range and fuses (declining left dequantize_per_channel_group, which the stock runtime
+    has no kernel for)."""
     from executorch.exir import ExecutorchBackendConfig
 
     from etfuse.passes import default_passes
