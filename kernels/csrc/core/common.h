@@ -231,6 +231,9 @@ ETFUSE_ALWAYS_INLINE float relu(float v) {
 
 enum class Isa { kBaseline = 0, kAvx2 = 1, kNeon = 2 };
 
+// Where the CPU's features are read (cpuid on x86-64; on aarch64 NEON is architectural): the
+// ISA detect_isa() picks, unless the environment variable ETFUSE_KERNELS_ISA=baseline forces the
+// portable code.
 #if ETFUSE_HAVE_X86_DISPATCH
 inline bool cpu_has_avx2() {
   __builtin_cpu_init();
@@ -241,13 +244,22 @@ inline bool cpu_has_avx2() {
 inline bool cpu_has_avx512() {
   return cpu_has_avx2() && __builtin_cpu_supports("avx512f");
 }
+#endif
 
-// AVX2+FMA when the CPU has it, unless the environment variable ETFUSE_KERNELS_ISA=baseline
-// forces the SSE2 baseline.
-inline Isa detect_isa() {
+inline bool baseline_forced() {
   const char* env = std::getenv("ETFUSE_KERNELS_ISA");
-  if (env && std::strcmp(env, "baseline") == 0) return Isa::kBaseline;
+  return env && std::strcmp(env, "baseline") == 0;
+}
+
+inline Isa detect_isa() {
+  if (baseline_forced()) return Isa::kBaseline;
+#if ETFUSE_HAVE_X86_DISPATCH
   return cpu_has_avx2() ? Isa::kAvx2 : Isa::kBaseline;
+#elif ETFUSE_HAVE_ARM_NEON
+  return Isa::kNeon;
+#else
+  return Isa::kBaseline;
+#endif
 }
 
 // The ISA of the dispatched loops, per library; -1 until first use.
@@ -265,6 +277,7 @@ inline Isa selected_isa() {
   return static_cast<Isa>(v);
 }
 
+#if ETFUSE_HAVE_X86_DISPATCH
 // On top of Isa::kAvx2, compute-bound cores (the GEMM micro-kernel) may use AVX-512F when the
 // CPU has it; memory-bound loops stay on AVX2. Off when ETFUSE_KERNELS_ISA is "avx2" or
 // "baseline". selected_isa() still answers kAvx2 on such CPUs.
@@ -275,7 +288,7 @@ inline std::atomic<int>& avx512_state() {
 
 inline bool detect_avx512() {
   const char* env = std::getenv("ETFUSE_KERNELS_ISA");
-  if (env && (std::strcmp(env, "baseline") == 0 || std::strcmp(env, "avx2") == 0)) return false;
+  if (baseline_forced() || (env && std::strcmp(env, "avx2") == 0)) return false;
   return cpu_has_avx512();
 }
 
@@ -287,30 +300,6 @@ inline bool use_avx512() {
   }
   return v == 1 && selected_isa() == Isa::kAvx2;
 }
-#elif ETFUSE_HAVE_ARM_NEON
-// NEON unless the environment variable ETFUSE_KERNELS_ISA=baseline forces the portable code.
-inline Isa detect_isa() {
-  const char* env = std::getenv("ETFUSE_KERNELS_ISA");
-  if (env && std::strcmp(env, "baseline") == 0) return Isa::kBaseline;
-  return Isa::kNeon;
-}
-
-inline std::atomic<int>& isa_state() {
-  static std::atomic<int> state{-1};
-  return state;
-}
-
-inline Isa selected_isa() {
-  int v = isa_state().load(std::memory_order_relaxed);
-  if (v < 0) {
-    v = static_cast<int>(detect_isa());
-    isa_state().store(v, std::memory_order_relaxed);
-  }
-  return static_cast<Isa>(v);
-}
-#else
-// One ISA: the baseline.
-inline Isa selected_isa() { return Isa::kBaseline; }
 #endif
 
 // Row-major contiguous: the numel() elements are the ones from the first on.
