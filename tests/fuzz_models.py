@@ -613,9 +613,10 @@ def _err(e: BaseException) -> str:
 KNOWN_ETFUSE_BUGS: list[tuple[str, str]] = [
     ("Missing out variants: {'quantized_decomposed::dequantize_per_channel_group'}",
      "the config route (to_executorch(ExecutorchBackendConfig(passes=default_passes())), no weight values) "
-     "leaves a group-quantized embedding with zero points unfused since 82112d0 (q - zp may wrap in int8 for "
-     "zero points it cannot see), and the stock runtime has no dequantize_per_channel_group kernel; "
-     "tests/test_fuzz.py::test_the_config_route_lowers_a_group_embedding_with_zero_points (strict xfail)"),
+     "leaves an 8-bit group-quantized embedding with an int8 zero-point tensor unfused, all zeros included "
+     "(q - zp may wrap in int8 for zero points it cannot see; 737bf1b fuses 2/4-bit tables there), and the stock "
+     "runtime has no dequantize_per_channel_group kernel; etfuse.fuse fuses it (embedding_byte_group_nozp): "
+     "tests/test_fuzz.py::test_the_config_route_lowers_an_8bit_group_embedding_with_zero_zero_points (strict xfail)"),
     # ("outs_to_grad length", ...) was here: LoopLoweringPass and FusedEdgeProgramManager.to_executorch
     # retraced loops with grad enabled; fixed (both run under torch.no_grad()), see
     # tests/test_contract.py::test_loop_whose_carry_depends_on_a_parameter.
