@@ -27,6 +27,7 @@ import torch
 
 from etfuse.backend_ops import SDPA
 
+from .constraints import known_equal, same_shape, same_shapes
 from .rule import Match, Rule
 
 aten = torch.ops.aten
@@ -68,41 +69,40 @@ def _examples(masked: bool, grouped: bool):
     return make
 
 
-def _static(shape) -> bool:
-    return all(isinstance(d, int) for d in shape)
-
-
 def _attention_shapes(grouped: bool):
     return lambda m: _shapes(m, grouped)
 
 
 def _shapes(m: Match, grouped: bool):
+    """q [B, H, L, D], k [B, Hk, S, D], v [B, Hk, S, Dv], the mask broadcasting to [B, H, L, S];
+    L and S may be symbolic (a dynamic sequence length), the heads are static."""
     q, k, v = m.value("query"), m.value("key"), m.value("value")
     tensors = [("query", q), ("key", k), ("value", v)] + ([("mask", m.value("mask"))] if "mask" in m.bindings else [])
     for name, t in tensors:
         if not isinstance(t, torch.Tensor) or t.dtype != torch.float32:
             return f"{name} is not a float32 tensor"
-        if not _static(t.shape):
-            return f"{name} has symbolic shape {tuple(t.shape)}; sdpa is fused at static shapes"
     if q.dim() != 4 or k.dim() != 4 or v.dim() != 4:
         return f"query, key, value have ranks {q.dim()}, {k.dim()}, {v.dim()}; sdpa takes 4-D [B, H, L, D]"
     B, H, L, D = q.shape
     Hk, S, Dv = k.shape[1], k.shape[2], v.shape[3]
-    if tuple(k.shape) != (B, Hk, S, D) or tuple(v.shape[:3]) != (B, Hk, S) or Hk == 0 or H % Hk:
+    if not all(isinstance(d, int) for d in (H, Hk, D, Dv)):
+        return f"query {tuple(q.shape)}, value {tuple(v.shape)}: sdpa takes static heads and head sizes"
+    if not same_shape(tuple(k.shape), (B, Hk, S, D)) or not same_shape(tuple(v.shape[:3]), (B, Hk, S)) or Hk == 0 or H % Hk:
         return f"key {tuple(k.shape)} and value {tuple(v.shape)} do not fit query {tuple(q.shape)}"
     if not grouped and Hk != H:
         return f"key has {Hk} heads, query {H}"
     if "mask" in m.bindings:
         mask = m.value("mask")
         full = (B, H, L, S)
-        if mask.dim() > 4 or any(d not in (1, w) for d, w in zip(reversed(mask.shape), reversed(full))):
+        if mask.dim() > 4 or not all(known_equal(d, 1) or known_equal(d, w)
+                                     for d, w in zip(reversed(mask.shape), reversed(full))):
             return f"mask {tuple(mask.shape)} does not broadcast to the scores {full}"
     # what each view/expand of SDPA's decomposition gives, in any order
-    want = sorted([(B, H, L, D), (B * H, L, D), (B, H, D, S), (B * H, D, S), (B, H, L, S), (B, H, L, S),
-                   (B * H, L, S), (B, H, S, Dv), (B * H, S, Dv), (B, H, L, Dv)]
-                  + ([(B, Hk, H // Hk, S, D), (B, H, S, D), (B, Hk, H // Hk, S, Dv), (B, H, S, Dv)] if grouped else []))
-    got = sorted(tuple(n.meta["val"].shape) for n in m.nodes if getattr(n.target, "_op", n.target) in _SIZED)
-    if got != want:
+    want = [(B, H, L, D), (B * H, L, D), (B, H, D, S), (B * H, D, S), (B, H, L, S), (B, H, L, S),
+            (B * H, L, S), (B, H, S, Dv), (B * H, S, Dv), (B, H, L, Dv)] + (
+        [(B, Hk, H // Hk, S, D), (B, H, S, D), (B, Hk, H // Hk, S, Dv), (B, H, S, Dv)] if grouped else [])
+    got = [tuple(n.meta["val"].shape) for n in m.nodes if getattr(n.target, "_op", n.target) in _SIZED]
+    if not same_shapes(got, want):
         return f"the views and expands make {got}, not the attention's {want}"
     if not isinstance(m.bindings["s"], float):
         return "the scale is not a constant"

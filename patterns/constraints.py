@@ -97,3 +97,30 @@ def not_dequantized(name: str = "weight"):
             return f"{name} is dequantized by {_DEQUANTIZE_AFFINE}: a weight-only rule's, not a float op's"
         return None
     return check
+
+
+# --- shapes that may be symbolic (a dynamic Dim) ---------------------------------------------
+
+def known_equal(a, b) -> bool:
+    """Whether two sizes are equal for every value their symbols may take (a symbolic size equals
+    another only when provably so; nothing is guarded)."""
+    if isinstance(a, int) and isinstance(b, int):
+        return a == b
+    from torch.fx.experimental.symbolic_shapes import statically_known_true
+
+    return bool(statically_known_true(a == b))
+
+
+def same_shape(a, b) -> bool:
+    return len(a) == len(b) and all(known_equal(x, y) for x, y in zip(a, b))
+
+
+def same_shapes(got, want) -> bool:
+    """The shapes `got` are the shapes `want`, in any order (each matched once)."""
+    remaining = [tuple(w) for w in want]
+    for g in got:
+        i = next((i for i, w in enumerate(remaining) if same_shape(g, w)), None)
+        if i is None:
+            return False
+        del remaining[i]
+    return not remaining

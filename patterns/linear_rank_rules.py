@@ -23,7 +23,7 @@ import torch
 
 from etfuse.backend_ops import LINEAR_ACT
 
-from .constraints import all_of, not_dequantized, output_dtype, tensors
+from .constraints import all_of, not_dequantized, output_dtype, same_shape, same_shapes, tensors
 from .gemm_conv_rules import _UNARY, _act_examples, _activation, _checked, _named_for, _unary_argument
 from .rule import Match, Rule
 
@@ -58,20 +58,21 @@ def _examples(bias: bool, act: str):
 
 
 def linear_nd_shapes(m: Match):
+    """x [..., K] (leading dims static or symbolic: a dynamic sequence length), weight [N, K]
+    static, and the views flatten x's leading dims and restore them."""
     x, w = m.value("input"), m.value("weight")
-    if x.dim() < 3 or w.dim() != 2 or not all(isinstance(d, int) for d in (*x.shape, *w.shape)):
-        return f"input {tuple(x.shape)}, weight {tuple(w.shape)}: linear_nd takes a static input of rank >= 3"
+    if x.dim() < 3 or w.dim() != 2 or not all(isinstance(d, int) for d in (x.shape[-1], *w.shape)):
+        return f"input {tuple(x.shape)}, weight {tuple(w.shape)}: linear_nd takes an input of rank >= 3 with static features"
     lead, k, n = tuple(x.shape[:-1]), x.shape[-1], w.shape[0]
     if w.shape[1] != k:
         return f"weight {tuple(w.shape)} does not take {k} input features"
-    if "bias" in m.bindings and tuple(m.value("bias").shape) != (n,):
+    if "bias" in m.bindings and not same_shape(tuple(m.value("bias").shape), (n,)):
         return f"bias {tuple(m.value('bias').shape)} is not one value per output feature"
     flat = 1
     for d in lead:
-        flat *= d
-    views = sorted(tuple(v.meta["val"].shape) for v in m.nodes
-                   if getattr(v.target, "_op", v.target) is aten.view_copy.default)
-    if views != sorted([(flat, k), (*lead, n)]):
+        flat = flat * d
+    views = [tuple(v.meta["val"].shape) for v in m.nodes if getattr(v.target, "_op", v.target) is aten.view_copy.default]
+    if not same_shapes(views, [(flat, k), (*lead, n)]):
         return f"the views make {views}, not x's leading dims flattened and restored"
     return None
 
