@@ -126,19 +126,27 @@ class TestX86Runner:
         check_runner(runner, name, tmp_path)
 
 
+def _aarch64_runner(cpu: str, *env: str) -> list[str]:
+    return ["qemu-aarch64", "-L", "/usr/aarch64-linux-gnu", "-cpu", cpu, *(a for e in env for a in ("-E", e)),
+            str(readme_consumer.app("aarch64"))]
+
+
 class TestAarch64Runner:
-    # neoverse-n1: Armv8.2 with dot products; cortex-a53: Armv8.0, the kernels' plain NEON paths;
-    # ETFUSE_KERNELS_ISA=baseline: the portable code instead of the NEON micro-kernels
-    @pytest.fixture(scope="module", params=["neoverse-n1", "cortex-a53", "neoverse-n1 baseline"])
+    # neoverse-n1: Armv8.2 with dot products; cortex-a53: Armv8.0, the kernels' plain NEON paths
+    @pytest.fixture(scope="module", params=["neoverse-n1", "cortex-a53"])
     def runner(self, request) -> list[str]:
-        cpu, *isa = request.param.split()
-        env = ["-E", f"ETFUSE_KERNELS_ISA={isa[0]}"] if isa else []
-        return ["qemu-aarch64", "-L", "/usr/aarch64-linux-gnu", "-cpu", cpu, *env,
-                str(readme_consumer.app("aarch64"))]
+        return _aarch64_runner(request.param)
 
     @pytest.mark.parametrize("name", NAMES)
     def test_runner_matches_eager(self, runner, name, tmp_path):
         check_runner(runner, name, tmp_path)
+
+
+# ETFUSE_KERNELS_ISA=baseline: the portable GEMM instead of the NEON micro-kernel, on the programs
+# whose convs and linears run it (tests/test_gemm_isa.py checks the GEMM itself on both)
+@pytest.mark.parametrize("name", ["cnn", "depthwise_separable", "transformer_block"])
+def test_aarch64_runner_on_the_portable_kernels_matches_eager(name, tmp_path):
+    check_runner(_aarch64_runner("neoverse-n1", "ETFUSE_KERNELS_ISA=baseline"), name, tmp_path)
 
 
 # ---- the runner's bad input: one line naming it, a non-zero exit -------------------------------
