@@ -346,7 +346,9 @@ ETFUSE_ALWAYS_INLINE void micro_to_c(const Args& g, int64_t kc, const float* con
   const float* residual = first ? g.residual : nullptr;
   const int64_t r_rs = g.residual_rs;
   const bool add_partial = !first || residual, add_bias = first && bias;
-  const auto epilogue = [&](vf x, const float* partial, int64_t row, int64_t col) {
+  // always inlined: a call would pass the vector by the base ISA's ABI from an AVX2 / AVX-512
+  // function (at -O0 it read garbage arguments: GCC's -Wpsabi warning, which the build silences)
+  const auto epilogue = [&](vf x, const float* partial, int64_t row, int64_t col) __attribute__((always_inline)) {
     if (scale) x *= epilogue_vector<W>(scale, s_rs, s_cs, row, col);
     if (add_bias) x += epilogue_vector<W>(bias, b_rs, b_cs, row, col);
     if (add_partial) x += load<W>(partial);
