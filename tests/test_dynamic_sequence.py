@@ -9,27 +9,10 @@ from __future__ import annotations
 
 import torch
 from executorch.exir import to_edge
-from torch import nn
-
 import etfuse
 from etfuse.runtime import run
+from deploy_models import TransformerBlock
 from fusion_helpers import op_names
-
-
-class Block(nn.Module):
-    def __init__(self, dim=64, heads=4):
-        super().__init__()
-        self.heads = heads
-        self.ln1, self.ln2 = nn.LayerNorm(dim), nn.LayerNorm(dim)
-        self.qkv, self.proj = nn.Linear(dim, 3 * dim), nn.Linear(dim, dim)
-        self.fc1, self.fc2 = nn.Linear(dim, 4 * dim), nn.Linear(4 * dim, dim)
-
-    def forward(self, x):
-        b, t, d = x.shape
-        q, k, v = self.qkv(self.ln1(x)).view(b, t, 3, self.heads, d // self.heads).permute(2, 0, 3, 1, 4)
-        a = nn.functional.scaled_dot_product_attention(q, k, v, is_causal=True)
-        x = x + self.proj(a.transpose(1, 2).reshape(b, t, d))
-        return x + self.fc2(nn.functional.gelu(self.fc1(self.ln2(x))))
 
 
 def _etfuse_ops(fused) -> set[str]:
@@ -38,7 +21,7 @@ def _etfuse_ops(fused) -> set[str]:
 
 def _block():
     torch.manual_seed(0)
-    return Block().eval()
+    return TransformerBlock().eval()  # dim 64, 4 heads: layer norms, causal SDPA, GELU MLP
 
 
 def test_a_dynamic_sequence_length_fuses_attention_and_the_epilogues(runtime_kernels):
