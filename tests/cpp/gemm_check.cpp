@@ -1,7 +1,7 @@
 // gemm::run against a plain triple loop, on every ISA this CPU has and this build compiles
 // ("baseline", "avx2", "avx512" on x86-64; "baseline", "neon" on aarch64): edge tiles (M, N, K
 // not multiples of the tile), K in several slices, A by rows, by columns (the transposed
-// problems' adjacent rows) and strided, B by rows, transposed and prepacked, C transposed,
+// problems' adjacent rows) and strided, B by rows, transposed, prepacked and read in place, C transposed,
 // and the epilogue (per-row scale, per-column bias, residual, clamp). tests/test_gemm_isa.py
 // builds it natively and for aarch64 (run under qemu-aarch64). Prints one line per ISA checked;
 // exits 1 at the first mismatch, naming the case.
@@ -25,13 +25,15 @@ float next_value() {
 struct Case {
   int64_t M, N, K;
   int a_layout;  // 0 rows (a_cs 1), 1 columns (a_rs 1), 2 rows with a stride of 2 along k
-  int b_layout;  // 0 rows, 1 transposed ([N, K]), 2 prepacked panels
+  int b_layout;  // 0 rows, 1 transposed ([N, K]), 2 prepacked panels, 3 rows N + 3 apart read in place
   bool c_transposed, epilogue, clamp;
+  bool column_scale = false;  // the scale per column (conv2d's transposed problems: per output channel)
 };
 
 bool check(const Case& c, const char* isa) {
   const int64_t M = c.M, N = c.N, K = c.K;
-  std::vector<float> a(static_cast<size_t>(M * K * 2 + 1)), b(static_cast<size_t>(K * N)), bias(N), scale(M),
+  std::vector<float> a(static_cast<size_t>(M * K * 2 + 1)), b(static_cast<size_t>(K * (N + 3))), bias(N),
+      scale(M > N ? M : N),
       residual(M * N);
   for (auto& v : a) v = next_value();
   for (auto& v : b) v = next_value();
@@ -45,8 +47,9 @@ bool check(const Case& c, const char* isa) {
   if (c.a_layout == 1) g.a_rs = 1, g.a_cs = M;
   if (c.a_layout == 2) g.a_rs = 2 * K, g.a_cs = 2;
   const auto A = [&](int64_t i, int64_t k) { return a[i * g.a_rs + k * g.a_cs]; };
-  // B(k, j) stored [K, N] (layout 0) or [N, K] (1); the prepacked form is built from layout 0
-  const int64_t b_rs = c.b_layout == 1 ? 1 : N, b_cs = c.b_layout == 1 ? K : 1;
+  // B(k, j) stored [K, N] (layout 0), [N, K] (1) or [K, N + 3] (3: conv2d's 1x1 input planes, b_direct);
+  // the prepacked form is built from layout 0
+  const int64_t b_rs = c.b_layout == 1 ? 1 : c.b_layout == 3 ? N + 3 : N, b_cs = c.b_layout == 1 ? K : 1;
   const auto B = [&](int64_t k, int64_t j) { return b[k * b_rs + j * b_cs]; };
   std::vector<float> packed;
   if (c.b_layout == 2) {
@@ -57,6 +60,7 @@ bool check(const Case& c, const char* isa) {
     g.packed_b = packed.data();
   } else {
     g.B = b.data(), g.b_rs = b_rs, g.b_cs = b_cs;
+    g.b_direct = c.b_layout == 3;
   }
   std::vector<float> out(static_cast<size_t>(M * N), 12345.0f);
   g.C = out.data();
@@ -65,7 +69,7 @@ bool check(const Case& c, const char* isa) {
   g.clamp = c.clamp;
   g.act_min = -0.5f, g.act_max = 0.75f;
   if (c.epilogue) {
-    g.scale = scale.data(), g.scale_rs = 1, g.scale_cs = 0;
+    g.scale = scale.data(), g.scale_rs = c.column_scale ? 0 : 1, g.scale_cs = c.column_scale ? 1 : 0;
     g.bias = bias.data(), g.bias_rs = 0, g.bias_cs = 1;
     g.residual = residual.data(), g.residual_rs = g.c_rs, g.residual_cs = g.c_cs;
   }
@@ -78,15 +82,16 @@ bool check(const Case& c, const char* isa) {
         magnitude += std::fabs(double(A(i, k)) * double(B(k, j)));
       }
       double want = sum;
-      if (c.epilogue) want = want * scale[i] + bias[j] + residual[i * g.c_rs + j * g.c_cs];
+      const float sc = scale[c.column_scale ? j : i];
+      if (c.epilogue) want = want * sc + bias[j] + residual[i * g.c_rs + j * g.c_cs];
       if (c.clamp) want = want < g.act_min ? g.act_min : (want > g.act_max ? g.act_max : want);
       const double got = out[i * g.c_rs + j * g.c_cs];
-      const double tol = 1e-5 * (magnitude * (c.epilogue ? std::fabs(scale[i]) + 1 : 1) + 1);
+      const double tol = 1e-5 * (magnitude * (c.epilogue ? std::fabs(sc) + 1 : 1) + 1);
       if (!(std::fabs(got - want) <= tol)) {
         std::printf("MISMATCH isa=%s M=%lld N=%lld K=%lld a_layout=%d b_layout=%d c_transposed=%d epilogue=%d "
-                    "clamp=%d at (%lld, %lld): got %.7g, want %.7g\n",
+                    "clamp=%d column_scale=%d at (%lld, %lld): got %.7g, want %.7g\n",
                     isa, (long long)M, (long long)N, (long long)K, c.a_layout, c.b_layout, int(c.c_transposed),
-                    int(c.epilogue), int(c.clamp), (long long)i, (long long)j, got, want);
+                    int(c.epilogue), int(c.clamp), int(c.column_scale), (long long)i, (long long)j, got, want);
         return false;
       }
     }
@@ -109,9 +114,10 @@ int main() {
       for (int64_t N : cols)
         for (int64_t K : depths)
           for (int a_layout = 0; a_layout < 3; ++a_layout)
-            for (int b_layout = 0; b_layout < 3; ++b_layout)
-              for (int variant = 0; variant < 3; ++variant) {
-                const Case c{M, N, K, a_layout, b_layout, variant == 1, variant != 0, variant == 2};
+            for (int b_layout = 0; b_layout < 4; ++b_layout)
+              for (int variant = 0; variant < 4; ++variant) {
+                const Case c{M, N, K, a_layout, b_layout, variant == 1 || variant == 3, variant != 0, variant >= 2,
+                             variant == 3};
                 if (!check(c, isa)) return 1;
                 ++cases;
               }

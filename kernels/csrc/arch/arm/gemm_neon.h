@@ -18,6 +18,7 @@
 #include <cstdint>
 #include <cstring>
 
+#include "arch/arm/gemm_4x16_asm.h"
 #include "core/common.h"
 
 namespace etfuse {
@@ -35,23 +36,37 @@ ETFUSE_ALWAYS_INLINE void fma_lane(float32x4_t (&acc)[MR][NV], const float32x4_t
   }
 }
 
-// Rows of A contiguous along k (a_cs == 1).
+// Four k steps: each row's next four k values in one q register, then per k step NV B vectors
+// and MR x NV fmla by lane.
 template <int MR, int NV>
+ETFUSE_ALWAYS_INLINE void fma_four_k(float32x4_t (&acc)[MR][NV], const float* const (&ap)[MR], int64_t k,
+                                     const float* b, int64_t ldp, int64_t vstride) {
+  float32x4_t a[MR];
+  for (int i = 0; i < MR; ++i) a[i] = vld1q_f32(ap[i] + k);
+  fma_lane<0>(acc, a, b, vstride);
+  fma_lane<1>(acc, a, b + ldp, vstride);
+  fma_lane<2>(acc, a, b + 2 * ldp, vstride);
+  fma_lane<3>(acc, a, b + 3 * ldp, vstride);
+}
+
+// Rows of A contiguous along k (a_cs == 1). kAsm: the 4 x 16 tile with B's vectors adjacent
+// (vstride == 4), rows_4x16's case.
+template <int MR, int NV, bool kAsm>
 ETFUSE_ALWAYS_INLINE void accumulate_rows(int64_t kc, const float* const* arow, const float* pack, int64_t ldp,
                                           int64_t vstride, float32x4_t (&acc)[MR][NV]) {
-  for (int i = 0; i < MR; ++i)
-    for (int v = 0; v < NV; ++v) acc[i][v] = vdupq_n_f32(0.0f);
   const float* ap[MR];
   for (int i = 0; i < MR; ++i) ap[i] = arow[i];
   const float* b = pack;
   int64_t k = 0;
-  for (; k + 4 <= kc; k += 4, b += 4 * ldp) {
-    float32x4_t a[MR];
-    for (int i = 0; i < MR; ++i) a[i] = vld1q_f32(ap[i] + k);
-    fma_lane<0>(acc, a, b, vstride);
-    fma_lane<1>(acc, a, b + ldp, vstride);
-    fma_lane<2>(acc, a, b + 2 * ldp, vstride);
-    fma_lane<3>(acc, a, b + 3 * ldp, vstride);
+  if constexpr (kAsm) {
+    static_assert(MR == 4 && NV == 4, "rows_4x16's tile");
+    rows_4x16(acc, ap, b, ldp * int64_t(sizeof(float)), kc / 4);
+    for (int i = 0; i < MR; ++i) ap[i] -= kc / 4 * 4;  // back to k = 0 for the tail's indexing
+    k = kc / 4 * 4;
+  } else {
+    for (int i = 0; i < MR; ++i)
+      for (int v = 0; v < NV; ++v) acc[i][v] = vdupq_n_f32(0.0f);
+    for (; k + 4 <= kc; k += 4, b += 4 * ldp) fma_four_k(acc, ap, k, b, ldp, vstride);
   }
   for (; k < kc; ++k, b += ldp) {
     for (int v = 0; v < NV; ++v) {
@@ -97,13 +112,21 @@ ETFUSE_ALWAYS_INLINE void fma_adjacent_rows(float32x4_t (&acc)[MR][NV], const fl
   }
 }
 
-// Rows of A one float apart: A(i, k) = a0[i + k * a_cs].
-template <int MR, int NV>
+// Rows of A one float apart: A(i, k) = a0[i + k * a_cs]. kAsm: the 4 x 16 tile with B's vectors
+// adjacent (vstride == 4), adjacent_4x16's case.
+template <int MR, int NV, bool kAsm>
 ETFUSE_ALWAYS_INLINE void accumulate_adjacent(int64_t kc, const float* a0, int64_t a_cs, const float* pack,
                                               int64_t ldp, int64_t vstride, float32x4_t (&acc)[MR][NV]) {
-  for (int i = 0; i < MR; ++i)
-    for (int v = 0; v < NV; ++v) acc[i][v] = vdupq_n_f32(0.0f);
-  for (int64_t k = 0; k < kc; ++k, a0 += a_cs, pack += ldp) {
+  int64_t k = 0;
+  if constexpr (kAsm) {
+    static_assert(MR == 4 && NV == 4, "adjacent_4x16's tile");
+    adjacent_4x16(acc, a0, a_cs * int64_t(sizeof(float)), pack, ldp * int64_t(sizeof(float)), kc / 4);
+    k = kc / 4 * 4;
+  } else {
+    for (int i = 0; i < MR; ++i)
+      for (int v = 0; v < NV; ++v) acc[i][v] = vdupq_n_f32(0.0f);
+  }
+  for (; k < kc; ++k, a0 += a_cs, pack += ldp) {
     float32x4_t bv[NV];
     for (int v = 0; v < NV; ++v) bv[v] = vld1q_f32(pack + v * vstride);
     fma_adjacent_rows<0>(acc, a0, bv);
@@ -122,7 +145,10 @@ struct NeonAccumulate {
       return;
     }
     float32x4_t sums[MR][NR / 4];
-    accumulate_rows<MR, NR / 4>(kc, arow, pack, ldp, vstride, sums);
+    if (MR == 4 && NR == 16 && vstride == 4)
+      accumulate_rows<MR, NR / 4, MR == 4 && NR == 16>(kc, arow, pack, ldp, vstride, sums);
+    else
+      accumulate_rows<MR, NR / 4, false>(kc, arow, pack, ldp, vstride, sums);
     std::memcpy(acc, sums, sizeof(sums));  // the same 16-byte vectors, two types
   }
   template <int MR, int NR, int W>
@@ -130,7 +156,10 @@ struct NeonAccumulate {
                                             int64_t vstride, typename detail::Vec<W>::type (&acc)[MR][NR / W]) {
     static_assert(W == 4, "NEON vectors hold 4 floats");
     float32x4_t sums[MR][NR / 4];
-    accumulate_adjacent<MR, NR / 4>(kc, a0, a_cs, pack, ldp, vstride, sums);
+    if (MR == 4 && NR == 16 && vstride == 4)
+      accumulate_adjacent<MR, NR / 4, MR == 4 && NR == 16>(kc, a0, a_cs, pack, ldp, vstride, sums);
+    else
+      accumulate_adjacent<MR, NR / 4, false>(kc, a0, a_cs, pack, ldp, vstride, sums);
     std::memcpy(acc, sums, sizeof(sums));  // the same 16-byte vectors, two types
   }
 };
