@@ -31,6 +31,9 @@
 #if ETFUSE_HAVE_X86_DISPATCH
 #include <immintrin.h>
 #endif
+#if ETFUSE_HAVE_ARM_NEON
+#include "arch/arm/depthwise_neon.h"
+#endif
 
 namespace etfuse {
 namespace core {
@@ -610,18 +613,29 @@ ETFUSE_TARGET_AVX512 void split_rows_avx512(const Problem& pb, const PhaseGeom& 
 // input vector for two); x86's 16 hold 2 x 4.
 constexpr int kDirectPlanes = ETFUSE_HAVE_ARM_NEON ? 4 : 2;
 
-// direct_block over `np` (2 .. kDirectPlanes) planes
-template <int W, int U>
+// direct_planes' blocks: direct_block, the weights laid out [plane][tap]. An ISA's own (e.g.
+// arm::DirectNeon) may take them [tap][kDirectPlanes] (kLaneWeights).
+struct PortableBlocks {
+  static constexpr bool kLaneWeights = false;
+  template <int W, int U, int P>
+  ETFUSE_ALWAYS_INLINE static void block(int64_t q, const float* seed, int64_t taps, const float* const* tap,
+                                         const float* wl, float lo, float hi, float* acc, int64_t acc_s) {
+    direct_block<W, U, P>(q, seed, taps, tap, wl, lo, hi, acc, acc_s);
+  }
+};
+
+// Blocks::block over `np` (2 .. kDirectPlanes) planes
+template <class Blocks, int W, int U>
 ETFUSE_ALWAYS_INLINE void planes_block(int np, int64_t q, const float* seed, int64_t taps, const float* const* tap,
                                        const float* wl, float lo, float hi, float* acc, int64_t acc_s) {
   if constexpr (kDirectPlanes >= 4) {
-    if (np == 4) return direct_block<W, U, 4>(q, seed, taps, tap, wl, lo, hi, acc, acc_s);
-    if (np == 3) return direct_block<W, U, 3>(q, seed, taps, tap, wl, lo, hi, acc, acc_s);
+    if (np == 4) return Blocks::template block<W, U, 4>(q, seed, taps, tap, wl, lo, hi, acc, acc_s);
+    if (np == 3) return Blocks::template block<W, U, 3>(q, seed, taps, tap, wl, lo, hi, acc, acc_s);
   }
-  direct_block<W, U, 2>(q, seed, taps, tap, wl, lo, hi, acc, acc_s);
+  Blocks::template block<W, U, 2>(q, seed, taps, tap, wl, lo, hi, acc, acc_s);
 }
 
-template <int W>
+template <int W, class Blocks = PortableBlocks>
 ETFUSE_ALWAYS_INLINE void direct_planes(const Problem& pb, int64_t t0, int64_t t1, const float* split) {
   constexpr int U = kDirectBlock;  // the largest block of output vectors (direct_block)
   const Params& p = pb.p;
@@ -643,6 +657,8 @@ ETFUSE_ALWAYS_INLINE void direct_planes(const Problem& pb, int64_t t0, int64_t t
   float* __restrict acc = buf.data() + own;
   std::vector<const float*> tap(static_cast<size_t>(taps));
   std::vector<float> wl(static_cast<size_t>(kDirectPlanes * taps));
+  // weight k of plane p at wl[wk_at(p, k)]
+  const auto wk_at = [taps](int p, int64_t k) { return Blocks::kLaneWeights ? k * kDirectPlanes + p : p * taps + k; };
   geom.taps(pb, phases, tap.data());
   const bool flat_w = pb.lw.strides[3] == 1 && pb.lw.strides[2] == KW && pb.lw.strides[1] == KH * KW;
   for (int64_t t = t0; t < t1;) {
@@ -662,12 +678,12 @@ ETFUSE_ALWAYS_INLINE void direct_planes(const Problem& pb, int64_t t0, int64_t t
       const float* wk = pb.w + (co + p) * pb.lw.strides[0];
       const float s = pb.scale ? pb.scale[(co + p) * pb.scale_s] : 1.0f;
       if (flat_w) {  // one loop GCC vectorises, not three with stride products
-        for (int64_t k = 0; k < taps; ++k) wl[p * taps + k] = wk[k] * s;
+        for (int64_t k = 0; k < taps; ++k) wl[wk_at(p, k)] = wk[k] * s;
       } else {
         for (int64_t c = 0; c < Cg; ++c)
           for (int64_t kh = 0; kh < KH; ++kh)
             for (int64_t kw = 0; kw < KW; ++kw)
-              wl[p * taps + (c * KH + kh) * KW + kw] =
+              wl[wk_at(p, (c * KH + kh) * KW + kw)] =
                   wk[c * pb.lw.strides[1] + kh * pb.lw.strides[2] + kw * pb.lw.strides[3]] * s;
       }
       seed[p] = pb.bias ? pb.bias[(co + p) * pb.bias_s] : 0.0f;
@@ -679,20 +695,20 @@ ETFUSE_ALWAYS_INLINE void direct_planes(const Problem& pb, int64_t t0, int64_t t
     for (int64_t q = 0; q < LP;) {
       if (np >= 2) {
         if (LP - q > 2 * W) {
-          planes_block<W, 4>(np, q, seed, taps, tap.data(), wl.data(), lo_v, hi_v, acc, acc_s);
+          planes_block<Blocks, W, 4>(np, q, seed, taps, tap.data(), wl.data(), lo_v, hi_v, acc, acc_s);
           q += 4 * W;
         } else {
-          planes_block<W, 2>(np, q, seed, taps, tap.data(), wl.data(), lo_v, hi_v, acc, acc_s);
+          planes_block<Blocks, W, 2>(np, q, seed, taps, tap.data(), wl.data(), lo_v, hi_v, acc, acc_s);
           q += 2 * W;
         }
       } else if (taps >= 16 && LP - q > 4 * W) {
-        direct_block<W, 8, 1>(q, seed, taps, tap.data(), wl.data(), lo_v, hi_v, acc, acc_s);
+        Blocks::template block<W, 8, 1>(q, seed, taps, tap.data(), wl.data(), lo_v, hi_v, acc, acc_s);
         q += 8 * W;
       } else if (LP - q > 2 * W) {
-        direct_block<W, 4, 1>(q, seed, taps, tap.data(), wl.data(), lo_v, hi_v, acc, acc_s);
+        Blocks::template block<W, 4, 1>(q, seed, taps, tap.data(), wl.data(), lo_v, hi_v, acc, acc_s);
         q += 4 * W;
       } else {
-        direct_block<W, 2, 1>(q, seed, taps, tap.data(), wl.data(), lo_v, hi_v, acc, acc_s);
+        Blocks::template block<W, 2, 1>(q, seed, taps, tap.data(), wl.data(), lo_v, hi_v, acc, acc_s);
         q += 2 * W;
       }
     }
@@ -718,10 +734,18 @@ void direct_baseline(const Problem& pb, int64_t t0, int64_t t1, const float* spl
 #if ETFUSE_HAVE_X86_DISPATCH
 ETFUSE_TARGET_AVX2 void direct_avx2(const Problem& pb, int64_t t0, int64_t t1, const float* split);
 #endif
+#if ETFUSE_HAVE_ARM_NEON
+void direct_neon(const Problem& pb, int64_t t0, int64_t t1, const float* split);
+#endif
 #if defined(ETFUSE_CORE_KERNELS)
 void direct_baseline(const Problem& pb, int64_t t0, int64_t t1, const float* split) {
   direct_planes<4>(pb, t0, t1, split);
 }
+#if ETFUSE_HAVE_ARM_NEON
+void direct_neon(const Problem& pb, int64_t t0, int64_t t1, const float* split) {
+  direct_planes<4, arm::DirectNeon>(pb, t0, t1, split);
+}
+#endif
 #if ETFUSE_HAVE_X86_DISPATCH
 ETFUSE_TARGET_AVX2 void direct_avx2(const Problem& pb, int64_t t0, int64_t t1, const float* split) {
   direct_planes<8>(pb, t0, t1, split);
@@ -1159,6 +1183,74 @@ void depthwise_flat_baseline(const Problem& pb, int64_t t0, int64_t t1) {
 #if ETFUSE_HAVE_X86_DISPATCH
 ETFUSE_TARGET_AVX2 void depthwise_flat_avx2(const Problem& pb, int64_t t0, int64_t t1) {
   depthwise_flat<8>(pb, t0, t1);
+}
+#endif
+#endif
+
+// A depthwise conv (multiplier 1) with a square kernel at the same stride along both dims and
+// no dilation, the sizes Micro::supports (arm::DepthwiseNeon: 3x3 and 5x5, stride 1 and 2), one
+// plane per task: the plane is copied once into a zero-padded buffer (its border written once
+// per call), then Micro::rows computes two output rows at a time from its rows, any padding
+// and map size alike. Rows narrower than 4 or strided go through a small buffer.
+template <class Micro>
+ETFUSE_ALWAYS_INLINE void depthwise_rows(const Problem& pb, int64_t t0, int64_t t1) {
+  const Params& p = pb.p;
+  const int64_t C = pb.lo.sizes[1], OH = pb.lo.sizes[2], OW = pb.lo.sizes[3];
+  const int64_t H = pb.li.sizes[2], Wd = pb.li.sizes[3], K = pb.lw.sizes[2], S = p.stride[0];
+  const int64_t ph = p.padding[0], pw = p.padding[1];
+  const int64_t n = OW < 4 ? 4 : OW;  // the columns computed per row
+  // a row's reads: n outputs' vectors, at stride 2 ld2 of 8 floats from column 2j + K - 1
+  int64_t PW = S * n + K + 8;
+  if (PW < Wd + 2 * pw) PW = Wd + 2 * pw;
+  PW = (PW + 3) / 4 * 4;
+  int64_t PH = (OH - 1) * S + K;
+  if (PH < H + 2 * ph) PH = H + 2 * ph;
+  std::vector<float> pad(static_cast<size_t>(PH * PW), 0.0f);
+  const bool in_place = OW >= 4 && pb.lo.strides[3] == 1;
+  std::vector<float> tmp(in_place ? 0 : static_cast<size_t>(2 * n));
+  float lo_v, hi_v;
+  clamp_bounds(p, lo_v, hi_v);
+  const int act = p.has_max ? 2 : p.has_min ? 1 : 0;
+  const auto one = Micro::template pick<1>(K, S, act), two = Micro::template pick<2>(K, S, act);
+  float wl[28] = {};  // up to 5x5, whole vectors
+  const int64_t ihs = pb.li.strides[2], iws = pb.li.strides[3];
+  for (int64_t t = t0; t < t1; ++t) {
+    const int64_t img = t / C, c = t % C;
+    const float* src = pb.in + img * pb.li.strides[0] + c * pb.li.strides[1];
+    float* dst = pb.out + img * pb.lo.strides[0] + c * pb.lo.strides[1];
+    for (int64_t ih = 0; ih < H; ++ih) {
+      float* d = pad.data() + (ih + ph) * PW + pw;
+      if (iws == 1) {
+        copy_row<4>(d, src + ih * ihs, Wd);
+      } else {
+        for (int64_t iw = 0; iw < Wd; ++iw) d[iw] = src[ih * ihs + iw * iws];
+      }
+    }
+    // the per-channel scale folded into the weights, the bias as the sums' seed (as direct_planes)
+    const float s = pb.scale ? pb.scale[c * pb.scale_s] : 1.0f;
+    const float* wk = pb.w + c * pb.lw.strides[0];
+    for (int64_t kh = 0; kh < K; ++kh)
+      for (int64_t kw = 0; kw < K; ++kw) wl[kh * K + kw] = wk[kh * pb.lw.strides[2] + kw * pb.lw.strides[3]] * s;
+    const float seed = pb.bias ? pb.bias[c * pb.bias_s] : 0.0f;
+    for (int64_t oh = 0; oh < OH; oh += 2) {
+      const int64_t R = OH - oh < 2 ? 1 : 2;
+      const float* in = pad.data() + oh * S * PW;
+      if (in_place) {
+        (R == 2 ? two : one)(in, PW, wl, seed, lo_v, hi_v, dst + oh * pb.lo.strides[2], pb.lo.strides[2], n);
+        continue;
+      }
+      (R == 2 ? two : one)(in, PW, wl, seed, lo_v, hi_v, tmp.data(), n, n);
+      for (int64_t r = 0; r < R; ++r)
+        for (int64_t ow = 0; ow < OW; ++ow) dst[(oh + r) * pb.lo.strides[2] + ow * pb.lo.strides[3]] = tmp[r * n + ow];
+    }
+  }
+}
+
+#if ETFUSE_HAVE_ARM_NEON
+void depthwise_rows_neon(const Problem& pb, int64_t t0, int64_t t1);
+#if defined(ETFUSE_CORE_KERNELS)
+void depthwise_rows_neon(const Problem& pb, int64_t t0, int64_t t1) {
+  depthwise_rows<arm::DepthwiseNeon>(pb, t0, t1);
 }
 #endif
 #endif
@@ -1691,6 +1783,20 @@ inline bool use_flat_depthwise(const Problem& pb) {
 // paths above.
 constexpr int64_t kBlocksMaxPixels = 576;
 
+// Depthwise convs (multiplier 1) that detail::depthwise_rows takes on NEON: a square 3x3 or 5x5
+// kernel, stride 1 or 2 along both dims, no dilation, output rows at least 4 wide.
+inline bool uses_depthwise_rows(const Problem& pb) {
+#if ETFUSE_HAVE_ARM_NEON
+  const Params& p = pb.p;
+  return selected_isa() == Isa::kNeon && is_depthwise(pb) && pb.lo.sizes[1] == p.groups &&
+      pb.lw.sizes[2] == pb.lw.sizes[3] && p.stride[0] == p.stride[1] && p.dilation[0] == 1 && p.dilation[1] == 1 &&
+      pb.lo.sizes[3] >= 4 && arm::DepthwiseNeon::supports(pb.lw.sizes[2], p.stride[0]);
+#else
+  (void)pb;
+  return false;
+#endif
+}
+
 inline bool uses_depthwise_blocks(const Problem& pb) {
 #if ETFUSE_HAVE_X86_DISPATCH
   return use_avx512() && is_depthwise(pb) && pb.lo.sizes[1] == pb.p.groups &&
@@ -1751,6 +1857,13 @@ inline void run_paths(const Problem& pb, Par&& par) {
     return;
   }
 #endif
+#if ETFUSE_HAVE_ARM_NEON
+  if (uses_depthwise_rows(pb)) {
+    detail::serial_or_parallel(N * Cout, detail::grain_for(int64_t(1) << 15, OH * OW * pb.lw.sizes[2] * pb.lw.sizes[3]),
+                               par, [&](int64_t b, int64_t e) { detail::depthwise_rows_neon(pb, b, e); });
+    return;
+  }
+#endif
   if (use_flat_depthwise(pb)) {
 #if ETFUSE_HAVE_X86_DISPATCH
     auto fn = selected_isa() == Isa::kAvx2 ? &detail::depthwise_flat_avx2 : &detail::depthwise_flat_baseline;
@@ -1784,6 +1897,8 @@ inline void run_paths(const Problem& pb, Par&& par) {
     int64_t grain = detail::grain_for(int64_t(1) << 16, OH * OW * pb.lw.sizes[1] * pb.lw.sizes[2] * pb.lw.sizes[3]);
 #if ETFUSE_HAVE_X86_DISPATCH
     auto fn = selected_isa() == Isa::kAvx2 ? &detail::direct_avx2 : &detail::direct_baseline;
+#elif ETFUSE_HAVE_ARM_NEON
+    auto fn = selected_isa() == Isa::kNeon ? &detail::direct_neon : &detail::direct_baseline;
 #else
     auto fn = &detail::direct_baseline;
 #endif
