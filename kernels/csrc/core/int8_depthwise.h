@@ -257,6 +257,12 @@ inline void run(const Problem& pb, Par&& par) {
       int64_t(0), planes, std::max<int64_t>(1, (int64_t(1) << 15) / std::max<int64_t>(1, per_plane)),
       [&](int64_t b, int64_t e) { detail::planes(pb, b, e); });
 }
+#else
+// No int8 depthwise kernel here: the callers take the float path.
+inline bool available() { return false; }
+inline bool uses_channel_blocks(const Problem&) { return false; }
+template <class Par>
+inline void run(const Problem&, Par&&) {}
 #endif  // ETFUSE_HAVE_X86_DISPATCH
 
 }  // namespace int8_depthwise

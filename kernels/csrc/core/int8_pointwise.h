@@ -1,5 +1,6 @@
 // An int8 1x1 convolution (pointwise, groups 1, stride 1, no padding; a spatial one over its
-// im2col, below) on AVX-512 VNNI: 8-bit
+// im2col, below). On aarch64: arch/arm/int8_neon.h (sdot, or smlal without dot products);
+// `conv` and `available` choose. On AVX-512 VNNI: 8-bit
 // activations times int8 weights summed in int32 by vpdpbusd (64 multiply-adds an instruction,
 // 4 times the float32 FMA's 16), requantized in the same pass.
 //
@@ -26,6 +27,11 @@
 #include "common.h"
 #include "int8_epilogue.h"
 
+#if ETFUSE_HAVE_ARM_NEON && defined(__linux__)
+#include <asm/hwcap.h>
+#include <sys/auxv.h>
+#endif
+
 #if ETFUSE_HAVE_X86_DISPATCH
 #define ETFUSE_TARGET_VNNI __attribute__((target("avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")))
 #endif
@@ -41,8 +47,11 @@ struct Problem {
   // The weight, zero-padded to K4 (K rounded up to 4) and C16 (C rounded up to 16), either as
   // rows [C][K4] or, with `quads`, as 16-channel panels of 4-k groups [C16 / 16][K4 / 4][16][4]
   // (to_quads: from the packed ops' GEMM panels).
+  // What `conv` takes: rows [C][K] (no padding) or, with `panels`, the packed ops' GEMM panels
+  // [C16 / 16][K][16]; it lays them out for its kernel.
   const int8_t* w = nullptr;
   bool quads = false;
+  bool panels = false;
   int64_t N = 0, K = 0, C = 0, P = 0;
   int8_epilogue::Requant requant;
   uint8_t* out = nullptr;  // [N][C][P] bytes, contiguous; int8 when x_signed
@@ -60,7 +69,24 @@ inline const int8_t* weight_of(const Problem& pb, int64_t c) {
 }
 inline int64_t weight_step(const Problem& pb) { return pb.quads ? 64 : 4; }
 
-// Everything below is x86 (AVX-512 VNNI); elsewhere the int8 convs take the float path.
+#if ETFUSE_HAVE_ARM_NEON
+// ARMv8.2 dot products (sdot / udot): Linux's hwcap, as qemu-user reports it for its -cpu.
+inline bool cpu_has_neon_dot() {
+#if defined(__linux__) && defined(HWCAP_ASIMDDP)
+  return (getauxval(AT_HWCAP) & HWCAP_ASIMDDP) != 0;
+#else
+  return false;
+#endif
+}
+
+// Tests force the smlal kernel on a core that has dot products.
+inline bool& neon_dot_disabled() {
+  static bool off = false;
+  return off;
+}
+#endif
+
+// Everything below up to the ARM section is x86 (AVX-512 VNNI).
 #if ETFUSE_HAVE_X86_DISPATCH
 inline bool cpu_has_vnni() {
   return int8_epilogue::cpu_has_avx512bw() && __builtin_cpu_supports("avx512vnni");
@@ -286,7 +312,122 @@ inline void run(const Problem& pb, Par&& par) {
     }
   });
 }
+
+// Problem::w as rows or panels -> the VNNI kernel's: rows zero-padded to K4 where K is not a
+// multiple of 4, panels regrouped into quads. Buffers of the calling thread kept between calls:
+// a fresh one of a large weight's size is an mmap whose pages fault in on every call
+// (1280 x 320: 22 us against 62 for the whole conv).
+template <class Par>
+inline void run_vnni(Problem pb, Par&& par) {
+  const int64_t K = pb.K, K4 = k_padded(K), C = pb.C;
+  thread_local std::vector<int8_t> padded;
+  if (pb.panels) {
+    const int64_t panels = (C + 15) / 16;
+    padded.resize(std::max(padded.size(), static_cast<size_t>(panels * 16 * K4)));
+    const int8_t* from = pb.w;
+    int8_t* to = padded.data();
+    // in parallel from 64 KB (1280 x 320: 15 us on one thread)
+    SerialBelow<Par>{par, C * K < (int64_t(1) << 16)}(
+        int64_t(0), panels, 1, [&](int64_t p0, int64_t p1) { to_quads(from, K, p0, p1, to); });
+    pb.w = padded.data();
+    pb.quads = true;
+  } else if (K4 != K) {
+    padded.resize(std::max(padded.size(), static_cast<size_t>(C * K4)));
+    for (int64_t c = 0; c < C; ++c) {
+      std::memcpy(padded.data() + c * K4, pb.w + c * K, static_cast<size_t>(K));
+      std::memset(padded.data() + c * K4 + K, 0, static_cast<size_t>(K4 - K));
+    }
+    pb.w = padded.data();
+  }
+  pb.panels = false;
+  run(pb, par);
+}
 #endif  // ETFUSE_HAVE_X86_DISPATCH
+
+}  // namespace int8_pointwise
+}  // namespace core
+}  // namespace etfuse
+
+#if ETFUSE_HAVE_ARM_NEON
+#include "arch/arm/int8_neon.h"
+#endif
+
+namespace etfuse {
+namespace core {
+namespace int8_pointwise {
+
+// ---- the chooser ------------------------------------------------------------------------------
+
+using int8_epilogue::Geometry;
+
+// Whether `conv` has an int8 kernel here: x86 with AVX-512 VNNI (and AVX-512 not forced off);
+// aarch64 with the NEON ISA selected (not forced to "baseline"). Otherwise the float path.
+#if !ETFUSE_HAVE_X86_DISPATCH
+inline bool available() {
+#if ETFUSE_HAVE_ARM_NEON
+  return selected_isa() == Isa::kNeon;
+#else
+  return false;
+#endif
+}
+#endif
+
+// The name of the kernel `conv` runs ("vnni", "neon-dot", "neon-mlal"), null: none.
+inline const char* kernel_name() {
+  if (!available()) return nullptr;
+#if ETFUSE_HAVE_ARM_NEON
+  static const bool dot = cpu_has_neon_dot();
+  return dot && !neon_dot_disabled() ? "neon-dot" : "neon-mlal";
+#else
+  return "vnni";
+#endif
+}
+
+// The conv, when available(): Problem::w is rows [C][K] or (panels) GEMM panels.
+template <class Par>
+inline void conv(const Problem& pb, Par&& par) {
+#if ETFUSE_HAVE_X86_DISPATCH
+  run_vnni(pb, par);
+#elif ETFUSE_HAVE_ARM_NEON
+  arm::run(pb, std::strcmp(kernel_name(), "neon-dot") == 0, par);
+#else
+  (void)pb;
+  (void)par;
+#endif
+}
+
+namespace detail {
+// im2col (below) in plain C++.
+inline void im2col_base(const Geometry& g, const uint8_t* x, uint8_t pad, uint8_t* padded, uint8_t* col) {
+  const int64_t Hp = g.H + 2 * g.padding[0], Wp = g.W + 2 * g.padding[1], P = g.OH * g.OW;
+  std::memset(padded, pad, static_cast<size_t>(g.C * Hp * Wp));
+  for (int64_t c = 0; c < g.C; ++c)
+    for (int64_t y = 0; y < g.H; ++y)
+      std::memcpy(padded + (c * Hp + y + g.padding[0]) * Wp + g.padding[1], x + (c * g.H + y) * g.W, static_cast<size_t>(g.W));
+  for (int64_t c = 0; c < g.C; ++c)
+    for (int64_t kh = 0; kh < g.KH; ++kh)
+      for (int64_t kw = 0; kw < g.KW; ++kw) {
+        uint8_t* dst = col + ((c * g.KH + kh) * g.KW + kw) * P;
+        for (int64_t oh = 0; oh < g.OH; ++oh, dst += g.OW) {
+          const uint8_t* src = padded + (c * Hp + oh * g.stride[0] + kh * g.dilation[0]) * Wp + kw * g.dilation[1];
+          if (g.stride[1] == 1) {
+            std::memcpy(dst, src, static_cast<size_t>(g.OW));
+          } else {
+            for (int64_t ow = 0; ow < g.OW; ++ow) dst[ow] = src[ow * g.stride[1]];
+          }
+        }
+      }
+}
+}  // namespace detail
+
+// The im2col of one image (see detail::im2col); `padded` holds C x (H + 2 pad) x (W + 2 pad) + 64 bytes.
+inline void im2col(const Geometry& g, const uint8_t* x, uint8_t pad, uint8_t* padded, uint8_t* col) {
+#if ETFUSE_HAVE_X86_DISPATCH
+  detail::im2col(g, x, pad, padded, col);
+#else
+  detail::im2col_base(g, x, pad, padded, col);
+#endif
+}
 
 }  // namespace int8_pointwise
 }  // namespace core

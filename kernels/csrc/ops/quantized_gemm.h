@@ -8,7 +8,9 @@
 //   out = clamp(rint(y * float(1 / output_scale)) + output_zp, output_min, output_max)
 // one float32 operation at a time, never contracted into an FMA (compiled for AVX2 without FMA,
 // or with contraction off where the baseline has FMA, like core/quantized.h), so it is bit-exact
-// with the op's pattern. The int8 kernels (VNNI, AVX-512 depthwise) are x86 only.
+// with the op's pattern. The per-ISA loops are core/int8_gemm.h's choosers'; the int8 kernels
+// (core/int8_pointwise.h: x86 VNNI, aarch64 sdot / smlal; core/int8_depthwise.h: x86 AVX-512)
+// say whether they run here.
 #pragma once
 
 #include <algorithm>
@@ -20,6 +22,7 @@
 #include "core/conv2d.h"
 #include "core/gemm_entry.h"
 #include "core/int8_depthwise.h"
+#include "core/int8_gemm.h"
 #include "core/int8_pointwise.h"
 #include "ops/conv2d.h"
 #include "ops/quantized_args.h"
@@ -86,30 +89,8 @@ struct Operands {
 };
 
 template <class T>
-inline void integers_base(const T* q, int64_t n, float zp, float* out) {
-  for (int64_t i = 0; i < n; ++i) out[i] = static_cast<float>(q[i]) - zp;
-}
-
-#if ETFUSE_HAVE_X86_DISPATCH
-template <class T>
-ETFUSE_TARGET_AVX2_NOFMA void integers_avx2(const T* q, int64_t n, float zp, float* out) {
-  const __m256 z = _mm256_set1_ps(zp);
-  int64_t i = 0;
-  for (; i + 8 <= n; i += 8) {
-    const __m128i v = _mm_loadl_epi64(reinterpret_cast<const __m128i*>(q + i));
-    const __m256i w = std::is_same<T, int8_t>::value ? _mm256_cvtepi8_epi32(v) : _mm256_cvtepu8_epi32(v);
-    _mm256_storeu_ps(out + i, _mm256_sub_ps(_mm256_cvtepi32_ps(w), z));
-  }
-  integers_base(q + i, n - i, zp, out + i);
-}
-#endif
-
-template <class T>
 inline void integers(const T* q, int64_t n, float zp, float* out) {
-#if ETFUSE_HAVE_X86_DISPATCH
-  if (core::selected_isa() == core::Isa::kAvx2) return integers_avx2(q, n, zp, out);
-#endif
-  integers_base(q, n, zp, out);
+  core::int8_gemm::integers(q, n, zp, out);
 }
 
 // Checks the arguments shared by the ops and fills `ops`' epilogue constants and zero points.
@@ -193,81 +174,12 @@ inline void read_as_floats(const Tensor& input, const Tensor& weight, Layout& li
 
 // ---- the epilogue: acc -> the quantized output ------------------------------------------------
 
-struct Requant {
-  const float* scale;
-  const float* bias;  // null: none
-  float inv, zp, lo, hi;
-};
-
-// `n` values of one channel c (conv: a channel's pixels), or one value per channel (linear: a row).
-template <class T, bool kPerElementChannel>
-ETFUSE_ALWAYS_INLINE void requant_loop(const float* __restrict acc, int64_t n, int64_t c, const Requant& r,
-                                       T* __restrict q) {
-  for (int64_t i = 0; i < n; ++i) {
-    const int64_t ch = kPerElementChannel ? i : c;
-    float y = acc[i] * r.scale[ch];
-    if (r.bias) y = y + r.bias[ch];
-    q[i] = static_cast<T>(static_cast<int32_t>(qc::clampf(std::rint(y * r.inv) + r.zp, r.lo, r.hi)));
-  }
-}
-
-#if ETFUSE_HAVE_X86_DISPATCH
-// 8 values: mul, add, mul, round half to even, add, clamp, each its own float32 operation (no
-// FMA: this target has none), as requant_loop.
-template <class T, bool kPer>
-ETFUSE_TARGET_AVX2_NOFMA ETFUSE_ALWAYS_INLINE void requant_avx2(const float* acc, int64_t n, int64_t c,
-                                                               const Requant& r, T* q) {
-  const __m256 inv = _mm256_set1_ps(r.inv), zp = _mm256_set1_ps(r.zp), lo = _mm256_set1_ps(r.lo),
-               hi = _mm256_set1_ps(r.hi);
-  const __m256 s1 = _mm256_set1_ps(r.scale[c]), b1 = _mm256_set1_ps(r.bias ? r.bias[c] : 0.0f);
-  int64_t i = 0;
-  for (; i + 8 <= n; i += 8) {
-    const __m256 sc = kPer ? _mm256_loadu_ps(r.scale + i) : s1;
-    __m256 y = _mm256_mul_ps(_mm256_loadu_ps(acc + i), sc);
-    if (r.bias) y = _mm256_add_ps(y, kPer ? _mm256_loadu_ps(r.bias + i) : b1);
-    y = _mm256_add_ps(_mm256_round_ps(_mm256_mul_ps(y, inv), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC), zp);
-    y = _mm256_min_ps(_mm256_max_ps(y, lo), hi);
-    const __m256i v = _mm256_cvtps_epi32(y);  // integral and in range: exact
-    const __m128i w = _mm_packs_epi32(_mm256_castsi256_si128(v), _mm256_extracti128_si256(v, 1));
-    const __m128i b = std::is_same<T, int8_t>::value ? _mm_packs_epi16(w, w) : _mm_packus_epi16(w, w);
-    _mm_storel_epi64(reinterpret_cast<__m128i*>(q + i), b);
-  }
-  requant_loop<T, kPer>(acc + i, n - i, kPer ? 0 : c, kPer ? Requant{r.scale + i, r.bias ? r.bias + i : nullptr,
-                                                                     r.inv, r.zp, r.lo, r.hi}
-                                                          : r,
-                        q + i);
-}
-
-// `rows` rows of `inner` values, row i of channel (row0 + i) % channels (conv: a block of an
-// [N, C, pixels] output, one call for many small planes); or, with kPer, rows of one value per
-// channel (linear: row i is [channels]).
-template <class T, bool kPer>
-ETFUSE_TARGET_AVX2_NOFMA void requant_rows_avx2(const float* acc, int64_t rows, int64_t inner, int64_t row0,
-                                                int64_t channels, const Requant& r, T* q) {
-  for (int64_t i = 0; i < rows; ++i) {
-    requant_avx2<T, kPer>(acc + i * inner, inner, kPer ? 0 : (row0 + i) % channels, r, q + i * inner);
-  }
-}
-#endif
-
-template <class T, bool kPer>
-ETFUSE_NO_FP_CONTRACT void requant_rows_base(const float* acc, int64_t rows, int64_t inner, int64_t row0,
-                                             int64_t channels, const Requant& r, T* q) {
-  for (int64_t i = 0; i < rows; ++i) {
-    requant_loop<T, kPer>(acc + i * inner, inner, kPer ? 0 : (row0 + i) % channels, r, q + i * inner);
-  }
-}
-
 // acc [outer, channels, inner] -> q (contiguous, same shape). Linear: inner 1, channels = N.
 template <class T>
 inline void requantize(const float* acc, int64_t outer, int64_t channels, int64_t inner, const Operands& ops, T* q) {
-  const Requant r{ops.scale.data(), ops.bias.empty() ? nullptr : ops.bias.data(), ops.out.inv_scale,
-                  ops.out.zero_point, ops.out.qmin, ops.out.qmax};
+  const core::int8_epilogue::Requant r = ops.requant();
   const bool per = inner == 1;  // linear: a row holds one value per channel
-  auto f = per ? &requant_rows_base<T, true> : &requant_rows_base<T, false>;
-#if ETFUSE_HAVE_X86_DISPATCH
-  if (core::selected_isa() == core::Isa::kAvx2) f = per ? &requant_rows_avx2<T, true> : &requant_rows_avx2<T, false>;
-#endif
+  const auto f = per ? core::int8_gemm::requant_rows<T, true>() : core::int8_gemm::requant_rows<T, false>();
   const int64_t rows = per ? outer : outer * channels, width = per ? channels : inner;
   Parallel{}(int64_t(0), rows, std::max<int64_t>(1, qc::kQuantGrain / std::max<int64_t>(1, width)),
              [&](int64_t r0, int64_t r1) { f(acc + r0 * width, r1 - r0, width, r0, channels, r, q + r0 * width); });
@@ -279,51 +191,6 @@ inline void requantize(const float* acc, int64_t outer, int64_t channels, int64_
 // MR-row tiles mostly empty (MobileNetV2's classifier: 1 x 1280 x 1000, 165 us). Here each
 // panel's K x 16 values are converted in registers and multiplied into all rows' 16 sums.
 constexpr int64_t kGemvMaxRows = 4;
-constexpr int64_t kPanel = core::gemm::kPanel;
-
-template <int R>
-inline void panels_rows_base(const float* x, int64_t x_rs, int64_t K, const int8_t* w, int64_t p0, int64_t p1,
-                             float* acc, int64_t N) {
-  for (int64_t p = p0; p < p1; ++p) {
-    float s[R][kPanel] = {};
-    const int8_t* panel = w + p * K * kPanel;
-    for (int64_t k = 0; k < K; ++k)
-      for (int r = 0; r < R; ++r)
-        for (int64_t c = 0; c < kPanel; ++c) s[r][c] += x[r * x_rs + k] * static_cast<float>(panel[k * kPanel + c]);
-    const int64_t cols = std::min<int64_t>(kPanel, N - p * kPanel);
-    for (int r = 0; r < R; ++r)
-      for (int64_t c = 0; c < cols; ++c) acc[r * N + p * kPanel + c] = s[r][c];
-  }
-}
-
-#if ETFUSE_HAVE_X86_DISPATCH
-template <int R>
-ETFUSE_TARGET_AVX2 void panels_rows_avx2(const float* x, int64_t x_rs, int64_t K, const int8_t* w, int64_t p0,
-                                         int64_t p1, float* acc, int64_t N) {
-  for (int64_t p = p0; p < p1; ++p) {
-    __m256 s0[R], s1[R];
-    for (int r = 0; r < R; ++r) s0[r] = s1[r] = _mm256_setzero_ps();
-    const int8_t* panel = w + p * K * kPanel;
-    for (int64_t k = 0; k < K; ++k) {
-      const __m128i v = _mm_loadu_si128(reinterpret_cast<const __m128i*>(panel + k * kPanel));
-      const __m256 lo = _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(v));
-      const __m256 hi = _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_srli_si128(v, 8)));
-      for (int r = 0; r < R; ++r) {
-        const __m256 xv = _mm256_broadcast_ss(x + r * x_rs + k);
-        s0[r] = _mm256_fmadd_ps(xv, lo, s0[r]);  // exact: integer products and sums below 2^24
-        s1[r] = _mm256_fmadd_ps(xv, hi, s1[r]);
-      }
-    }
-    const int64_t cols = std::min<int64_t>(kPanel, N - p * kPanel);
-    for (int r = 0; r < R; ++r) {
-      alignas(32) float t[kPanel];
-      _mm256_store_ps(t, s0[r]);
-      _mm256_store_ps(t + 8, s1[r]);
-      for (int64_t c = 0; c < cols; ++c) acc[r * N + p * kPanel + c] = t[c];
-    }
-  }
-}
-#endif
 
 // acc[M, N] = x[M, K] (rows x_rs apart) @ the int8 panels, M <= kGemvMaxRows.
 inline void panels_rows(const float* x, int64_t M, int64_t x_rs, int64_t K, const int8_t* w, int64_t N, float* acc) {
@@ -332,21 +199,14 @@ inline void panels_rows(const float* x, int64_t M, int64_t x_rs, int64_t K, cons
   Parallel{}(int64_t(0), panels, grain, [&](int64_t p0, int64_t p1) {
     for (int64_t m = 0; m < M;) {
       const int64_t r = std::min<int64_t>(M - m, 2);
-#if ETFUSE_HAVE_X86_DISPATCH
-      if (core::selected_isa() == core::Isa::kAvx2) {
-        (r == 2 ? &panels_rows_avx2<2> : &panels_rows_avx2<1>)(x + m * x_rs, x_rs, K, w, p0, p1, acc + m * N, N);
-        m += r;
-        continue;
-      }
-#endif
-      (r == 2 ? &panels_rows_base<2> : &panels_rows_base<1>)(x + m * x_rs, x_rs, K, w, p0, p1, acc + m * N, N);
+      (r == 2 ? core::int8_gemm::panels_rows<2>() : core::int8_gemm::panels_rows<1>())(x + m * x_rs, x_rs, K, w, p0,
+                                                                                     p1, acc + m * N, N);
       m += r;
     }
   });
 }
 
-// ---- a conv on VNNI: int8 in, int32 sums, int8 out (core/int8_pointwise.h) --------------------
-#if ETFUSE_HAVE_X86_DISPATCH
+// ---- a conv on int8 kernels: int8 in, int32 sums, int8 out (core/int8_pointwise.h) ------------
 
 inline core::int8_epilogue::Geometry geometry(const Layout& li, const Layout& lw, const Layout& lo,
                                               const core::conv2d::Params& p) {
@@ -368,48 +228,25 @@ inline core::int8_epilogue::Geometry geometry(const Layout& li, const Layout& lw
 }
 
 // Groups 1 and symmetric weights: 1x1 convs read the input in place, the others its im2col.
-inline bool vnni_conv(const core::conv2d::Params& p, const Operands& ops) {
+inline bool int8_conv(const core::conv2d::Params& p, const Operands& ops) {
   return core::int8_pointwise::available() && p.groups == 1 && ops.weight_symmetric();
 }
 
 // Reads the input and weight as they are (through a contiguous copy only where they are not);
-// the weight rows zero-padded to a multiple of 4 values where they are not already, packed
-// GEMM panels (`packed`) regrouped into 4-k groups.
-inline void run_vnni_conv(const Tensor& input, const Tensor& weight, bool packed, const Layout& li, const Layout& lw,
+// the kernel lays the weight (rows, or the packed ops' panels) out as it reads it.
+inline void run_int8_conv(const Tensor& input, const Tensor& weight, bool packed, const Layout& li, const Layout& lw,
                           const Layout& lo, const core::conv2d::Params& p, const Operands& ops, Out& o) {
   namespace pw = core::int8_pointwise;
   Input x(input), w(weight);
   x.read(li, !is_contiguous(li));
   if (!packed) w.read(lw, !is_contiguous(lw));
-  const int64_t C = lw.sizes[0], K = lw.sizes[1] * lw.sizes[2] * lw.sizes[3], K4 = pw::k_padded(K);
-  // kept between calls, like Floats: a fresh buffer of a large weight's size is an mmap whose
-  // pages fault in on every call (1280 x 320: 22 us against 62 for the whole conv)
-  thread_local std::vector<int8_t> padded;
-  const int8_t* wp = packed ? weight.const_data_ptr<int8_t>() : w.data<int8_t>();
-  if (packed) {
-    const int64_t panels = (C + 15) / 16;
-    padded.resize(std::max(padded.size(), static_cast<size_t>(panels * 16 * K4)));
-    const int8_t* from = wp;
-    int8_t* to = padded.data();
-    // in parallel from 64 KB (1280 x 320: 15 us on one thread)
-    Parallel par;
-    core::SerialBelow<Parallel>{par, C * K < (int64_t(1) << 16)}(
-        int64_t(0), panels, 1, [&](int64_t p0, int64_t p1) { pw::to_quads(from, K, p0, p1, to); });
-    wp = padded.data();
-  } else if (K4 != K) {
-    padded.resize(std::max(padded.size(), static_cast<size_t>(C * K4)));
-    for (int64_t c = 0; c < C; ++c) {
-      std::memcpy(padded.data() + c * K4, wp + c * K, static_cast<size_t>(K));
-      std::memset(padded.data() + c * K4 + K, 0, static_cast<size_t>(K4 - K));
-    }
-    wp = padded.data();
-  }
+  const int64_t C = lw.sizes[0], K = lw.sizes[1] * lw.sizes[2] * lw.sizes[3];
   pw::Problem pb;
-  pb.quads = packed;
+  pb.panels = packed;
   pb.x = x.data<uint8_t>();
   pb.x_signed = ops.type == qc::QType::kInt8;
   pb.x_zero_point = static_cast<int32_t>(ops.in.zero_point);  // an integer in [-128, 255]: exact
-  pb.w = wp;
+  pb.w = packed ? weight.const_data_ptr<int8_t>() : w.data<int8_t>();
   pb.N = li.sizes[0];
   pb.K = K;
   pb.C = C;
@@ -419,7 +256,7 @@ inline void run_vnni_conv(const Tensor& input, const Tensor& weight, bool packed
   const bool pointwise = K == li.sizes[1] && p.stride[0] == 1 && p.stride[1] == 1 && p.padding[0] == 0 &&
       p.padding[1] == 0;
   if (pointwise) {
-    pw::run(pb, Parallel{});
+    pw::conv(pb, Parallel{});
     return;
   }
   // one image at a time over its im2col (K x OH * OW bytes)
@@ -433,10 +270,10 @@ inline void run_vnni_conv(const Tensor& input, const Tensor& weight, bool packed
   uint8_t* outs = pb.out;
   pb.N = 1;
   for (int64_t n = 0; n < li.sizes[0]; ++n) {
-    pw::detail::im2col(g, images + n * g.C * g.H * g.W, pad, border.data(), cols.data());
+    pw::im2col(g, images + n * g.C * g.H * g.W, pad, border.data(), cols.data());
     pb.x = cols.data();
     pb.out = outs + n * C * pb.P;
-    pw::run(pb, Parallel{});
+    pw::conv(pb, Parallel{});
   }
 }
 
@@ -475,7 +312,6 @@ inline void run_int8_depthwise(const Tensor& input, const Tensor& weight, const 
   }
   dw::run(pb, Parallel{});
 }
-#endif  // ETFUSE_HAVE_X86_DISPATCH
 
 // ---- the ops' bodies --------------------------------------------------------------------------
 
@@ -504,16 +340,14 @@ inline Tensor& conv2d_into(Context& ctx, const char* op, const Tensor& input, do
                     output_scale, output_zero_point, output_min, output_max, out, li, lw, ops, st, packed) &&
       conv::out_shape(li, lw, nullptr, p, ndim, sizes, st) && o.resize(op, ndim, sizes, st) &&
       o.open({&input, &weight}, false, is_contiguous(o.layout()), st);
-#if ETFUSE_HAVE_X86_DISPATCH
-  if (ok && vnni_conv(p, ops)) {
-    run_vnni_conv(input, weight, packed, li, lw, o.layout(), p, ops, o);
+  if (ok && int8_conv(p, ops)) {
+    run_int8_conv(input, weight, packed, li, lw, o.layout(), p, ops, o);
     return o.finish();
   }
   if (ok && !packed && int8_depthwise(li, lw, o.layout(), p)) {
     run_int8_depthwise(input, weight, li, lw, o.layout(), p, ops, o);
     return o.finish();
   }
-#endif
   if (ok) read_as_floats(input, weight, li, lw, ops, packed);
   Floats acc(Slot::kAcc);
   acc.resize(ok ? o.layout().numel() : 0);

@@ -1,0 +1,280 @@
+// The int8 pointwise conv (core/int8_pointwise.h's Problem: acc[c, p] = sum_k w[c, k] * (x[k, p] - x_zp),
+// exact in int32, then requantized) on aarch64, in two kernels:
+//   * dot: ARMv8.2 sdot (vdotq_laneq_s32, 16 multiply-adds an instruction), compiled for
+//     armv8.2-a+dotprod alone (arm_neon.h declares sdot for that target) so the library stays
+//     ARMv8.0; taken where HWCAP_ASIMDDP says the core has it.
+//     The input is interleaved per 64-pixel tile into [K4 / 4][64][4] (4 k of 4 pixels a vector),
+//     the weight into 8-channel quads [C8 / 8][K4 / 4][8][4]; each sdot takes one channel's 4 k by
+//     lane, so a vector of sums is 4 pixels of one channel (NCHW stores, no transpose). The
+//     products are signed x signed: uint8 activations are flipped to x - 128 (x ^ 0x80), and
+//       sum_k w * (x - x_zp) = sdot(x', w) - (x_zp - flip) * sum_k w
+//     so the sums start at the second term (as the x86 VNNI kernel's).
+//   * mlal (Cortex-A53 and other ARMv8.0 cores): x - x_zp widened to int16 (in [-255, 255]),
+//     times the int16 weight by lane into int32 (smlal / smlal2, 4 multiply-adds each, as
+//     XNNPACK's qs8 neon-mlal-lane kernels); int16 x int16 products cannot overflow, unlike
+//     pairs of int8 products summed in int16 (-128 * -128 * 2 = 32768).
+// Micro tile: 8 channels x 8 pixels, 16 int32x4 sums. The epilogue is requant_loop's float
+// steps in its order with contraction off (vmulq_f32 and vaddq_f32 are plain * and + to GCC).
+#pragma once
+
+#include <arm_neon.h>
+
+#include <algorithm>
+#include <cstdint>
+#include <cstring>
+#include <vector>
+
+#include "core/common.h"
+#include "core/int8_epilogue.h"
+
+#define ETFUSE_NEON_NOCONTRACT __attribute__((optimize("fp-contract=off")))
+#define ETFUSE_NEON_DOT __attribute__((target("arch=armv8.2-a+dotprod"), optimize("fp-contract=off")))
+
+namespace etfuse {
+namespace core {
+namespace int8_pointwise {
+namespace arm {
+
+using int8_epilogue::Requant;
+
+constexpr int kCh = 8;         // output channels per micro tile
+constexpr int kPx = 8;         // pixels per micro tile
+constexpr int64_t kTile = 64;  // pixels per task
+
+// The weight as the kernel reads it, rebuilt per call (C x K bytes against C x K x N x P
+// multiply-adds).
+struct Weights {
+  const int8_t* quads = nullptr;  // dot: [C8 / 8][K4 / 4][8][4], zero past C and K
+  const int32_t* sums = nullptr;  // dot: sum_k w[c, k], C8 entries
+  const int16_t* wide = nullptr;  // mlal: [C8 / 8][K][8], zero past C
+};
+
+namespace detail {
+
+ETFUSE_NEON_DOT void tile_dot(const Problem& pb, const Weights& w, int64_t n, int64_t t, int64_t c_begin,
+                              int64_t c_end);
+ETFUSE_NEON_NOCONTRACT void tile_mlal(const Problem& pb, const Weights& w, int64_t n, int64_t t, int64_t c_begin,
+                                      int64_t c_end);
+
+#if defined(ETFUSE_CORE_KERNELS)
+// 8 sums (two vectors) of channel c -> 8 values clamped to [lo, hi], as int16.
+ETFUSE_NEON_NOCONTRACT ETFUSE_ALWAYS_INLINE int16x8_t requant8(const Requant& r, int64_t c, int32x4_t a0,
+                                                              int32x4_t a1) {
+  const float32x4_t s = vdupq_n_f32(r.scale[c]), inv = vdupq_n_f32(r.inv), zp = vdupq_n_f32(r.zp),
+                    lo = vdupq_n_f32(r.lo), hi = vdupq_n_f32(r.hi);
+  float32x4_t y0 = vmulq_f32(vcvtq_f32_s32(a0), s), y1 = vmulq_f32(vcvtq_f32_s32(a1), s);
+  if (r.bias) {
+    const float32x4_t b = vdupq_n_f32(r.bias[c]);
+    y0 = vaddq_f32(y0, b);
+    y1 = vaddq_f32(y1, b);
+  }
+  y0 = vaddq_f32(vrndnq_f32(vmulq_f32(y0, inv)), zp);  // rint: half to even
+  y1 = vaddq_f32(vrndnq_f32(vmulq_f32(y1, inv)), zp);
+  y0 = vminq_f32(vmaxq_f32(y0, lo), hi);
+  y1 = vminq_f32(vmaxq_f32(y1, lo), hi);
+  // integral and inside the type's range: the conversions and narrows are exact
+  return vcombine_s16(vqmovn_s32(vcvtnq_s32_f32(y0)), vqmovn_s32(vcvtnq_s32_f32(y1)));
+}
+
+ETFUSE_ALWAYS_INLINE void store8(bool is_signed, int16x8_t v, int64_t n, uint8_t* dst) {
+  const uint8x8_t b = is_signed ? vreinterpret_u8_s8(vqmovn_s16(v)) : vqmovun_s16(v);
+  if (n >= 8) {
+    vst1_u8(dst, b);
+  } else {
+    uint8_t t[8];
+    vst1_u8(t, b);
+    std::memcpy(dst, t, static_cast<size_t>(n));
+  }
+}
+
+// The task's pixels [p0, p0 + npx) of x[K][P]: in place, or (a tile past P's end) copied into
+// `buf` [K][kTile] so every 8-pixel load stays inside it. Returns the rows and sets their stride.
+inline const uint8_t* tile_rows(const Problem& pb, const uint8_t* x, int64_t p0, int64_t npx, std::vector<uint8_t>& buf,
+                                int64_t& stride) {
+  if (npx % kPx == 0) {
+    stride = pb.P;
+    return x + p0;
+  }
+  buf.assign(static_cast<size_t>(pb.K * kTile), 0);
+  for (int64_t k = 0; k < pb.K; ++k) std::memcpy(buf.data() + k * kTile, x + k * pb.P + p0, static_cast<size_t>(npx));
+  stride = kTile;
+  return buf.data();
+}
+
+#define ETFUSE_DOT8(v, x)                                    \
+  acc[0][v] = vdotq_laneq_s32(acc[0][v], x, w0, 0);          \
+  acc[1][v] = vdotq_laneq_s32(acc[1][v], x, w0, 1);          \
+  acc[2][v] = vdotq_laneq_s32(acc[2][v], x, w0, 2);          \
+  acc[3][v] = vdotq_laneq_s32(acc[3][v], x, w0, 3);          \
+  acc[4][v] = vdotq_laneq_s32(acc[4][v], x, w1, 0);          \
+  acc[5][v] = vdotq_laneq_s32(acc[5][v], x, w1, 1);          \
+  acc[6][v] = vdotq_laneq_s32(acc[6][v], x, w1, 2);          \
+  acc[7][v] = vdotq_laneq_s32(acc[7][v], x, w1, 3)
+
+ETFUSE_NEON_DOT void tile_dot(const Problem& pb, const Weights& w, int64_t n, int64_t t, int64_t c_begin,
+                              int64_t c_end) {
+  thread_local std::vector<uint8_t> rows_buf;
+  thread_local std::vector<int8_t> xq;
+  const int64_t K4 = k_padded(pb.K), p0 = t * kTile, npx = std::min(kTile, pb.P - p0);
+  if (static_cast<int64_t>(xq.size()) < K4 * kTile) xq.resize(static_cast<size_t>(K4 * kTile));
+  int64_t stride = 0;
+  const uint8_t* x = tile_rows(pb, pb.x + n * pb.K * pb.P, p0, npx, rows_buf, stride);
+  const bool copied = npx % kPx != 0;  // rows of kTile bytes
+  // interleave: 4 rows of 16 pixels -> 16 groups of 4 k (two rounds of zips), flipped for uint8
+  const int8x16_t flip = vdupq_n_s8(pb.x_signed ? 0 : static_cast<int8_t>(0x80));
+  const int64_t groups = (npx + 15) / 16;
+  for (int64_t k = 0; k < K4; k += 4) {
+    for (int64_t g = 0; g < groups; ++g) {
+      int8x16_t r[4];
+      for (int j = 0; j < 4; ++j) {
+        if (k + j >= pb.K) {
+          r[j] = vdupq_n_s8(0);
+        } else if (16 * g + 16 <= npx || copied) {
+          r[j] = veorq_s8(vld1q_s8(reinterpret_cast<const int8_t*>(x + (k + j) * stride + 16 * g)), flip);
+        } else {  // in place, the row's last 8 pixels: the next 8 bytes may be past the input
+          const int8x8_t h = vld1_s8(reinterpret_cast<const int8_t*>(x + (k + j) * stride + 16 * g));
+          r[j] = veorq_s8(vcombine_s8(h, vdup_n_s8(0)), flip);
+        }
+      }
+      const int16x8_t a = vreinterpretq_s16_s8(vzip1q_s8(r[0], r[1])), b = vreinterpretq_s16_s8(vzip2q_s8(r[0], r[1]));
+      const int16x8_t c = vreinterpretq_s16_s8(vzip1q_s8(r[2], r[3])), d = vreinterpretq_s16_s8(vzip2q_s8(r[2], r[3]));
+      int8_t* dst = xq.data() + (k * kTile + 64 * g);
+      vst1q_s8(dst, vreinterpretq_s8_s16(vzip1q_s16(a, c)));
+      vst1q_s8(dst + 16, vreinterpretq_s8_s16(vzip2q_s16(a, c)));
+      vst1q_s8(dst + 32, vreinterpretq_s8_s16(vzip1q_s16(b, d)));
+      vst1q_s8(dst + 48, vreinterpretq_s8_s16(vzip2q_s16(b, d)));
+    }
+  }
+  const int32_t shift = pb.x_zero_point - (pb.x_signed ? 0 : 128);
+  uint8_t* out = pb.out + n * pb.C * pb.P + p0;
+  for (int64_t c0 = c_begin; c0 < c_end; c0 += kCh) {
+    const int8_t* wb = w.quads + (c0 / kCh) * K4 * kCh;
+    const int rows = static_cast<int>(std::min<int64_t>(kCh, pb.C - c0));
+    for (int64_t s = 0; s < npx; s += kPx) {
+      int32x4_t acc[kCh][2];
+      for (int m = 0; m < kCh; ++m) acc[m][0] = acc[m][1] = vdupq_n_s32(-shift * w.sums[c0 + m]);
+      const int8_t* xp = xq.data() + 4 * s;
+      for (int64_t k = 0; k < K4; k += 4) {
+        const int8x16_t x0 = vld1q_s8(xp + k * kTile), x1 = vld1q_s8(xp + k * kTile + 16);
+        const int8x16_t w0 = vld1q_s8(wb + k * kCh), w1 = vld1q_s8(wb + k * kCh + 16);
+        ETFUSE_DOT8(0, x0);
+        ETFUSE_DOT8(1, x1);
+      }
+      for (int m = 0; m < rows; ++m) {
+        store8(pb.x_signed, requant8(pb.requant, c0 + m, acc[m][0], acc[m][1]), npx - s, out + (c0 + m) * pb.P + s);
+      }
+    }
+  }
+}
+#undef ETFUSE_DOT8
+
+#define ETFUSE_MLAL(m, lane)                                  \
+  acc[m][0] = vmlal_laneq_s16(acc[m][0], lo, wv, lane);      \
+  acc[m][1] = vmlal_high_laneq_s16(acc[m][1], xv, wv, lane)
+
+ETFUSE_NEON_NOCONTRACT void tile_mlal(const Problem& pb, const Weights& w, int64_t n, int64_t t, int64_t c_begin,
+                                      int64_t c_end) {
+  thread_local std::vector<uint8_t> rows_buf;
+  const int64_t p0 = t * kTile, npx = std::min(kTile, pb.P - p0);
+  int64_t stride = 0;
+  const uint8_t* x = tile_rows(pb, pb.x + n * pb.K * pb.P, p0, npx, rows_buf, stride);
+  const int16x8_t zp = vdupq_n_s16(static_cast<int16_t>(pb.x_zero_point));
+  uint8_t* out = pb.out + n * pb.C * pb.P + p0;
+  for (int64_t c0 = c_begin; c0 < c_end; c0 += kCh) {
+    const int16_t* wb = w.wide + (c0 / kCh) * pb.K * kCh;
+    const int rows = static_cast<int>(std::min<int64_t>(kCh, pb.C - c0));
+    for (int64_t s = 0; s < npx; s += kPx) {
+      int32x4_t acc[kCh][2];
+      for (int m = 0; m < kCh; ++m) acc[m][0] = acc[m][1] = vdupq_n_s32(0);
+      const uint8_t* xs = x + s;
+      for (int64_t k = 0; k < pb.K; ++k) {
+        const uint8x8_t b = vld1_u8(xs + k * stride);
+        const int16x8_t xv = vsubq_s16(
+            pb.x_signed ? vmovl_s8(vreinterpret_s8_u8(b)) : vreinterpretq_s16_u16(vmovl_u8(b)), zp);
+        const int16x4_t lo = vget_low_s16(xv);
+        const int16x8_t wv = vld1q_s16(wb + k * kCh);
+        ETFUSE_MLAL(0, 0);
+        ETFUSE_MLAL(1, 1);
+        ETFUSE_MLAL(2, 2);
+        ETFUSE_MLAL(3, 3);
+        ETFUSE_MLAL(4, 4);
+        ETFUSE_MLAL(5, 5);
+        ETFUSE_MLAL(6, 6);
+        ETFUSE_MLAL(7, 7);
+      }
+      for (int m = 0; m < rows; ++m) {
+        store8(pb.x_signed, requant8(pb.requant, c0 + m, acc[m][0], acc[m][1]), npx - s, out + (c0 + m) * pb.P + s);
+      }
+    }
+  }
+}
+#undef ETFUSE_MLAL
+#endif  // ETFUSE_CORE_KERNELS
+
+// w[c, k] of Problem::w: rows [C][K] or (panels) the GEMM panels [C16 / 16][K][16].
+inline int8_t weight_at(const Problem& pb, int64_t c, int64_t k) {
+  return pb.panels ? pb.w[(c / 16) * pb.K * 16 + k * 16 + c % 16] : pb.w[c * pb.K + k];
+}
+
+}  // namespace detail
+
+// The kernel's weight layout, in buffers of the calling thread kept between calls.
+inline Weights prepare(const Problem& pb, bool dot) {
+  const int64_t C8 = (pb.C + kCh - 1) / kCh * kCh, K4 = k_padded(pb.K);
+  Weights w;
+  if (dot) {
+    thread_local std::vector<int8_t> quads;
+    thread_local std::vector<int32_t> sums;
+    quads.assign(static_cast<size_t>(C8 * K4), 0);
+    sums.assign(static_cast<size_t>(C8), 0);
+    for (int64_t c = 0; c < pb.C; ++c) {
+      int8_t* q = quads.data() + (c / kCh) * K4 * kCh + (c % kCh) * 4;
+      int32_t s = 0;
+      for (int64_t k = 0; k < pb.K; ++k) {
+        const int8_t v = detail::weight_at(pb, c, k);
+        q[(k / 4) * 4 * kCh + k % 4] = v;
+        s += v;
+      }
+      sums[c] = s;
+    }
+    w.quads = quads.data();
+    w.sums = sums.data();
+  } else {
+    thread_local std::vector<int16_t> wide;
+    wide.assign(static_cast<size_t>(C8 * pb.K), 0);
+    for (int64_t c = 0; c < pb.C; ++c)
+      for (int64_t k = 0; k < pb.K; ++k) wide[((c / kCh) * pb.K + k) * kCh + c % kCh] = detail::weight_at(pb, c, k);
+    w.wide = wide.data();
+  }
+  return w;
+}
+
+// The whole conv; `par` a parallel_for over 64-pixel tiles of each image (and blocks of output
+// channels where there are fewer than 8 tiles).
+template <class Par>
+inline void run(const Problem& pb, bool dot, Par&& par) {
+  if (pb.N == 0 || pb.C == 0 || pb.P == 0) return;
+  const Weights w = prepare(pb, dot);
+  const int64_t tiles = (pb.P + kTile - 1) / kTile;
+  const int64_t blocks = pb.N * tiles >= 8 ? 1 : std::min<int64_t>((8 + pb.N * tiles - 1) / (pb.N * tiles),
+                                                                   std::max<int64_t>(1, pb.C / 16));
+  const int64_t per_block = ((pb.C + blocks - 1) / blocks + kCh - 1) / kCh * kCh;
+  const int64_t units = pb.N * tiles * blocks;
+  const int64_t work = pb.N * pb.P * pb.C * (k_padded(pb.K) / (dot ? 4 : 1) + 16);
+  SerialBelow<Par>{par, work < kParallelMinMacs}(int64_t(0), units, 1, [&](int64_t b, int64_t e) {
+    for (int64_t u = b; u < e; ++u) {
+      const int64_t tile = u / blocks, c0 = (u % blocks) * per_block, c1 = std::min(pb.C, c0 + per_block);
+      if (c0 >= c1) continue;
+      if (dot) {
+        detail::tile_dot(pb, w, tile / tiles, tile % tiles, c0, c1);
+      } else {
+        detail::tile_mlal(pb, w, tile / tiles, tile % tiles, c0, c1);
+      }
+    }
+  });
+}
+
+}  // namespace arm
+}  // namespace int8_pointwise
+}  // namespace core
+}  // namespace etfuse

@@ -1,0 +1,118 @@
+// The portable pieces of the int8 ops' float path (ops/quantized_gemm.h) and the choosers that
+// pick their per-ISA copies (arch/x86/quantized_gemm_avx2.h):
+//   * integers: 8-bit values -> exact float integers (q - zp);
+//   * requant_rows: float sums -> the quantized output,
+//       out = clamp(rint((acc * scale[c] + bias[c]) * inv) + zp, lo, hi)
+//     one float32 operation at a time, never contracted into an FMA (bit-exact with the op's
+//     pattern, and with the int8 kernels' epilogues, int8_epilogue.h, arch/arm/int8_neon.h);
+//   * panels_rows: a few rows times the packed ops' int8 GEMM panels (a GEMV that reads the
+//     weight once).
+#pragma once
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <type_traits>
+
+#include "core/common.h"
+#include "core/gemm.h"
+#include "core/int8_epilogue.h"
+#include "core/quantized.h"
+
+namespace etfuse {
+namespace core {
+namespace int8_gemm {
+
+using Requant = int8_epilogue::Requant;
+constexpr int64_t kPanel = gemm::kPanel;
+
+template <class T>
+inline void integers_base(const T* q, int64_t n, float zp, float* out) {
+  for (int64_t i = 0; i < n; ++i) out[i] = static_cast<float>(q[i]) - zp;
+}
+
+// `n` values of one channel c (conv: a channel's pixels), or one value per channel (linear: a row).
+template <class T, bool kPerElementChannel>
+ETFUSE_ALWAYS_INLINE void requant_loop(const float* __restrict acc, int64_t n, int64_t c, const Requant& r,
+                                       T* __restrict q) {
+  for (int64_t i = 0; i < n; ++i) {
+    const int64_t ch = kPerElementChannel ? i : c;
+    float y = acc[i] * r.scale[ch];
+    if (r.bias) y = y + r.bias[ch];
+    q[i] = static_cast<T>(static_cast<int32_t>(quantized::clampf(std::rint(y * r.inv) + r.zp, r.lo, r.hi)));
+  }
+}
+
+// `rows` rows of `inner` values, row i of channel (row0 + i) % channels (conv: a block of an
+// [N, C, pixels] output); or, with kPer, rows of one value per channel (linear: row i is [channels]).
+template <class T, bool kPer>
+ETFUSE_NO_FP_CONTRACT void requant_rows_base(const float* acc, int64_t rows, int64_t inner, int64_t row0,
+                                             int64_t channels, const Requant& r, T* q) {
+  for (int64_t i = 0; i < rows; ++i) {
+    requant_loop<T, kPer>(acc + i * inner, inner, kPer ? 0 : (row0 + i) % channels, r, q + i * inner);
+  }
+}
+
+// acc[R, N] = x[R, K] (rows x_rs apart) @ int8 panels [p0, p1) ([N16 / 16][K][16]).
+template <int R>
+inline void panels_rows_base(const float* x, int64_t x_rs, int64_t K, const int8_t* w, int64_t p0, int64_t p1,
+                             float* acc, int64_t N) {
+  for (int64_t p = p0; p < p1; ++p) {
+    float s[R][kPanel] = {};
+    const int8_t* panel = w + p * K * kPanel;
+    for (int64_t k = 0; k < K; ++k)
+      for (int r = 0; r < R; ++r)
+        for (int64_t c = 0; c < kPanel; ++c) s[r][c] += x[r * x_rs + k] * static_cast<float>(panel[k * kPanel + c]);
+    const int64_t cols = std::min<int64_t>(kPanel, N - p * kPanel);
+    for (int r = 0; r < R; ++r)
+      for (int64_t c = 0; c < cols; ++c) acc[r * N + p * kPanel + c] = s[r][c];
+  }
+}
+
+}  // namespace int8_gemm
+}  // namespace core
+}  // namespace etfuse
+
+#if ETFUSE_HAVE_X86_DISPATCH
+#include "arch/x86/quantized_gemm_avx2.h"
+#endif
+
+namespace etfuse {
+namespace core {
+namespace int8_gemm {
+
+// ---- the choosers: the selected ISA's copy -------------------------------------------------
+
+template <class T>
+inline void integers(const T* q, int64_t n, float zp, float* out) {
+#if ETFUSE_HAVE_X86_DISPATCH
+  if (selected_isa() == Isa::kAvx2) return x86::integers_avx2(q, n, zp, out);
+#endif
+  integers_base(q, n, zp, out);
+}
+
+template <class T>
+using RequantRows = void (*)(const float*, int64_t, int64_t, int64_t, int64_t, const Requant&, T*);
+
+template <class T, bool kPer>
+inline RequantRows<T> requant_rows() {
+#if ETFUSE_HAVE_X86_DISPATCH
+  if (selected_isa() == Isa::kAvx2) return &x86::requant_rows_avx2<T, kPer>;
+#endif
+  return &requant_rows_base<T, kPer>;
+}
+
+using PanelsRows = void (*)(const float*, int64_t, int64_t, const int8_t*, int64_t, int64_t, float*, int64_t);
+
+// R: 1 or 2 rows.
+template <int R>
+inline PanelsRows panels_rows() {
+#if ETFUSE_HAVE_X86_DISPATCH
+  if (selected_isa() == Isa::kAvx2) return &x86::panels_rows_avx2<R>;
+#endif
+  return &panels_rows_base<R>;
+}
+
+}  // namespace int8_gemm
+}  // namespace core
+}  // namespace etfuse
