@@ -1,8 +1,8 @@
 // aarch64 NEON microkernels of the float depthwise conv (core/conv2d.h, detail::depthwise_rows):
 // R output rows of one channel, K x K taps (3 or 5) at stride S (1 or 2), from rows of a
 // zero-padded copy of the input plane. Each tap is one fmla by lane (the weights sit in q
-// registers, 4 taps each); the input rows are read with unaligned loads (stride 1: ld1 of four
-// registers, one per kernel column) or de-interleaved (stride 2: ld2 gives the even and odd
+// registers, 4 taps each); the input rows are read with unaligned loads (stride 1: ldp of two
+// vectors, per kernel column) or de-interleaved (stride 2: ld2 gives the even and odd
 // columns), so there are no shuffles and no per-element index math. Two output rows share
 // their input rows (R = 2: 4 rows of loads for 2 x 3 rows of taps at K = 3, stride 1).
 #pragma once
@@ -38,39 +38,16 @@ ETFUSE_ALWAYS_INLINE float32x4_t clamp4(float32x4_t v, float32x4_t lo, float32x4
   return v;
 }
 
-// V (1, 2 or a multiple of 4) vectors of 4 floats from p: one ld1 per 4 vectors.
+// V vectors of 4 floats from p, one vld1q each: GCC pairs them into ldp / stp (with
+// vld1q_f32_x4's 4-register tuples GCC 12 spilled every block's loads to the stack).
 template <int V>
 ETFUSE_ALWAYS_INLINE void load_vectors(const float* p, float32x4_t (&x)[V]) {
-  if constexpr (V % 4 == 0) {
-    for (int b = 0; b < V; b += 4) {
-      const float32x4x4_t t = vld1q_f32_x4(p + 4 * b);
-      for (int v = 0; v < 4; ++v) x[b + v] = t.val[v];
-    }
-  } else if constexpr (V == 2) {
-    const float32x4x2_t t = vld1q_f32_x2(p);
-    x[0] = t.val[0];
-    x[1] = t.val[1];
-  } else {
-    x[0] = vld1q_f32(p);
-  }
+  for (int v = 0; v < V; ++v) x[v] = vld1q_f32(p + 4 * v);
 }
 
 template <int V>
 ETFUSE_ALWAYS_INLINE void store_vectors(float* p, const float32x4_t (&x)[V]) {
-  if constexpr (V % 4 == 0) {
-    for (int b = 0; b < V; b += 4) {
-      float32x4x4_t t;
-      for (int v = 0; v < 4; ++v) t.val[v] = x[b + v];
-      vst1q_f32_x4(p + 4 * b, t);
-    }
-  } else if constexpr (V == 2) {
-    float32x4x2_t t;
-    t.val[0] = x[0];
-    t.val[1] = x[1];
-    vst1q_f32_x2(p, t);
-  } else {
-    vst1q_f32(p, x[0]);
-  }
+  for (int v = 0; v < V; ++v) vst1q_f32(p + 4 * v, x[v]);
 }
 
 struct DepthwiseNeon {

@@ -1,0 +1,31 @@
+"""The float depthwise and direct convs on every ISA path they have (kernels/csrc/core/conv2d.h,
+arch/arm/depthwise_neon.h): tests/cpp/conv2d_check.cpp compares `conv2d::run` with a plain loop,
+on x86-64 for the baseline and AVX2 (AVX-512 where the CPU has it) paths and cross-compiled for
+aarch64 under qemu-aarch64 for the portable and the NEON ones, on a core with and one without
+dot products."""
+
+from __future__ import annotations
+
+import pytest
+
+import isa_checks
+
+CASES = 663  # conv2d_check's cases per ISA
+ROWS = 233  # of them, the depthwise convs that detail::depthwise_rows takes on NEON
+
+
+# -O0 too: nothing inlined that need not be (a vector passed between functions of different ISAs)
+@pytest.mark.parametrize("optimize", ["-O3", "-O0"])
+def test_x86_convs_match_the_reference_on_every_isa_of_this_cpu(optimize):
+    out = isa_checks.run([str(isa_checks.build("conv2d_check.cpp", "g++", optimize=optimize))])
+    checked = {line.split()[1].rstrip(":") for line in out.splitlines()}
+    assert {"baseline", "avx2"} <= checked, out  # the CI machines have AVX2
+
+
+@pytest.mark.parametrize("cpu", ["neoverse-n1", "cortex-a53"])
+@pytest.mark.parametrize("optimize", ["-O3", "-O0"])
+def test_aarch64_convs_match_the_reference_on_the_portable_and_neon_paths(cpu, optimize):
+    binary = isa_checks.build("conv2d_check.cpp", "aarch64-linux-gnu-g++", "-static", optimize=optimize)
+    out = isa_checks.run(isa_checks.qemu_aarch64(cpu, binary))
+    assert out.splitlines() == [f"isa baseline: {CASES} cases match, 0 on depthwise rows",
+                                f"isa neon: {CASES} cases match, {ROWS} on depthwise rows"], out
