@@ -158,11 +158,31 @@ ETFUSE_TARGET_AVX2 ETFUSE_NO_TRAPPING_MATH void range_avx2(float* p, int64_t n) 
 }
 #endif
 
+}  // namespace detail
+}  // namespace activation
+}  // namespace core
+}  // namespace etfuse
+
+#if ETFUSE_HAVE_ARM_NEON
+#include "arch/arm/activation_neon.h"
+#endif
+
+namespace etfuse {
+namespace core {
+namespace activation {
+namespace detail {
+
 template <Kind K>
 inline void range(float* p, int64_t n) {
 #if ETFUSE_HAVE_X86_DISPATCH
   if (selected_isa() == Isa::kAvx2) {
     range_avx2<K>(p, n);
+  } else {
+    range_baseline<K>(p, n);
+  }
+#elif ETFUSE_HAVE_ARM_NEON
+  if (selected_isa() == Isa::kNeon) {
+    arm::range<K>(p, n);
   } else {
     range_baseline<K>(p, n);
   }

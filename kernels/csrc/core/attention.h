@@ -25,6 +25,9 @@
 #include "activation.h"  // exp_poly
 #include "common.h"
 #include "gemm.h"  // detail::Vec, hsum
+#if ETFUSE_HAVE_ARM_NEON
+#include "arch/arm/attention_neon.h"
+#endif
 
 namespace etfuse {
 namespace core {
@@ -71,6 +74,8 @@ ETFUSE_TARGET_AVX2 float exp_row_avx2(float* s, int64_t n, float m);
 inline float exp_row(float* s, int64_t n, float m) {
 #if ETFUSE_HAVE_X86_DISPATCH
   return selected_isa() == Isa::kAvx2 ? exp_row_avx2(s, n, m) : exp_row_baseline(s, n, m);
+#elif ETFUSE_HAVE_ARM_NEON
+  return selected_isa() == Isa::kNeon ? arm::exp_row(s, n, m) : exp_row_baseline(s, n, m);
 #else
   return exp_row_baseline(s, n, m);
 #endif

@@ -16,6 +16,9 @@
 
 #include "common.h"
 #include "gemm.h"  // detail::Vec, hsum
+#if ETFUSE_HAVE_ARM_NEON
+#include "arch/arm/norm_neon.h"
+#endif
 
 namespace etfuse {
 namespace core {
@@ -35,6 +38,10 @@ void layer_rows_baseline(const Args& a, int64_t r0, int64_t r1);
 #if ETFUSE_HAVE_X86_DISPATCH
 ETFUSE_TARGET_AVX2 void rows_avx2(const Args& a, int64_t r0, int64_t r1);
 ETFUSE_TARGET_AVX2 void layer_rows_avx2(const Args& a, int64_t r0, int64_t r1);
+#endif
+#if ETFUSE_HAVE_ARM_NEON
+void rows_neon(const Args& a, int64_t r0, int64_t r1);
+void layer_rows_neon(const Args& a, int64_t r0, int64_t r1);
 #endif
 
 #if defined(ETFUSE_CORE_KERNELS)
@@ -130,6 +137,14 @@ ETFUSE_TARGET_AVX2 void layer_rows_avx2(const Args& a, int64_t r0, int64_t r1) {
   detail::layer_rows_impl<8>(a, r0, r1);
 }
 #endif
+#if ETFUSE_HAVE_ARM_NEON
+void rows_neon(const Args& a, int64_t r0, int64_t r1) {
+  for (int64_t r = r0; r < r1; ++r) arm::rms_row(a.x + r * a.n, a.n, a.weight, a.eps, a.out + r * a.n);
+}
+void layer_rows_neon(const Args& a, int64_t r0, int64_t r1) {
+  for (int64_t r = r0; r < r1; ++r) arm::layer_row(a.x + r * a.n, a.n, a.weight, a.bias, a.eps, a.out + r * a.n);
+}
+#endif
 #endif
 
 template <class Par>
@@ -148,6 +163,8 @@ template <class Par>
 inline void run(const Args& a, Par&& par) {
 #if ETFUSE_HAVE_X86_DISPATCH
   run_rows(a, selected_isa() == Isa::kAvx2 ? &rows_avx2 : &rows_baseline, par);
+#elif ETFUSE_HAVE_ARM_NEON
+  run_rows(a, selected_isa() == Isa::kNeon ? &rows_neon : &rows_baseline, par);
 #else
   run_rows(a, &rows_baseline, par);
 #endif
@@ -157,6 +174,8 @@ template <class Par>
 inline void run_layer(const Args& a, Par&& par) {
 #if ETFUSE_HAVE_X86_DISPATCH
   run_rows(a, selected_isa() == Isa::kAvx2 ? &layer_rows_avx2 : &layer_rows_baseline, par);
+#elif ETFUSE_HAVE_ARM_NEON
+  run_rows(a, selected_isa() == Isa::kNeon ? &layer_rows_neon : &layer_rows_baseline, par);
 #else
   run_rows(a, &layer_rows_baseline, par);
 #endif
