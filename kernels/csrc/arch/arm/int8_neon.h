@@ -14,7 +14,8 @@
 //     XNNPACK's qs8 neon-mlal-lane kernels); int16 x int16 products cannot overflow, unlike
 //     pairs of int8 products summed in int16 (-128 * -128 * 2 = 32768).
 // Micro tile: 8 channels x 8 pixels, 16 int32x4 sums. The epilogue is requant_loop's float
-// steps in its order with contraction off (vmulq_f32 and vaddq_f32 are plain * and + to GCC).
+// steps in its order with contraction off (vmulq_f32 and vaddq_f32 are plain * and + to GCC),
+// its integer tail in int16.
 #pragma once
 
 #include <arm_neon.h>
@@ -57,27 +58,33 @@ ETFUSE_NEON_NOCONTRACT void tile_mlal(const Problem& pb, const Weights& w, int64
                                       int64_t c_end);
 
 #if defined(ETFUSE_CORE_KERNELS)
-// 8 sums (two vectors) of channel c -> 8 values clamped to [lo, hi], as int16.
-ETFUSE_NEON_NOCONTRACT ETFUSE_ALWAYS_INLINE int16x8_t requant8(const Requant& r, int64_t c, int32x4_t a0,
-                                                              int32x4_t a1) {
-  const float32x4_t s = vdupq_n_f32(r.scale[c]), inv = vdupq_n_f32(r.inv), zp = vdupq_n_f32(r.zp),
-                    lo = vdupq_n_f32(r.lo), hi = vdupq_n_f32(r.hi);
-  float32x4_t y0 = vmulq_f32(vcvtq_f32_s32(a0), s), y1 = vmulq_f32(vcvtq_f32_s32(a1), s);
+// The epilogue's per-call constants in registers.
+struct Epilogue {
+  float32x4_t inv;
+  int16x8_t zp, lo, hi;  // integral in the float path: exact as int16
+};
+
+ETFUSE_ALWAYS_INLINE Epilogue epilogue_of(const Requant& r) {
+  return Epilogue{vdupq_n_f32(r.inv), vdupq_n_s16(static_cast<int16_t>(r.zp)), vdupq_n_s16(static_cast<int16_t>(r.lo)),
+                  vdupq_n_s16(static_cast<int16_t>(r.hi))};
+}
+
+// 8 sums (two vectors) of channel c -> 8 bytes at dst (n of them). The float steps are
+// requant_loop's; rint(v) + zp and the clamp then run in integers, which is exact: fcvtns rounds
+// half to even like rint, and where |rint(v)| passes int16 (saturated) both sides clamp to lo or hi.
+ETFUSE_NEON_NOCONTRACT ETFUSE_ALWAYS_INLINE void requant_store8(const Requant& r, const Epilogue& e, int64_t c,
+                                                               int32x4_t a0, int32x4_t a1, int64_t n, uint8_t* dst) {
+  const float s = r.scale[c];
+  float32x4_t y0 = vmulq_n_f32(vcvtq_f32_s32(a0), s), y1 = vmulq_n_f32(vcvtq_f32_s32(a1), s);
   if (r.bias) {
     const float32x4_t b = vdupq_n_f32(r.bias[c]);
     y0 = vaddq_f32(y0, b);
     y1 = vaddq_f32(y1, b);
   }
-  y0 = vaddq_f32(vrndnq_f32(vmulq_f32(y0, inv)), zp);  // rint: half to even
-  y1 = vaddq_f32(vrndnq_f32(vmulq_f32(y1, inv)), zp);
-  y0 = vminq_f32(vmaxq_f32(y0, lo), hi);
-  y1 = vminq_f32(vmaxq_f32(y1, lo), hi);
-  // integral and inside the type's range: the conversions and narrows are exact
-  return vcombine_s16(vqmovn_s32(vcvtnq_s32_f32(y0)), vqmovn_s32(vcvtnq_s32_f32(y1)));
-}
-
-ETFUSE_ALWAYS_INLINE void store8(bool is_signed, int16x8_t v, int64_t n, uint8_t* dst) {
-  const uint8x8_t b = is_signed ? vreinterpret_u8_s8(vqmovn_s16(v)) : vqmovun_s16(v);
+  const int16x8_t q = vcombine_s16(vqmovn_s32(vcvtnq_s32_f32(vmulq_f32(y0, e.inv))),
+                                   vqmovn_s32(vcvtnq_s32_f32(vmulq_f32(y1, e.inv))));
+  const int16x8_t v = vminq_s16(vmaxq_s16(vqaddq_s16(q, e.zp), e.lo), e.hi);
+  const uint8x8_t b = vmovn_u16(vreinterpretq_u16_s16(v));  // inside [-128, 255]: the low byte, int8 or uint8
   if (n >= 8) {
     vst1_u8(dst, b);
   } else {
@@ -146,6 +153,7 @@ ETFUSE_NEON_DOT void tile_dot(const Problem& pb, const Weights& w, int64_t n, in
     }
   }
   const int32_t shift = pb.x_zero_point - (pb.x_signed ? 0 : 128);
+  const Epilogue e = epilogue_of(pb.requant);
   uint8_t* out = pb.out + n * pb.C * pb.P + p0;
   for (int64_t c0 = c_begin; c0 < c_end; c0 += kCh) {
     const int8_t* wb = w.quads + (c0 / kCh) * K4 * kCh;
@@ -160,8 +168,9 @@ ETFUSE_NEON_DOT void tile_dot(const Problem& pb, const Weights& w, int64_t n, in
         ETFUSE_DOT8(0, x0);
         ETFUSE_DOT8(1, x1);
       }
-      for (int m = 0; m < rows; ++m) {
-        store8(pb.x_signed, requant8(pb.requant, c0 + m, acc[m][0], acc[m][1]), npx - s, out + (c0 + m) * pb.P + s);
+#pragma GCC unroll 8
+      for (int m = 0; m < kCh; ++m) {  // unrolled: the sums stay in registers
+        if (m < rows) requant_store8(pb.requant, e, c0 + m, acc[m][0], acc[m][1], npx - s, out + (c0 + m) * pb.P + s);
       }
     }
   }
@@ -179,6 +188,7 @@ ETFUSE_NEON_NOCONTRACT void tile_mlal(const Problem& pb, const Weights& w, int64
   int64_t stride = 0;
   const uint8_t* x = tile_rows(pb, pb.x + n * pb.K * pb.P, p0, npx, rows_buf, stride);
   const int16x8_t zp = vdupq_n_s16(static_cast<int16_t>(pb.x_zero_point));
+  const Epilogue e = epilogue_of(pb.requant);
   uint8_t* out = pb.out + n * pb.C * pb.P + p0;
   for (int64_t c0 = c_begin; c0 < c_end; c0 += kCh) {
     const int16_t* wb = w.wide + (c0 / kCh) * pb.K * kCh;
@@ -202,8 +212,9 @@ ETFUSE_NEON_NOCONTRACT void tile_mlal(const Problem& pb, const Weights& w, int64
         ETFUSE_MLAL(6, 6);
         ETFUSE_MLAL(7, 7);
       }
-      for (int m = 0; m < rows; ++m) {
-        store8(pb.x_signed, requant8(pb.requant, c0 + m, acc[m][0], acc[m][1]), npx - s, out + (c0 + m) * pb.P + s);
+#pragma GCC unroll 8
+      for (int m = 0; m < kCh; ++m) {  // unrolled: the sums stay in registers
+        if (m < rows) requant_store8(pb.requant, e, c0 + m, acc[m][0], acc[m][1], npx - s, out + (c0 + m) * pb.P + s);
       }
     }
   }
