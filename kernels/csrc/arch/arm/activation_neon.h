@@ -17,16 +17,21 @@ namespace core {
 namespace activation {
 namespace arm {
 
+// The factors come by lane from one register (fmla by element): the loops' 30-odd constants
+// then fit in the registers instead of being reloaded each iteration. NonPositive: x <= 0 or
+// NaN (no upper clamp).
+template <bool NonPositive = false>
 ETFUSE_ALWAYS_INLINE float32x4_t exp_poly(float32x4_t x) {
+  const float32x4_t k = {1.44269504088896341f, 0.693359375f, 2.12194440e-4f, 1.9875691500e-4f};
   x = vmaxq_f32(x, vdupq_n_f32(-87.3f));  // fmax / fmin: NaN passes through
-  x = vminq_f32(x, vdupq_n_f32(88.7f));
+  if (!NonPositive) x = vminq_f32(x, vdupq_n_f32(88.7f));
   const float32x4_t magic = vdupq_n_f32(12582912.0f);  // 1.5 * 2^23: round to integer
-  const float32x4_t t = vfmaq_f32(magic, x, vdupq_n_f32(1.44269504088896341f));
+  const float32x4_t t = vfmaq_laneq_f32(magic, x, k, 0);
   const float32x4_t nf = vsubq_f32(t, magic);
-  float32x4_t r = vfmsq_f32(x, nf, vdupq_n_f32(0.693359375f));
-  r = vfmaq_f32(r, nf, vdupq_n_f32(2.12194440e-4f));
+  float32x4_t r = vfmsq_laneq_f32(x, nf, k, 1);
+  r = vfmaq_laneq_f32(r, nf, k, 2);
   const float32x4_t z = vmulq_f32(r, r);
-  float32x4_t y = vfmaq_f32(vdupq_n_f32(1.3981999507e-3f), vdupq_n_f32(1.9875691500e-4f), r);
+  float32x4_t y = vfmaq_laneq_f32(vdupq_n_f32(1.3981999507e-3f), r, k, 3);
   y = vfmaq_f32(vdupq_n_f32(8.3334519073e-3f), y, r);
   y = vfmaq_f32(vdupq_n_f32(4.1665795894e-2f), y, r);
   y = vfmaq_f32(vdupq_n_f32(1.6666665459e-1f), y, r);
@@ -46,12 +51,13 @@ ETFUSE_ALWAYS_INLINE float32x4_t sigmoid(float32x4_t x) {
 ETFUSE_ALWAYS_INLINE float32x4_t erf_approx(float32x4_t x) {
   const float32x4_t one = vdupq_n_f32(1.0f);
   const float32x4_t a = vabsq_f32(x);
-  const float32x4_t t = vdivq_f32(one, vfmaq_f32(one, a, vdupq_n_f32(0.3275911f)));
-  float32x4_t p = vfmaq_f32(vdupq_n_f32(-1.453152027f), vdupq_n_f32(1.061405429f), t);
+  const float32x4_t k = {0.3275911f, 1.061405429f, 0.0f, 0.0f};
+  const float32x4_t t = vdivq_f32(one, vfmaq_laneq_f32(one, a, k, 0));
+  float32x4_t p = vfmaq_laneq_f32(vdupq_n_f32(-1.453152027f), t, k, 1);
   p = vfmaq_f32(vdupq_n_f32(1.421413741f), p, t);
   p = vfmaq_f32(vdupq_n_f32(-0.284496736f), p, t);
   p = vfmaq_f32(vdupq_n_f32(0.254829592f), p, t);
-  const float32x4_t e = vfmsq_f32(one, vmulq_f32(p, t), exp_poly(vmulq_f32(vnegq_f32(a), a)));
+  const float32x4_t e = vfmsq_f32(one, vmulq_f32(p, t), exp_poly<true>(vmulq_f32(vnegq_f32(a), a)));
   // e >= 0: x's sign bit onto it
   const uint32x4_t sign = vandq_u32(vreinterpretq_u32_f32(x), vdupq_n_u32(0x80000000u));
   return vreinterpretq_f32_u32(vorrq_u32(vreinterpretq_u32_f32(e), sign));
@@ -70,8 +76,9 @@ ETFUSE_ALWAYS_INLINE float32x4_t apply(float32x4_t v) {
   } else if constexpr (K == Kind::kSigmoid) {
     return sigmoid(v);
   } else if constexpr (K == Kind::kGelu) {
-    const float32x4_t h = vmulq_f32(v, vdupq_n_f32(0.5f));
-    return vfmaq_f32(h, h, erf_approx(vmulq_f32(v, vdupq_n_f32(0.70710678118654752f))));
+    const float32x4_t k = {0.5f, 0.70710678118654752f, 0.0f, 0.0f};
+    const float32x4_t h = vmulq_laneq_f32(v, k, 0);
+    return vfmaq_f32(h, h, erf_approx(vmulq_laneq_f32(v, k, 1)));
   } else if constexpr (K == Kind::kGeluTanh) {
     // 0.5 v (2 - 2 / (exp(2u) + 1)), u = 0.79788 (v + 0.044715 v^3): the portable order, which
     // keeps gelu_tanh(inf) = inf (v - v / (exp(2u) + 1) would be inf - inf)
