@@ -195,7 +195,7 @@ constexpr int64_t kGemvMaxRows = 4;
 // acc[M, N] = x[M, K] (rows x_rs apart) @ the int8 panels, M <= kGemvMaxRows.
 inline void panels_rows(const float* x, int64_t M, int64_t x_rs, int64_t K, const int8_t* w, int64_t N, float* acc) {
   const int64_t panels = core::gemm::packed_panels(N);
-  const int64_t grain = std::max<int64_t>(1, (int64_t(1) << 17) / std::max<int64_t>(1, K * kPanel));
+  const int64_t grain = std::max<int64_t>(1, (int64_t(1) << 17) / std::max<int64_t>(1, K * core::int8_gemm::kPanel));
   Parallel{}(int64_t(0), panels, grain, [&](int64_t p0, int64_t p1) {
     for (int64_t m = 0; m < M;) {
       const int64_t r = std::min<int64_t>(M - m, 2);
