@@ -184,16 +184,20 @@ def build_tools(build_dir: Path, select: list[Path]) -> tuple[Path, Path]:
 
 
 def count(plugins: Path, runner: Path, cpu: str, pte: Path, inputs: list[Path], forwards: int,
-          plugin: str = "libmacs.so", outfile: Path = None) -> tuple[int, int]:
-    """(instructions, multiply-add instructions) of one runner process doing `forwards` forwards."""
+          plugin: str = "libmacs.so", outfile: Path = None, strace: bool = False) -> tuple[int, int]:
+    """(instructions, multiply-add instructions) of one runner process doing `forwards` forwards
+    (another plugin: its file only; `strace`: qemu's syscall trace, where the libraries land, in
+    outfile + ".strace")."""
     outfile = outfile or pte.with_suffix(f".{cpu}.{forwards}.count")
     args = [a for i in inputs for a in ("--input", str(i))]
-    cmd = ["qemu-aarch64", "-cpu", cpu, "-L", "/usr/aarch64-linux-gnu",
+    cmd = ["qemu-aarch64", "-cpu", cpu, "-L", "/usr/aarch64-linux-gnu", *(["-strace"] if strace else []),
            "-plugin", f"{plugins / plugin},outfile={outfile}",
            str(runner), str(pte), *args, "--iterations", str(forwards), "--warmup", "0", "--threads", "1"]
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=3600)
     if proc.returncode != 0:
         raise RuntimeError(f"{' '.join(cmd)} exited {proc.returncode}:\n{proc.stderr[-3000:]}")
+    if strace:
+        Path(f"{outfile}.strace").write_text(proc.stderr)
     if plugin != "libmacs.so":
         return 0, 0
     insns, macs = outfile.read_text().split()
@@ -206,16 +210,32 @@ def per_forward(plugins, runner, cpu, pte, inputs, repeats: int) -> tuple[float,
     return (more[0] - one[0]) / repeats, (more[1] - one[1]) / repeats
 
 
+def _code_maps(strace: str) -> list[tuple[int, int, str]]:
+    """(start, end, library) of each executable mapping in a qemu -strace log."""
+    files, maps = {}, []
+    for line in strace.splitlines():
+        m = re.search(r'openat\(AT_FDCWD,"([^"]+)",.*\) = (\d+)$', line)
+        if m:
+            files[m.group(2)] = Path(m.group(1)).name
+        m = re.search(r"mmap\((0x[0-9a-f]+),(\d+),PROT_EXEC[^,]*,[^,]*,(\d+),(0x[0-9a-f]+|\d+)\) = (0x[0-9a-f]+)", line)
+        if m and m.group(3) in files:
+            start = int(m.group(5), 16)
+            maps.append((start, start + int(m.group(2)), files[m.group(3)]))
+    return maps
+
+
 def hot_functions(plugins: Path, runner: Path, cpu: str, pte: Path, inputs: list[Path], top: int = 12) -> list:
-    """(function, share of the instructions) for the hottest functions of the runner's own code."""
+    """(function, share of the instructions) for the hottest functions of the runner's own code;
+    the shared libraries' instructions summed per library."""
+    import bisect
+
     out = pte.with_suffix(".hot")
-    count(plugins, runner, cpu, pte, inputs, 11, plugin="libhotblocks.so", outfile=out)
+    count(plugins, runner, cpu, pte, inputs, 11, plugin="libhotblocks.so", outfile=out, strace=True)
+    libraries = _code_maps(Path(f"{out}.strace").read_text())
     nm = subprocess.run(["aarch64-linux-gnu-nm", "-C", "--defined-only", "-n", str(runner)], capture_output=True,
                         text=True, check=True).stdout
     symbols = [(int(a, 16), name) for a, _, name in (line.split(" ", 2) for line in nm.splitlines()
                                                         if re.match(r"^[0-9a-f]+ [tTwW] ", line))]
-    import bisect
-
     starts = [a for a, _ in symbols]
     base = 0x5500000000  # qemu-user's load address of a PIE guest (--no-pie runners: 0)
     totals, total = collections.Counter(), 0
@@ -223,13 +243,17 @@ def hot_functions(plugins: Path, runner: Path, cpu: str, pte: Path, inputs: list
         addr, executed, _ = line.split()
         addr, executed = int(addr, 16), int(executed)
         total += executed
+        library = next((name for lo, hi, name in libraries if lo <= addr < hi), None)
+        if library:
+            totals[f"({library})"] += executed
+            continue
         for a in (addr, addr - base):
             i = bisect.bisect_right(starts, a) - 1
             if i >= 0 and a - starts[i] < 1 << 20:
                 totals[symbols[i][1][:110]] += executed
                 break
         else:
-            totals["(libraries)"] += executed
+            totals["(elsewhere: the loader, qemu's vdso)"] += executed
     return [(name, n / total) for name, n in totals.most_common(top)]
 
 
