@@ -186,14 +186,16 @@ def info() -> Optional[KernelInfo]:
 
 
 def set_isa(name: str = "auto") -> None:
-    """Force the dispatched loops of every library onto "baseline" (SSE2), "avx2" (no AVX-512) or
-    "avx512" (AVX2 loops, AVX-512F GEMM), or back to "auto" (cpuid; the environment variable
-    ETFUSE_KERNELS_ISA=baseline|avx2 also narrows it).
+    """Force every library's kernels onto one ISA this CPU has: "baseline" (portable), on x86-64
+    "avx2", "avx512" or "avx512vnni", on aarch64 "neon" or "neondot" (dot products); or back to
+    "auto", the best the CPU has (csrc/core/isa.h; the environment variable ETFUSE_KERNELS_ISA
+    takes the same names at load).
     For tests and benchmarks: do not call while kernels run on other threads."""
     info = load()
     for lib, fn in ((info.eager, "etfuse_eager_set_isa"), (info.runtime, "etfuse_runtime_set_isa")):
         if lib is not None and not getattr(lib, fn)(name.encode()):
-            raise ValueError(f"unknown ISA {name!r} or not supported by this CPU (use 'baseline', 'avx2', 'avx512' or 'auto')")
+            raise ValueError(f"unknown ISA {name!r} or not supported by this CPU (use 'auto', 'baseline', "
+                             "'avx2', 'avx512', 'avx512vnni', 'neon' or 'neondot')")
 
 
 def current_isa() -> dict:

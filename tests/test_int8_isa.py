@@ -22,12 +22,15 @@ def test_x86_int8_paths_match_the_integer_reference(optimize):
     assert f"isa avx2 path float: {FLOAT_CASES} cases match" in lines, out  # the CI machines have AVX2
 
 
-@pytest.mark.parametrize("cpu, kernels", [("neoverse-n1", ["neon-dot", "neon-mlal"]), ("cortex-a53", ["neon-mlal"])])
-def test_aarch64_int8_paths_match_the_integer_reference(cpu, kernels):
+# each ISA the core has: the float path and its int8 kernel (smlal on NEON, sdot on NEON with dot
+# products; set_isa("neon") forces the smlal one on the core with dot products)
+@pytest.mark.parametrize("cpu, isas", [("neoverse-n1", ["neon", "neondot"]), ("cortex-a53", ["neon"])])
+def test_aarch64_int8_paths_match_the_integer_reference(cpu, isas):
     binary = isa_checks.build("int8_check.cpp", "aarch64-linux-gnu-g++", "-static")
     out = isa_checks.run(isa_checks.qemu_aarch64(cpu, binary))
+    kernel = {"neon": "neon-mlal", "neondot": "neon-dot"}
     assert out.splitlines() == [
         f"isa baseline path float: {FLOAT_CASES} cases match",
-        f"isa neon path float: {FLOAT_CASES} cases match",
-        *(f"isa neon path {k}: {KERNEL_CASES} cases match" for k in kernels),
+        *(line for isa in isas for line in (f"isa {isa} path float: {FLOAT_CASES} cases match",
+                                            f"isa {isa} path {kernel[isa]}: {KERNEL_CASES} cases match")),
     ], out

@@ -375,13 +375,12 @@ int time_mode(char** argv) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  const char* isas[] = {"baseline", "avx2", "avx512", "neon"};
+  const char* isas[] = {"baseline", "avx2", "avx512", "avx512vnni", "neon", "neondot"};
   if (argc == 8 && std::strcmp(argv[1], "time") == 0) {
-    const bool fallback = std::strcmp(argv[2], "neon-mlal") == 0;
-#if ETFUSE_HAVE_ARM_NEON
-    pw::neon_dot_disabled() = fallback;
-#endif
-    const char* want = std::strcmp(argv[2], "float") == 0 || fallback ? nullptr : argv[2];
+    // the smlal kernel is the NEON ISA's, sdot the dot-product one's
+    if (std::strcmp(argv[2], "neon-mlal") == 0) ec::set_isa("neon");
+    if (std::strcmp(argv[2], "neon-dot") == 0) ec::set_isa("neondot");
+    const char* want = std::strcmp(argv[2], "float") == 0 ? nullptr : argv[2];
     if (want && (!pw::kernel_name() || std::strcmp(pw::kernel_name(), want) != 0)) {
       std::printf("no kernel %s here\n", want);
       return 1;
@@ -392,17 +391,8 @@ int main(int argc, char** argv) {
   for (const char* isa : isas) {
     if (!ec::set_isa(isa) || std::strcmp(ec::current_isa_name(), isa) != 0) continue;
     std::vector<std::string> paths = {"float"};
-#if ETFUSE_HAVE_ARM_NEON
-    pw::neon_dot_disabled() = false;
-#endif
     if (pw::kernel_name()) paths.push_back(pw::kernel_name());
-#if ETFUSE_HAVE_ARM_NEON
-    if (paths.back() == "neon-dot") paths.push_back("neon-mlal");
-#endif
     for (const std::string& path : paths) {
-#if ETFUSE_HAVE_ARM_NEON
-      pw::neon_dot_disabled() = path == "neon-mlal";
-#endif
       const int cases = check_path(path.c_str());
       if (cases < 0) return 1;
       std::printf("isa %s path %s: %d cases match\n", isa, path.c_str(), cases);

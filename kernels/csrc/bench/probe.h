@@ -27,7 +27,7 @@ ETFUSE_TARGET_AVX2 inline void stream_add_avx2(const float* a, const float* b, f
 template <class Par>
 inline void stream_add(const float* a, const float* b, float* c, int64_t n, Par&& par) {
 #if ETFUSE_HAVE_X86_DISPATCH
-  auto* fn = selected_isa() == Isa::kAvx2 ? &detail::stream_add_avx2 : &detail::stream_add_baseline;
+  auto* fn = isa_at_least(Isa::kAvx2) ? &detail::stream_add_avx2 : &detail::stream_add_baseline;
 #else
   auto* fn = &detail::stream_add_baseline;
 #endif

@@ -175,13 +175,13 @@ namespace detail {
 template <Kind K>
 inline void range(float* p, int64_t n) {
 #if ETFUSE_HAVE_X86_DISPATCH
-  if (selected_isa() == Isa::kAvx2) {
+  if (isa_at_least(Isa::kAvx2)) {
     range_avx2<K>(p, n);
   } else {
     range_baseline<K>(p, n);
   }
 #elif ETFUSE_HAVE_ARM_NEON
-  if (selected_isa() == Isa::kNeon) {
+  if (isa_at_least(Isa::kNeon)) {
     arm::range<K>(p, n);
   } else {
     range_baseline<K>(p, n);

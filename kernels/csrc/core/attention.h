@@ -73,9 +73,9 @@ ETFUSE_TARGET_AVX2 float exp_row_avx2(float* s, int64_t n, float m);
 
 inline float exp_row(float* s, int64_t n, float m) {
 #if ETFUSE_HAVE_X86_DISPATCH
-  return selected_isa() == Isa::kAvx2 ? exp_row_avx2(s, n, m) : exp_row_baseline(s, n, m);
+  return isa_at_least(Isa::kAvx2) ? exp_row_avx2(s, n, m) : exp_row_baseline(s, n, m);
 #elif ETFUSE_HAVE_ARM_NEON
-  return selected_isa() == Isa::kNeon ? arm::exp_row(s, n, m) : exp_row_baseline(s, n, m);
+  return isa_at_least(Isa::kNeon) ? arm::exp_row(s, n, m) : exp_row_baseline(s, n, m);
 #else
   return exp_row_baseline(s, n, m);
 #endif
@@ -303,7 +303,7 @@ inline void run(const Args& a, Par&& par) {
     return;
   }
 #if ETFUSE_HAVE_X86_DISPATCH
-  auto blocks = selected_isa() == Isa::kAvx2 ? &blocks_avx2 : &blocks_baseline;
+  auto blocks = isa_at_least(Isa::kAvx2) ? &blocks_avx2 : &blocks_baseline;
 #else
   auto blocks = &blocks_baseline;
 #endif

@@ -17,17 +17,20 @@
 #include <cstdlib>
 #include <cstring>
 
+#include "core/isa.h"
+
 #if defined(__GNUC__)
 #define ETFUSE_ALWAYS_INLINE inline __attribute__((always_inline))
 #else
 #define ETFUSE_ALWAYS_INLINE inline
 #endif
 
-// Runtime ISA dispatch: the library is built for the x86-64 baseline (SSE2) and carries
-// extra copies of the hot loops compiled for AVX2+FMA(+F16C), picked by cpuid at first use.
-// Elsewhere (aarch64: the baseline's 4-wide vectors are NEON) there is only the baseline: the
-// x86 copies, their declarations and use_avx512() exist only under ETFUSE_HAVE_X86_DISPATCH,
-// so a dispatch left unguarded fails to compile there instead of failing to link.
+// Runtime ISA dispatch (core/isa.h): the library is built for the x86-64 baseline (SSE2) and
+// carries extra copies of the hot loops compiled for AVX2+FMA(+F16C) and AVX-512, or on aarch64
+// NEON micro-kernels (and dot-product ones), each family choosing its copy by selected_isa() in
+// one `*_kernels()` table. The x86 copies and their declarations exist only under
+// ETFUSE_HAVE_X86_DISPATCH, so a dispatch left unguarded fails to compile elsewhere instead of
+// failing to link.
 #if defined(__GNUC__) && (defined(__x86_64__) || defined(__i386__))
 #define ETFUSE_HAVE_X86_DISPATCH 1
 #define ETFUSE_TARGET_AVX2 __attribute__((target("avx2,fma,f16c")))
@@ -229,79 +232,6 @@ ETFUSE_ALWAYS_INLINE float relu(float v) {
   return v < 0.0f ? 0.0f : v;
 }
 
-enum class Isa { kBaseline = 0, kAvx2 = 1, kNeon = 2 };
-
-// Where the CPU's features are read (cpuid on x86-64; on aarch64 NEON is architectural): the
-// ISA detect_isa() picks, unless the environment variable ETFUSE_KERNELS_ISA=baseline forces the
-// portable code.
-#if ETFUSE_HAVE_X86_DISPATCH
-inline bool cpu_has_avx2() {
-  __builtin_cpu_init();
-  // F16C (half <-> float) comes with every AVX2 CPU; linear_qw's 4-bit unpacking uses it
-  return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && __builtin_cpu_supports("f16c");
-}
-
-inline bool cpu_has_avx512() {
-  return cpu_has_avx2() && __builtin_cpu_supports("avx512f");
-}
-#endif
-
-inline bool baseline_forced() {
-  const char* env = std::getenv("ETFUSE_KERNELS_ISA");
-  return env && std::strcmp(env, "baseline") == 0;
-}
-
-inline Isa detect_isa() {
-  if (baseline_forced()) return Isa::kBaseline;
-#if ETFUSE_HAVE_X86_DISPATCH
-  return cpu_has_avx2() ? Isa::kAvx2 : Isa::kBaseline;
-#elif ETFUSE_HAVE_ARM_NEON
-  return Isa::kNeon;
-#else
-  return Isa::kBaseline;
-#endif
-}
-
-// The ISA of the dispatched loops, per library; -1 until first use.
-inline std::atomic<int>& isa_state() {
-  static std::atomic<int> state{-1};
-  return state;
-}
-
-inline Isa selected_isa() {
-  int v = isa_state().load(std::memory_order_relaxed);
-  if (v < 0) {
-    v = static_cast<int>(detect_isa());
-    isa_state().store(v, std::memory_order_relaxed);
-  }
-  return static_cast<Isa>(v);
-}
-
-#if ETFUSE_HAVE_X86_DISPATCH
-// On top of Isa::kAvx2, compute-bound cores (the GEMM micro-kernel) may use AVX-512F when the
-// CPU has it; memory-bound loops stay on AVX2. Off when ETFUSE_KERNELS_ISA is "avx2" or
-// "baseline". selected_isa() still answers kAvx2 on such CPUs.
-inline std::atomic<int>& avx512_state() {
-  static std::atomic<int> state{-1};
-  return state;
-}
-
-inline bool detect_avx512() {
-  const char* env = std::getenv("ETFUSE_KERNELS_ISA");
-  if (baseline_forced() || (env && std::strcmp(env, "avx2") == 0)) return false;
-  return cpu_has_avx512();
-}
-
-inline bool use_avx512() {
-  int v = avx512_state().load(std::memory_order_relaxed);
-  if (v < 0) {
-    v = detect_avx512() ? 1 : 0;
-    avx512_state().store(v, std::memory_order_relaxed);
-  }
-  return v == 1 && selected_isa() == Isa::kAvx2;
-}
-#endif
-
 // Row-major contiguous: the numel() elements are the ones from the first on.
 inline bool is_contiguous(const Layout& l) {
   int64_t expect = 1;
@@ -329,59 +259,6 @@ inline bool same_strides(const Layout& a, const Layout& b) {
     if (a.sizes[d] != 1 && a.strides[d] != b.strides[d]) return false;
   }
   return true;
-}
-
-// Force "baseline", "avx2" (no AVX-512 anywhere) or "avx512" (if the CPU has them) on x86, "baseline"
-// or "neon" on aarch64, or "auto".
-// Returns false for an unknown or unsupported name. For tests and benchmarks; not meant to
-// race with running kernels.
-inline bool set_isa(const char* name) {
-#if ETFUSE_HAVE_X86_DISPATCH
-  int v, wide = 0;
-  if (name == nullptr || std::strcmp(name, "auto") == 0) {
-    v = static_cast<int>(detect_isa());
-    wide = detect_avx512() ? 1 : 0;
-  } else if (std::strcmp(name, "baseline") == 0) {
-    v = static_cast<int>(Isa::kBaseline);
-  } else if (std::strcmp(name, "avx2") == 0 && cpu_has_avx2()) {
-    v = static_cast<int>(Isa::kAvx2);
-  } else if (std::strcmp(name, "avx512") == 0 && cpu_has_avx512()) {
-    v = static_cast<int>(Isa::kAvx2);
-    wide = 1;
-  } else {
-    return false;
-  }
-  isa_state().store(v, std::memory_order_relaxed);
-  avx512_state().store(wide, std::memory_order_relaxed);
-  return true;
-#elif ETFUSE_HAVE_ARM_NEON
-  Isa v;
-  if (name == nullptr || std::strcmp(name, "auto") == 0) {
-    v = detect_isa();
-  } else if (std::strcmp(name, "baseline") == 0) {
-    v = Isa::kBaseline;
-  } else if (std::strcmp(name, "neon") == 0) {
-    v = Isa::kNeon;
-  } else {
-    return false;
-  }
-  isa_state().store(static_cast<int>(v), std::memory_order_relaxed);
-  return true;
-#else
-  return name == nullptr || std::strcmp(name, "auto") == 0 || std::strcmp(name, "baseline") == 0;
-#endif
-}
-
-// "avx512" (AVX2 loops + AVX-512 GEMM), "avx2", "neon" or "baseline".
-inline const char* current_isa_name() {
-#if ETFUSE_HAVE_X86_DISPATCH
-  if (use_avx512()) return "avx512";
-#endif
-  switch (selected_isa()) {
-    case Isa::kAvx2: return "avx2";
-    case Isa::kNeon: return "neon";
-    default: return "baseline";
-  }
 }
 
 }  // namespace core

@@ -1499,6 +1499,47 @@ ETFUSE_TARGET_AVX512 void tap_panels_avx512(const TapTask& t, int64_t b, int64_t
   tap_panels<kTapRowsAvx512, kTapPanelAvx512, 16>(t, b, e);
 }
 #endif
+#endif  // ETFUSE_HAVE_X86_DISPATCH
+
+// conv2d's kernels on one ISA: the one place they are chosen. A null entry is a path that ISA
+// does not take (run_paths goes on to the next).
+struct Kernels {
+  void (*direct)(const Problem&, int64_t, int64_t, const float*);
+  void (*depthwise_flat)(const Problem&, int64_t, int64_t);
+  void (*depthwise_channels)(const Problem&, int64_t, int64_t);
+  int64_t channels_width;                                      // depthwise_channels' vector width
+  void (*depthwise_rows)(const Problem&, int64_t, int64_t);    // NEON
+  void (*depthwise_blocks)(const Problem&, int64_t, int64_t);  // AVX-512
+#if ETFUSE_HAVE_X86_DISPATCH
+  // run_phase_gemm's tile loop and phase split, its panel width and rows (AVX2 and up)
+  void (*tap_panels)(const TapTask&, int64_t, int64_t) = nullptr;
+  void (*split_rows)(const Problem&, const PhaseGeom&, int64_t, int64_t, float*, const PhaseRows&) = nullptr;
+  int64_t tap_nr = 0, tap_mr = 0;
+#endif
+};
+
+inline Kernels kernels(Isa isa) {
+  switch (isa) {
+#if ETFUSE_HAVE_X86_DISPATCH
+    case Isa::kAvx512Vnni:
+    case Isa::kAvx512:
+      return {&direct_avx2, &depthwise_flat_avx2, &depthwise_channels_avx512, 16, nullptr, &depthwise_blocks_avx512,
+              &tap_panels_avx512, &split_rows_avx512, kTapPanelAvx512, kTapRowsAvx512};
+    case Isa::kAvx2:
+      return {&direct_avx2, &depthwise_flat_avx2, &depthwise_channels_avx2, 8, nullptr, nullptr,
+              &tap_panels_avx2, &split_rows_avx2, kTapPanelAvx2, kTapRowsAvx2};
+#endif
+#if ETFUSE_HAVE_ARM_NEON
+    case Isa::kNeonDot:
+    case Isa::kNeon:
+      return {&direct_neon, &depthwise_flat_baseline, &depthwise_channels_baseline, 4, &depthwise_rows_neon, nullptr};
+#endif
+    default:
+      return {&direct_baseline, &depthwise_flat_baseline, &depthwise_channels_baseline, 4, nullptr, nullptr};
+  }
+}
+
+#if ETFUSE_HAVE_X86_DISPATCH
 
 // A phase-plane GEMM task's input: the phase rows it reads, split by its own thread into this
 // buffer. `call` names the (call, image, group) whose whole planes it holds (a channel block's
@@ -1532,16 +1573,16 @@ inline void run_phase_gemm(const Problem& pb, Par&& par) {
   const int64_t G = p.groups, Cg = pb.li.sizes[1] / G, Mg = pb.lo.sizes[1] / G;
   const int64_t KH = pb.lw.sizes[2], KW = pb.lw.sizes[3], K = Cg * KH * KW;
   const PhaseGeom geom(pb);
-  const bool wide = use_avx512();
-  const int64_t NR = wide ? kTapPanelAvx512 : kTapPanelAvx2, MR = wide ? kTapRowsAvx512 : kTapRowsAvx2;
+  const Kernels kern = kernels(selected_isa());
+  const int64_t NR = kern.tap_nr, MR = kern.tap_mr;
   const int64_t panels = (OH * geom.SW + NR - 1) / NR, tiles = (Mg + MR - 1) / MR;
   const bool by_rows = panels >= kPhaseBandPanels || tiles < 2;
   const int64_t phases = p.stride[0] * p.stride[1];
   // About 256 KFLOP per parallel chunk, as gemm::run
   const int64_t flop = int64_t(1) << 18, per_row = 2 * Mg * K * geom.SW, per_tile = 2 * MR * K * OH * geom.SW;
   const int64_t grain = std::max<int64_t>(1, flop / (by_rows ? per_row : per_tile));
-  const auto fn = wide ? &tap_panels_avx512 : &tap_panels_avx2;
-  const auto split = wide ? &split_rows_avx512 : &split_rows_avx2;
+  const auto fn = kern.tap_panels;
+  const auto split = kern.split_rows;
   static std::atomic<uint64_t> calls{0};
   for (int64_t g = 0; g < G; ++g) {
     for (int64_t n = 0; n < N; ++n) {
@@ -1585,7 +1626,7 @@ inline void run_phase_gemm(const Problem& pb, Par&& par) {
 constexpr int64_t kSmallMapPixels = 64;
 
 inline bool small_map(int64_t pixels, int64_t K) {
-  const int64_t nr = gemm::detail::select_kernel().nr;
+  const int64_t nr = gemm::detail::kernels(selected_isa()).tiles.nr;
   const int64_t padded = (pixels + nr - 1) / nr * nr;
   const bool sparse = pixels * 5 <= padded * 4;  // at most 80% of the panel columns used
   return pixels <= kSmallMapPixels && sparse && (K >= 128 || pixels * 2 <= padded);
@@ -1751,8 +1792,13 @@ constexpr int64_t kDirectMinWidth = 8;
 constexpr int64_t kPhaseMinPixels = 16;
 
 inline bool uses_phase_gemm(const Problem& pb) {
+#if ETFUSE_HAVE_X86_DISPATCH
   return !pb.packed && !pb.packed_i8 && !is_depthwise(pb) && pb.lw.sizes[2] * pb.lw.sizes[3] > 1 &&
-      pb.lo.sizes[2] * pb.lo.sizes[3] >= kPhaseMinPixels && selected_isa() == Isa::kAvx2;
+      pb.lo.sizes[2] * pb.lo.sizes[3] >= kPhaseMinPixels && detail::kernels(selected_isa()).tap_panels;
+#else
+  (void)pb;
+  return false;
+#endif
 }
 
 inline bool is_direct(const Problem& pb) {
@@ -1788,7 +1834,7 @@ constexpr int64_t kBlocksMaxPixels = 576;
 inline bool uses_depthwise_rows(const Problem& pb) {
 #if ETFUSE_HAVE_ARM_NEON
   const Params& p = pb.p;
-  return selected_isa() == Isa::kNeon && is_depthwise(pb) && pb.lo.sizes[1] == p.groups &&
+  return detail::kernels(selected_isa()).depthwise_rows && is_depthwise(pb) && pb.lo.sizes[1] == p.groups &&
       pb.lw.sizes[2] == pb.lw.sizes[3] && p.stride[0] == p.stride[1] && p.dilation[0] == 1 && p.dilation[1] == 1 &&
       pb.lo.sizes[3] >= 4 && arm::DepthwiseNeon::supports(pb.lw.sizes[2], p.stride[0]);
 #else
@@ -1799,7 +1845,7 @@ inline bool uses_depthwise_rows(const Problem& pb) {
 
 inline bool uses_depthwise_blocks(const Problem& pb) {
 #if ETFUSE_HAVE_X86_DISPATCH
-  return use_avx512() && is_depthwise(pb) && pb.lo.sizes[1] == pb.p.groups &&
+  return detail::kernels(selected_isa()).depthwise_blocks && is_depthwise(pb) && pb.lo.sizes[1] == pb.p.groups &&
       pb.lo.sizes[2] * pb.lo.sizes[3] <= kBlocksMaxPixels && pb.li.strides[3] == 1 &&
       pb.li.strides[2] == pb.li.sizes[3] && pb.lo.strides[3] == 1 && pb.lo.strides[2] == pb.lo.sizes[3];
 #else
@@ -1853,36 +1899,27 @@ inline void run_paths(const Problem& pb, Par&& par) {
     // and 8 an input, all about 4 times the GEMM's cost per multiply-add
     const int64_t per_block = 64 * (OH * OW * (pb.lw.sizes[2] * pb.lw.sizes[3] + 16) + 8 * pb.li.sizes[2] * pb.li.sizes[3]);
     SerialBelow<Par&>{par, blocks * per_block < kParallelMinMacs}(
-        int64_t(0), blocks, 1, [&](int64_t b, int64_t e) { detail::depthwise_blocks_avx512(pb, b, e); });
+        int64_t(0), blocks, 1, [&](int64_t b, int64_t e) { detail::kernels(selected_isa()).depthwise_blocks(pb, b, e); });
     return;
   }
 #endif
 #if ETFUSE_HAVE_ARM_NEON
   if (uses_depthwise_rows(pb)) {
     detail::serial_or_parallel(N * Cout, detail::grain_for(int64_t(1) << 15, OH * OW * pb.lw.sizes[2] * pb.lw.sizes[3]),
-                               par, [&](int64_t b, int64_t e) { detail::depthwise_rows_neon(pb, b, e); });
+                               par, [&](int64_t b, int64_t e) { detail::kernels(selected_isa()).depthwise_rows(pb, b, e); });
     return;
   }
 #endif
   if (use_flat_depthwise(pb)) {
-#if ETFUSE_HAVE_X86_DISPATCH
-    auto fn = selected_isa() == Isa::kAvx2 ? &detail::depthwise_flat_avx2 : &detail::depthwise_flat_baseline;
-#else
-    auto fn = &detail::depthwise_flat_baseline;
-#endif
+    const auto fn = detail::kernels(selected_isa()).depthwise_flat;
     detail::serial_or_parallel(N * Cout, detail::grain_for(int64_t(1) << 15, OH * OW * pb.lw.sizes[2] * pb.lw.sizes[3]),
                                par, [&](int64_t b, int64_t e) { fn(pb, b, e); });
     return;
   }
   if (is_depthwise(pb) && Cout == p.groups && OH * OW <= kChannelsMaxPixels) {
-#if ETFUSE_HAVE_X86_DISPATCH
-    const int64_t W = use_avx512() ? 16 : selected_isa() == Isa::kAvx2 ? 8 : 4, blocks = N * ((Cout + W - 1) / W);
-    auto fn = W == 16 ? &detail::depthwise_channels_avx512
-                      : W == 8 ? &detail::depthwise_channels_avx2 : &detail::depthwise_channels_baseline;
-#else
-    const int64_t W = 4, blocks = N * ((Cout + W - 1) / W);
-    auto fn = &detail::depthwise_channels_baseline;
-#endif
+    const detail::Kernels kern = detail::kernels(selected_isa());
+    const int64_t W = kern.channels_width, blocks = N * ((Cout + W - 1) / W);
+    const auto fn = kern.depthwise_channels;
     detail::serial_or_parallel(blocks, detail::grain_for(int64_t(1) << 15, W * OH * OW * pb.lw.sizes[2] * pb.lw.sizes[3]),
                                par, [&](int64_t b, int64_t e) { fn(pb, b, e); });
     return;
@@ -1895,13 +1932,7 @@ inline void run_paths(const Problem& pb, Par&& par) {
 #endif
   if (is_direct(pb)) {
     int64_t grain = detail::grain_for(int64_t(1) << 16, OH * OW * pb.lw.sizes[1] * pb.lw.sizes[2] * pb.lw.sizes[3]);
-#if ETFUSE_HAVE_X86_DISPATCH
-    auto fn = selected_isa() == Isa::kAvx2 ? &detail::direct_avx2 : &detail::direct_baseline;
-#elif ETFUSE_HAVE_ARM_NEON
-    auto fn = selected_isa() == Isa::kNeon ? &detail::direct_neon : &detail::direct_baseline;
-#else
-    auto fn = &detail::direct_baseline;
-#endif
+    const auto fn = detail::kernels(selected_isa()).direct;
     if (p.groups == 1 && Cout > 1) {
       // Every output plane reads all the input channels (a stem: 32 outputs from 3 inputs): they
       // are split into phase planes once per image, channel by channel in parallel, and shared

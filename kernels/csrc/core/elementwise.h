@@ -94,7 +94,7 @@ inline void run(
   if (p.total == 0) return;
   const detail::Inner<F> in{a, b, out};
 #if ETFUSE_HAVE_X86_DISPATCH
-  auto* fn = selected_isa() == Isa::kAvx2 ? &detail::run_range_avx2<F> : &detail::run_range_baseline<F>;
+  auto* fn = isa_at_least(Isa::kAvx2) ? &detail::run_range_avx2<F> : &detail::run_range_baseline<F>;
 #else
   auto* fn = &detail::run_range_baseline<F>;
 #endif

@@ -245,7 +245,7 @@ void rows_base(const Args& e, int64_t i0, int64_t i1) {
 template <int Bits, class O, class TW>
 void rows(const Args& e, int64_t i0, int64_t i1) {
 #if ETFUSE_HAVE_X86_DISPATCH
-  if (selected_isa() == Isa::kAvx2) {
+  if (isa_at_least(Isa::kAvx2)) {
     rows_avx2<Bits, O, TW>(e, i0, i1);
   } else {
     rows_base<Bits, O, TW>(e, i0, i1);

@@ -748,15 +748,25 @@ ETFUSE_TARGET_AVX512 void dot_cols_avx512(const Args& g, int64_t j0, int64_t j1)
 #endif
 #endif
 
-inline Kernel select_kernel() {
+// The GEMM's kernels on one ISA: the one place they are chosen.
+struct Kernels {
+  Kernel tiles;
+  void (*dot_cols)(const Args&, int64_t, int64_t);  // the GEMV-like problems (use_dot)
+};
+
+inline Kernels kernels(Isa isa) {
+  switch (isa) {
 #if ETFUSE_HAVE_X86_DISPATCH
-  if (use_avx512()) return Kernel{12, 32, &tiles_avx512};
-  if (selected_isa() == Isa::kAvx2) return Kernel{6, 16, &tiles_avx2};
+    case Isa::kAvx512Vnni:
+    case Isa::kAvx512: return {{12, 32, &tiles_avx512}, &dot_cols_avx512};
+    case Isa::kAvx2: return {{6, 16, &tiles_avx2}, &dot_cols_avx2};
 #endif
 #if ETFUSE_HAVE_ARM_NEON
-  if (selected_isa() == Isa::kNeon) return Kernel{4, 16, &tiles_neon};
+    case Isa::kNeonDot:
+    case Isa::kNeon: return {{4, 16, &tiles_neon}, &dot_cols_baseline};
 #endif
-  return Kernel{4, 8, &tiles_baseline};
+    default: return {{4, 8, &tiles_baseline}, &dot_cols_baseline};
+  }
 }
 
 }  // namespace detail
@@ -766,12 +776,7 @@ template <class Par>
 inline void run(const Args& g, Par&& par) {
   if (g.M <= 0 || g.N <= 0) return;
   if (detail::use_dot(g)) {
-#if ETFUSE_HAVE_X86_DISPATCH
-    auto dot = use_avx512() ? &detail::dot_cols_avx512
-        : selected_isa() == Isa::kAvx2 ? &detail::dot_cols_avx2 : &detail::dot_cols_baseline;
-#else
-    auto dot = &detail::dot_cols_baseline;
-#endif
+    const auto dot = detail::kernels(selected_isa()).dot_cols;
     // column blocks of ~256 KFLOP, a multiple of 4 columns, each column's weight read costed as
     // 8 rows' multiply-adds: a decoding step's GEMV (M = 1) streams its weight at about 2 flops
     // per byte, so its columns split across threads from 288 x 288 on, not from 288 x 576
@@ -784,7 +789,7 @@ inline void run(const Args& g, Par&& par) {
     }
     return;
   }
-  const detail::Kernel kern = detail::select_kernel();
+  const detail::Kernel kern = detail::kernels(selected_isa()).tiles;
   const int64_t panels = (g.N + kern.nr - 1) / kern.nr;
   // Row blocks of kMC rows; fewer rows per block when that leaves under kMinTasks tiles (a
   // 64-channel conv on a 6x6 map is 3 panels x 1 block: 2 of 3 on one thread of 2). Each extra

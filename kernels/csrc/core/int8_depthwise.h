@@ -35,12 +35,9 @@ struct Problem : int8_epilogue::Geometry {
 
 // Everything below is x86 (AVX-512BW); elsewhere the int8 depthwise convs take the float path.
 #if ETFUSE_HAVE_X86_DISPATCH
-// On when AVX-512 is (use_avx512) and the CPU has AVX-512BW/VL (the masked byte loads and
+// On where the ISA includes AVX-512 and the CPU has AVX-512BW/VL (the masked byte loads and
 // stores).
-inline bool available() {
-  static const bool bw = int8_epilogue::cpu_has_avx512bw();
-  return bw && use_avx512();
-}
+inline bool available() { return cpu_features().avx512bw && isa_at_least(Isa::kAvx512); }
 
 namespace detail {
 

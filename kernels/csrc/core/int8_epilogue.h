@@ -32,13 +32,6 @@ struct Requant {
   float inv = 1.0f, zp = 0.0f, lo = 0.0f, hi = 0.0f;
 };
 
-#if ETFUSE_HAVE_X86_DISPATCH
-inline bool cpu_has_avx512bw() {
-  __builtin_cpu_init();
-  return __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512vl");
-}
-#endif
-
 #if defined(ETFUSE_CORE_KERNELS) && ETFUSE_HAVE_X86_DISPATCH
 // 16 sums (exact integers in float32) with their scales and biases (`has_bias` false: none)
 // -> 16 bytes.

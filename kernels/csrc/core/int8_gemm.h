@@ -86,7 +86,7 @@ namespace int8_gemm {
 template <class T>
 inline void integers(const T* q, int64_t n, float zp, float* out) {
 #if ETFUSE_HAVE_X86_DISPATCH
-  if (selected_isa() == Isa::kAvx2) return x86::integers_avx2(q, n, zp, out);
+  if (isa_at_least(Isa::kAvx2)) return x86::integers_avx2(q, n, zp, out);
 #endif
   integers_base(q, n, zp, out);
 }
@@ -97,7 +97,7 @@ using RequantRows = void (*)(const float*, int64_t, int64_t, int64_t, int64_t, c
 template <class T, bool kPer>
 inline RequantRows<T> requant_rows() {
 #if ETFUSE_HAVE_X86_DISPATCH
-  if (selected_isa() == Isa::kAvx2) return &x86::requant_rows_avx2<T, kPer>;
+  if (isa_at_least(Isa::kAvx2)) return &x86::requant_rows_avx2<T, kPer>;
 #endif
   return &requant_rows_base<T, kPer>;
 }
@@ -108,7 +108,7 @@ using PanelsRows = void (*)(const float*, int64_t, int64_t, const int8_t*, int64
 template <int R>
 inline PanelsRows panels_rows() {
 #if ETFUSE_HAVE_X86_DISPATCH
-  if (selected_isa() == Isa::kAvx2) return &x86::panels_rows_avx2<R>;
+  if (isa_at_least(Isa::kAvx2)) return &x86::panels_rows_avx2<R>;
 #endif
   return &panels_rows_base<R>;
 }

@@ -27,11 +27,6 @@
 #include "common.h"
 #include "int8_epilogue.h"
 
-#if ETFUSE_HAVE_ARM_NEON && defined(__linux__)
-#include <asm/hwcap.h>
-#include <sys/auxv.h>
-#endif
-
 #if ETFUSE_HAVE_X86_DISPATCH
 #define ETFUSE_TARGET_VNNI __attribute__((target("avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")))
 #endif
@@ -69,35 +64,10 @@ inline const int8_t* weight_of(const Problem& pb, int64_t c) {
 }
 inline int64_t weight_step(const Problem& pb) { return pb.quads ? 64 : 4; }
 
-#if ETFUSE_HAVE_ARM_NEON
-// ARMv8.2 dot products (sdot / udot): Linux's hwcap, as qemu-user reports it for its -cpu.
-inline bool cpu_has_neon_dot() {
-#if defined(__linux__) && defined(HWCAP_ASIMDDP)
-  return (getauxval(AT_HWCAP) & HWCAP_ASIMDDP) != 0;
-#else
-  return false;
-#endif
-}
-
-// Tests force the smlal kernel on a core that has dot products.
-inline bool& neon_dot_disabled() {
-  static bool off = false;
-  return off;
-}
-#endif
-
 // Everything below up to the ARM section is x86 (AVX-512 VNNI).
 #if ETFUSE_HAVE_X86_DISPATCH
-inline bool cpu_has_vnni() {
-  return int8_epilogue::cpu_has_avx512bw() && __builtin_cpu_supports("avx512vnni");
-}
-
-// On when AVX-512 is (use_avx512: not forced off by set_isa / ETFUSE_KERNELS_ISA) and the CPU
-// has VNNI.
-inline bool available() {
-  static const bool vnni = cpu_has_vnni();
-  return vnni && use_avx512();
-}
+// On where the ISA includes AVX-512 VNNI (core/isa.h).
+inline bool available() { return isa_at_least(Isa::kAvx512Vnni); }
 
 // Four rows of 16 bytes r[j][i] -> 16 groups of 4, dst[4 * i + j] (SSE2 unpacks): 4 k of 16
 // pixels (interleave) or of 16 channels (to_quads).
@@ -360,24 +330,17 @@ namespace int8_pointwise {
 
 using int8_epilogue::Geometry;
 
-// Whether `conv` has an int8 kernel here: x86 with AVX-512 VNNI (and AVX-512 not forced off);
-// aarch64 with the NEON ISA selected (not forced to "baseline"). Otherwise the float path.
+// Whether `conv` has an int8 kernel on the selected ISA: AVX-512 VNNI on x86; NEON (sdot with
+// dot products, smlal without) on aarch64. Otherwise the float path.
 #if !ETFUSE_HAVE_X86_DISPATCH
-inline bool available() {
-#if ETFUSE_HAVE_ARM_NEON
-  return selected_isa() == Isa::kNeon;
-#else
-  return false;
-#endif
-}
+inline bool available() { return isa_at_least(Isa::kNeon); }
 #endif
 
 // The name of the kernel `conv` runs ("vnni", "neon-dot", "neon-mlal"), null: none.
 inline const char* kernel_name() {
   if (!available()) return nullptr;
 #if ETFUSE_HAVE_ARM_NEON
-  static const bool dot = cpu_has_neon_dot();
-  return dot && !neon_dot_disabled() ? "neon-dot" : "neon-mlal";
+  return isa_at_least(Isa::kNeonDot) ? "neon-dot" : "neon-mlal";
 #else
   return "vnni";
 #endif

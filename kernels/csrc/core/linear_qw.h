@@ -178,6 +178,24 @@ void pack_panel(const void* ctx, int64_t k0, int64_t kc, int64_t j0, int64_t nr,
 }
 #endif
 
+// linear_qw's kernels on one ISA: the one place they are chosen (AVX-512 where the CPU has it:
+// the 4-bit decode is bound by unpacking, not by memory).
+struct Kernels {
+  void (*dot_cols)(const Args&, int64_t, int64_t);   // few rows: one dot product per column
+  void (*rows_cols)(const Args&, int64_t, int64_t);  // more rows
+};
+
+inline Kernels kernels(Isa isa) {
+  switch (isa) {
+#if ETFUSE_HAVE_X86_DISPATCH
+    case Isa::kAvx512Vnni:
+    case Isa::kAvx512: return {&dot_cols_avx512, &rows_cols_avx512};
+    case Isa::kAvx2: return {&dot_cols_avx2, &rows_cols_avx2};
+#endif
+    default: return {&dot_cols_baseline, &rows_cols_baseline};
+  }
+}
+
 // Runs the linear described by `a` (validated by the caller). `xsum` is scratch for the zero
 // points' sums of x.
 template <class Par>
@@ -198,14 +216,8 @@ inline void run(Args a, std::vector<float>& xsum, Par&& par) {
       for (int64_t k = 0; k < a.K; ++k) xsum[m * a.groups + k / G] += a.A[m * a.a_rs + k];
     a.xsum = xsum.data();
   }
-#if ETFUSE_HAVE_X86_DISPATCH
-  // AVX-512 where the CPU has it: the 4-bit decode is bound by unpacking, not by memory
-  const bool avx2 = selected_isa() == Isa::kAvx2, wide = use_avx512();
-  auto dot = few ? (wide ? &dot_cols_avx512 : avx2 ? &dot_cols_avx2 : &dot_cols_baseline)
-                 : (wide ? &rows_cols_avx512 : avx2 ? &rows_cols_avx2 : &rows_cols_baseline);
-#else
-  auto dot = few ? &dot_cols_baseline : &rows_cols_baseline;
-#endif
+  const Kernels kern = kernels(selected_isa());
+  const auto dot = few ? kern.dot_cols : kern.rows_cols;
   // column blocks of about 64K multiply-adds, a multiple of 4 columns (256K kept the tiny
   // llama's 288 x 768 linears, 2.5x slower per weight than float ones, on one thread)
   int64_t grain = ((int64_t(1) << 16) / (a.M * a.K) + 3) / 4 * 4;

@@ -162,9 +162,9 @@ inline void run_rows(const Args& a, void (*rows)(const Args&, int64_t, int64_t),
 template <class Par>
 inline void run(const Args& a, Par&& par) {
 #if ETFUSE_HAVE_X86_DISPATCH
-  run_rows(a, selected_isa() == Isa::kAvx2 ? &rows_avx2 : &rows_baseline, par);
+  run_rows(a, isa_at_least(Isa::kAvx2) ? &rows_avx2 : &rows_baseline, par);
 #elif ETFUSE_HAVE_ARM_NEON
-  run_rows(a, selected_isa() == Isa::kNeon ? &rows_neon : &rows_baseline, par);
+  run_rows(a, isa_at_least(Isa::kNeon) ? &rows_neon : &rows_baseline, par);
 #else
   run_rows(a, &rows_baseline, par);
 #endif
@@ -173,9 +173,9 @@ inline void run(const Args& a, Par&& par) {
 template <class Par>
 inline void run_layer(const Args& a, Par&& par) {
 #if ETFUSE_HAVE_X86_DISPATCH
-  run_rows(a, selected_isa() == Isa::kAvx2 ? &layer_rows_avx2 : &layer_rows_baseline, par);
+  run_rows(a, isa_at_least(Isa::kAvx2) ? &layer_rows_avx2 : &layer_rows_baseline, par);
 #elif ETFUSE_HAVE_ARM_NEON
-  run_rows(a, selected_isa() == Isa::kNeon ? &layer_rows_neon : &layer_rows_baseline, par);
+  run_rows(a, isa_at_least(Isa::kNeon) ? &layer_rows_neon : &layer_rows_baseline, par);
 #else
   run_rows(a, &layer_rows_baseline, par);
 #endif

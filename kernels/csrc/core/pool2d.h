@@ -305,8 +305,8 @@ inline void run(const float* in, float* out, int64_t planes, int64_t h, int64_t 
   const int64_t reach = (ow - 1) * p.stride[1] + (p.kernel[1] - 1) * p.dilation[1] + 1;
   const int64_t row_len = std::max(p.padding[1] + w + p.padding[1], reach);
 #if ETFUSE_HAVE_X86_DISPATCH
-  auto* fn = selected_isa() == Isa::kAvx2 ? &detail::planes_avx2<kMax> : &detail::planes_baseline<kMax>;
-  if (kMax && use_avx512() && (p.stride[1] == 1 || p.stride[1] == 2) && p.dilation[1] == 1 &&
+  auto* fn = isa_at_least(Isa::kAvx2) ? &detail::planes_avx2<kMax> : &detail::planes_baseline<kMax>;
+  if (kMax && isa_at_least(Isa::kAvx512) && (p.stride[1] == 1 || p.stride[1] == 2) && p.dilation[1] == 1 &&
       p.kernel[0] <= detail::kMaxRows) {
     fn = &detail::max_planes_avx512;
   }

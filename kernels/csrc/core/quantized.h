@@ -269,7 +269,7 @@ void add(
     const QParams& qb, const QParams& qo, bool relu, Par&& par) {
   const Plan p = make_plan(la, lb, lo);
   if (p.total == 0) return;  // the plan of an empty output has no inner run to divide by
-  const bool avx2 = selected_isa() == Isa::kAvx2;
+  const bool avx2 = isa_at_least(Isa::kAvx2);
   for_quantized(p.total, par, [&](int64_t e0, int64_t e1) {
     if (relu) {
       binary_range<TA, TB, TO, true>(p, a, b, o, e0, e1, qa, qb, qo, avx2);
@@ -293,7 +293,7 @@ void add_scalar(
   lb.ndim = 0;
   const Plan p = make_plan(la, lb, lo);
   if (p.total == 0) return;
-  const bool avx2 = selected_isa() == Isa::kAvx2;
+  const bool avx2 = isa_at_least(Isa::kAvx2);
   for_quantized(p.total, par, [&](int64_t e0, int64_t e1) {
     binary_range<TA, float, TO, false>(p, a, &bf, o, e0, e1, qa, qb, qo, avx2);
   });
@@ -336,7 +336,7 @@ ETFUSE_NO_FP_CONTRACT void dequantize_base(int64_t n, const TQ* q, float* x, con
 template <class TQ, class Par>
 void quantize(const float* x, TQ* q, int64_t n, const QParams& p, Par&& par) {
 #if ETFUSE_HAVE_X86_DISPATCH
-  auto f = selected_isa() == Isa::kAvx2 ? &quantize_avx2<TQ> : &quantize_base<TQ>;
+  auto f = isa_at_least(Isa::kAvx2) ? &quantize_avx2<TQ> : &quantize_base<TQ>;
 #else
   auto f = &quantize_base<TQ>;
 #endif
@@ -346,7 +346,7 @@ void quantize(const float* x, TQ* q, int64_t n, const QParams& p, Par&& par) {
 template <class TQ, class Par>
 void dequantize(const TQ* q, float* x, int64_t n, const QParams& p, Par&& par) {
 #if ETFUSE_HAVE_X86_DISPATCH
-  auto f = selected_isa() == Isa::kAvx2 ? &dequantize_avx2<TQ> : &dequantize_base<TQ>;
+  auto f = isa_at_least(Isa::kAvx2) ? &dequantize_avx2<TQ> : &dequantize_base<TQ>;
 #else
   auto f = &dequantize_base<TQ>;
 #endif
