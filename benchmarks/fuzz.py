@@ -105,14 +105,23 @@ def spec_for(seed: int, i: int):
     return fm.generate(fm.RandomDraw(random.Random(f"{seed}-{i}")))
 
 
-def worker(seed: int) -> None:
-    """Read graph indices from stdin, write one result line per graph to stdout."""
+def aarch64_runner(cpu: str) -> list:
+    """The command that runs the README's C++ app (etfuse_runner) built for aarch64, under qemu."""
+    import readme_consumer
+
+    return ["qemu-aarch64", "-L", "/usr/aarch64-linux-gnu", "-cpu", cpu, str(readme_consumer.app("aarch64"))]
+
+
+def worker(seed: int, aarch64_every: int = 0, aarch64_cpu: str = "neoverse-n1") -> None:
+    """Read graph indices from stdin, write one result line per graph to stdout. Graphs whose index
+    is a multiple of `aarch64_every` also run on the aarch64 runner."""
     import warnings
 
     warnings.filterwarnings("ignore")
     import fuzz_models as fm
 
     fm.kernels()
+    runner = aarch64_runner(aarch64_cpu) if aarch64_every else None
     out = sys.stdout
     sys.stdout = sys.stderr  # anything else printed stays out of the result stream
     out.write(MARK + json.dumps({"ready": True}) + "\n")
@@ -121,10 +130,10 @@ def worker(seed: int) -> None:
         i = int(line)
         t = time.time()
         try:
-            o = fm.check(spec_for(seed, i))
+            o = fm.check(spec_for(seed, i), aarch64=runner if aarch64_every and i % aarch64_every == 0 else None)
             res = {"i": i, "kind": o.kind, "detail": o.detail[:4000], "error": o.error,
                    "fused_ok": o.fused_ok, "fused_ops": o.fused_ops, "rules": o.rules, "passes": o.passes,
-                   "int8_exact": o.int8_exact}
+                   "int8_exact": o.int8_exact, "aarch64": o.aarch64}
         except Exception as e:  # noqa: BLE001  (a bug in the harness itself)
             res = {"i": i, "kind": "harness_error", "detail": repr(e)[:2000], "error": fm._err(e)}
         res["s"] = round(time.time() - t, 3)
@@ -132,7 +141,7 @@ def worker(seed: int) -> None:
         out.flush()
 
 
-def shrink(seed: int, i: int, repro_dir=None) -> int:
+def shrink(seed: int, i: int, repro_dir=None, aarch64_cpu: str = "neoverse-n1") -> int:
     """Check graph i, shrink it to a minimal model with the same outcome (kind, error and whether
     the fused runtime was right), and with `repro_dir` write `repro_<seed>_<i>.py` there: a
     standalone script that rebuilds the minimal model and exits 1 while the failure is there."""
@@ -144,6 +153,10 @@ def shrink(seed: int, i: int, repro_dir=None) -> int:
     fm.kernels()
     spec = spec_for(seed, i)
     first = fm.check(spec)
+    runner = None
+    if first.kind == fm.PASS:  # an aarch64 failure shows only there
+        runner = aarch64_runner(aarch64_cpu)
+        first = fm.check(spec, aarch64=runner)
     print(f"graph {i}: {first}\n{spec!r}", flush=True)
     if first.kind == fm.PASS:
         return 0
@@ -152,17 +165,17 @@ def shrink(seed: int, i: int, repro_dir=None) -> int:
     def same(s):
         # the same kind, error and comparison that failed ("fused runtime vs eager", ...): a shrink
         # that drifts to another failure of the same kind is not taken
-        o = fm.check(s, routes=routes)
+        o = fm.check(s, routes=routes, aarch64=runner)
         return (o.kind == first.kind and o.fused_ok == first.fused_ok and o.error == first.error
                 and o.detail.split("(")[0] == first.detail.split("(")[0])
 
     small = fm.shrink(spec, same, log=lambda m: print(m, flush=True))
-    outcome = fm.check(small, routes=routes)
+    outcome = fm.check(small, routes=routes, aarch64=runner)
     print(f"minimal:\n{small!r}\n{outcome}", flush=True)
     if repro_dir is not None:
         path = Path(repro_dir) / f"repro_{seed}_{i}.py"
         path.write_text(fm.reproducer(small, outcome, f"graph {i} of seed {seed}, shrunk from {len(spec.ops)} to "
-                                                      f"{len(small.ops)} ops"))
+                                                      f"{len(small.ops)} ops", aarch64=runner))
         print(f"reproducer: {path}", flush=True)
     return 0
 
@@ -244,14 +257,21 @@ def main(argv=None) -> int:
     ap.add_argument("--no-shrink", action="store_true",
                     help="do not shrink the etfuse failures at the end of the run")
     ap.add_argument("--shrink-timeout", type=float, default=1800.0, help="seconds per failure shrink")
+    ap.add_argument("--aarch64-every", type=int, default=0, metavar="K",
+                    help="every K-th graph also through the C++ runner built for aarch64, under qemu-aarch64")
+    ap.add_argument("--aarch64-cpu", default="neoverse-n1", help="qemu -cpu for --aarch64-every")
     ap.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     a = ap.parse_args(argv)
     if a.worker:
-        worker(a.seed)
+        worker(a.seed, a.aarch64_every, a.aarch64_cpu)
         return 0
     repro_dir = a.repro_dir or (str(Path(a.failures).resolve().parent) if a.failures else ".")
     if a.shrink is not None:
-        return shrink(a.seed, a.shrink, repro_dir)
+        return shrink(a.seed, a.shrink, repro_dir, a.aarch64_cpu)
+    import fuzz_models as fm
+
+    if a.aarch64_every:
+        aarch64_runner(a.aarch64_cpu)  # built once here, before the workers ask for it
 
     counts = collections.Counter()
     errors = collections.Counter()
@@ -273,9 +293,9 @@ def main(argv=None) -> int:
         el = time.time() - t0
         line = (f"[{'final' if final else 'progress'}] graphs={done[0]}/{a.graphs} "
                 + " ".join(f"{k}={counts[k]}" for k in
-                           ("pass", "etfuse_mismatch", "etfuse_error", "etfuse_unstable", "etfuse_routes", "known_etfuse_bug",
-                            "stock_bug",
+                           ("pass", *fm.FAILURES, "known_etfuse_bug", "stock_bug",
                             "stock_error", "skip", "abort", "hang", "harness_error"))
+                + f" aarch64={counts['aarch64']}"
                 + f" time={el:.0f}s ({el / max(done[0], 1):.2f}s/graph)")
         print(line, flush=True)
         if final or done[0] % (a.every * 4) == 0:
@@ -297,17 +317,16 @@ def main(argv=None) -> int:
             for fam in {families.get(k, "?") for k in rules}:
                 by_family[(fam, res["kind"])] += 1
             by_pass.update(res.get("passes") or ())
+            counts["aarch64"] += bool(res.get("aarch64"))
             if res.get("int8_exact") is not None:
                 counts["int8_exact" if res["int8_exact"] else "int8_within_a_step"] += 1
-            if res["kind"] in ("etfuse_mismatch", "etfuse_error", "etfuse_unstable", "etfuse_routes"):
+            if res["kind"] in fm.FAILURES:
                 failed.append(i)
             if res.get("error") and res["kind"] != "pass":
                 errors[f"{res['kind']}: {res['error'][:140]}"] += 1
             if res["kind"] == "stock_bug":
                 counts["stock_bug_fused_ok" if res.get("fused_ok") else "stock_bug_fused_wrong"] += 1
-            if res["kind"] in ("etfuse_mismatch", "etfuse_error", "etfuse_unstable", "etfuse_routes", "abort", "hang",
-                               "harness_error",
-                               "stock_bug", "known_etfuse_bug"):
+            if res["kind"] in (*fm.FAILURES, "abort", "hang", "harness_error", "stock_bug", "known_etfuse_bug"):
                 spec = repr(spec_for(a.seed, i))
                 print(f"--- graph {i}: {res['kind']}: {res['detail'][:600]}\n{spec}", flush=True)
                 if failures:
@@ -373,7 +392,7 @@ def main(argv=None) -> int:
                                 "--repro-dir", repro_dir], timeout=a.shrink_timeout, check=False)
             except subprocess.TimeoutExpired:
                 print(f"    shrinking graph {i} timed out after {a.shrink_timeout:.0f}s", flush=True)
-    return 1 if any(counts[k] for k in ("etfuse_mismatch", "etfuse_error", "etfuse_unstable", "abort", "hang")) else 0
+    return 1 if any(counts[k] for k in (*fm.FAILURES, "abort", "hang")) else 0
 
 
 if __name__ == "__main__":

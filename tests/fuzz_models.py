@@ -574,11 +574,12 @@ ETFUSE_MISMATCH = "etfuse_mismatch"      # fused (eager or runtime) differs whil
 ETFUSE_ERROR = "etfuse_error"            # etfuse.fuse, or lowering/running the fused program, raised
 ETFUSE_UNSTABLE = "etfuse_unstable"      # fusing the fused program again changes its ops
 ETFUSE_ROUTES = "etfuse_routes"          # the three routes differ where they promise not to (`check_routes`)
+ETFUSE_AARCH64 = "etfuse_aarch64"        # the fused .pte on the aarch64 C++ runner (qemu) differs from x86's
 STOCK_BUG = "stock_bug"                  # the unfused runtime is wrong (stock executorch)
 STOCK_ERROR = "stock_error"              # the unfused program does not lower/run on the stock runtime
 SKIP = "skip"                            # export / to_edge / quantization unsupported
 KNOWN_ETFUSE_BUG = "known_etfuse_bug"    # an etfuse failure listed in KNOWN_ETFUSE_BUGS
-FAILURES = (ETFUSE_MISMATCH, ETFUSE_ERROR, ETFUSE_UNSTABLE, ETFUSE_ROUTES)
+FAILURES = (ETFUSE_MISMATCH, ETFUSE_ERROR, ETFUSE_UNSTABLE, ETFUSE_ROUTES, ETFUSE_AARCH64)
 EXPECTED = (PASS, STOCK_BUG, STOCK_ERROR, SKIP, KNOWN_ETFUSE_BUG)
 
 
@@ -592,6 +593,7 @@ class Outcome:
     rules: dict = dataclasses.field(default_factory=dict)  # rule key -> times it fired (FusionPass.report)
     passes: list = dataclasses.field(default_factory=list)  # passes that changed the graph
     int8_exact: Optional[bool] = None  # int8: the fused runtime equal, bit for bit, to the stock one
+    aarch64: bool = False  # the fused .pte also ran on the aarch64 runner (and matched)
 
     def __str__(self):
         return f"{self.kind}: {self.detail}"
@@ -694,10 +696,51 @@ def kernels():
     return _KERNELS
 
 
-def check(spec: ModelSpec, runs: int = 2, routes: Optional[bool] = None) -> Outcome:
+def check(spec: ModelSpec, runs: int = 2, routes: Optional[bool] = None, aarch64: Optional[list] = None) -> Outcome:
     """Eager vs fused eager vs unfused runtime vs fused runtime, on `runs` input sets (and the other
-    sizes of a dynamic batch); the three routes too when `routes` (default: `check_routes(spec)`)."""
-    return _known(_check(spec, runs, check_routes(spec) if routes is None else routes))
+    sizes of a dynamic batch); the three routes too when `routes` (default: `check_routes(spec)`);
+    with `aarch64` (the command that runs the C++ runner for aarch64, e.g. under qemu-aarch64) the
+    fused .pte there too, on the first input set, against the x86 fused runtime."""
+    return _known(_check(spec, runs, check_routes(spec) if routes is None else routes, aarch64))
+
+
+def run_aarch64(runner: list, pte: bytes, inputs, like: list):
+    """`pte` through the C++ runner command `runner` once: its outputs, read back like the tensors
+    in `like`, or a string saying why there are none."""
+    import subprocess
+    import tempfile
+    from pathlib import Path
+
+    from deploy_models import read_outputs
+
+    with tempfile.TemporaryDirectory() as d:
+        d = Path(d)
+        (d / "model.pte").write_bytes(pte)
+        args = []
+        for i, t in enumerate(inputs):
+            (d / f"input_{i}.bin").write_bytes(t.contiguous().numpy().tobytes())
+            args += ["--input", str(d / f"input_{i}.bin")]
+        (d / "out").mkdir()
+        cmd = [*runner, str(d / "model.pte"), *args, "--output-dir", str(d / "out"), "--iterations", "1",
+               "--warmup", "0", "--threads", "1"]
+        try:
+            proc = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
+        except subprocess.TimeoutExpired:
+            return "the runner took over 600 s"
+        if proc.returncode != 0:
+            return f"the runner exited {proc.returncode}: {proc.stderr.strip()[-1500:]}"
+        if (d / "out" / f"output_{len(like)}.bin").exists():
+            return f"the runner wrote more than the {len(like)} outputs"
+        try:
+            return read_outputs(d / "out", like)
+        except (AssertionError, FileNotFoundError) as e:
+            return f"the runner's outputs: {e}"
+
+
+def aarch64_checkable(spec: ModelSpec, inputs) -> bool:
+    """The runner reads each input as contiguous bytes at the program's own sizes: no dynamic
+    dims, no channels-last or strided inputs."""
+    return spec.dynamic_shapes() is None and all(t.is_contiguous() for t in inputs)
 
 
 ROUTES_EVERY = 4
@@ -823,7 +866,7 @@ def op_list(program) -> list:
             if isinstance(gm, torch.fx.GraphModule) for n in gm.graph.nodes if n.op == "call_function"]
 
 
-def _check(spec: ModelSpec, runs: int, routes: bool = False) -> Outcome:
+def _check(spec: ModelSpec, runs: int, routes: bool = False, aarch64: Optional[list] = None) -> Outcome:
     import etfuse
     from executorch.exir import to_edge
     from etfuse.passes import LoopLoweringPass
@@ -907,6 +950,8 @@ def _check(spec: ModelSpec, runs: int, routes: bool = False) -> Outcome:
         atol, rtol = 1e-4, 1e-4
     stock_bug = None
     int8_exact = None
+    first_fused = None  # (runtime inputs, x86 fused runtime outputs) of input set 0, for `aarch64`
+    on_aarch64 = False
     # (input set, batch): `runs` sets at S's batch, then one at each other size of a dynamic batch
     sets = [(k, None) for k in range(runs)] + [(runs + j, b) for j, b in enumerate(spec.batch_sizes()[1:])]
     for k, batch in sets:
@@ -925,6 +970,8 @@ def _check(spec: ModelSpec, runs: int, routes: bool = False) -> Outcome:
             fr = list(fused_method.execute(ra))
         except Exception as e:  # noqa: BLE001
             fr, fr_problem = None, _err(e)
+        if k == 0 and fr is not None:
+            first_fused = (ra, [t.clone() for t in fr])
         ur, ur_problem = None, unfused_problem
         if unfused_method is not None:
             try:
@@ -984,6 +1031,15 @@ def _check(spec: ModelSpec, runs: int, routes: bool = False) -> Outcome:
                 return Outcome(ETFUSE_ROUTES, f"to_executorch(ExecutorchBackendConfig(passes=default_passes())) vs "
                                               f"{ref_name} (input set {k}{bt}), where the fused program matches: "
                                               f"{cr_bad}", **info)
+    # -- the fused .pte on aarch64 (the C++ runner), against the x86 fused runtime: the same
+    # tolerance as the fused program against eager (float sums in another order; int8 within a step)
+    if aarch64 is not None and first_fused is not None and aarch64_checkable(spec, first_fused[0]):
+        ra, fr = first_fused
+        got = run_aarch64(aarch64, fused_et.buffer, ra, fr)
+        bad = got if isinstance(got, str) else _compare(got, fr, atol, rtol)
+        if bad:
+            return Outcome(ETFUSE_AARCH64, f"aarch64 runner vs x86 fused runtime (input set 0): {bad}", **info)
+        on_aarch64 = True
     # -- the transform route: etfuse.fuse's program, so the same .pte operator plan --
     if routes:
         from etfuse.passes import default_passes
@@ -1008,7 +1064,7 @@ def _check(spec: ModelSpec, runs: int, routes: bool = False) -> Outcome:
         return Outcome(ETFUSE_UNSTABLE, f"fusing the fused program again: {once} -> {twice}", **info)
     out = stock_bug or Outcome(PASS)
     out.fused_ops, out.rules, out.passes = info["fused_ops"], info["rules"], info["passes"]
-    out.int8_exact = int8_exact
+    out.int8_exact, out.aarch64 = int8_exact, on_aarch64
     return out
 
 
@@ -1173,9 +1229,10 @@ def export_edge(spec: ModelSpec):
         return to_edge(torch.export.export(model, args, dynamic_shapes=spec.dynamic_shapes()))
 
 
-def reproducer(spec: ModelSpec, outcome: "Outcome", note: str = "") -> str:
+def reproducer(spec: ModelSpec, outcome: "Outcome", note: str = "", aarch64: Optional[list] = None) -> str:
     """A standalone script (it imports this module from the repository's tests/) that rebuilds
-    `spec`, runs the four-way check and exits 1 while the failure is still there."""
+    `spec`, runs the four-way check (and with `aarch64`, the runner command, the aarch64 one) and
+    exits 1 while the failure is still there."""
     import os
 
     tests = os.path.dirname(os.path.abspath(__file__))
@@ -1197,7 +1254,7 @@ spec = {spec.code()}
 
 if __name__ == "__main__":
     print(repr(spec))
-    outcome = check(spec, routes=True)
+    outcome = check(spec, routes=True, aarch64={aarch64!r})
     print(outcome)
     sys.exit(1 if outcome.kind in FAILURES else 0)
 '''

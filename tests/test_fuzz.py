@@ -287,3 +287,44 @@ def test_a_dynamic_batch_runs_at_every_size_and_lowers_its_shape_arithmetic():
     assert outcome.kind == fm.PASS and "SymIntToPrimsPass" in outcome.passes, outcome
     drawn = [fm.generate(fm.RandomDraw(random.Random(f"dyn-{i}"))) for i in range(200)]
     assert sum(bool(d.dynamic_batch) for d in drawn) >= 10
+
+
+def _add_relu_spec():
+    return fm.ModelSpec(shape=(2, 4), inputs=((2, 4), (2, 4)), ops=(fm.Op("add", (0, 1)), fm.Op("relu", (2,))),
+                        outputs=(3,))
+
+
+def test_the_aarch64_check_compares_the_runner_with_the_x86_runtime(monkeypatch):
+    """The aarch64 check is not vacuous: runner outputs off by more than the tolerance, or a runner
+    that fails, are an etfuse_aarch64 failure (no qemu needed: the runner's result is made up)."""
+    fm.kernels()
+    spec = _add_relu_spec()
+    monkeypatch.setattr(fm, "run_aarch64", lambda runner, pte, inputs, like: [t.clone() for t in like])
+    assert fm.check(spec, aarch64=["runner"]).aarch64
+    monkeypatch.setattr(fm, "run_aarch64", lambda runner, pte, inputs, like: [t + 0.01 for t in like])
+    outcome = fm.check(spec, aarch64=["runner"])
+    assert outcome.kind == fm.ETFUSE_AARCH64 and "aarch64 runner vs x86 fused runtime" in outcome.detail, outcome
+    monkeypatch.setattr(fm, "run_aarch64", lambda runner, pte, inputs, like: "the runner exited 1: boom")
+    assert fm.check(spec, aarch64=["runner"]).kind == fm.ETFUSE_AARCH64
+
+
+def test_fuzzed_programs_run_alike_on_the_aarch64_runner():
+    """A fixed sample of generated models (float and int8) through the README's C++ app built for
+    aarch64, under qemu-aarch64 -cpu neoverse-n1: the fused .pte's outputs there equal the x86 fused
+    runtime's within the fused-vs-eager tolerance (benchmarks/fuzz.py --aarch64-every runs it at scale)."""
+    import readme_consumer
+
+    fm.kernels()
+    runner = ["qemu-aarch64", "-L", "/usr/aarch64-linux-gnu", "-cpu", "neoverse-n1", str(readme_consumer.app("aarch64"))]
+    checked = {False: 0, True: 0}  # float, int8
+    for i in range(40):
+        spec = fm.generate(fm.RandomDraw(random.Random(f"aarch64-{i}")), quant=checked[False] >= 3)
+        if spec.dynamic_shapes() is not None or checked[bool(spec.quant)] >= 3:
+            continue
+        outcome = fm.check(spec, routes=False, aarch64=runner)
+        assert outcome.kind not in fm.FAILURES, f"{outcome}\n{spec!r}"
+        if outcome.aarch64 and outcome.fused_ops:
+            checked[bool(spec.quant)] += 1
+        if min(checked.values()) >= 3:
+            break
+    assert min(checked.values()) >= 3, checked
