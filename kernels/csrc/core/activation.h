@@ -172,23 +172,32 @@ namespace core {
 namespace activation {
 namespace detail {
 
+// An activation's kernel on one ISA: the one place it is chosen (AVX-512 takes the AVX2 loop:
+// the pass is bound by memory).
+template <Kind K>
+struct Kernels {
+  void (*range)(float*, int64_t);
+};
+
+template <Kind K>
+inline Kernels<K> kernels(Isa isa) {
+  switch (isa) {
+#if ETFUSE_HAVE_X86_DISPATCH
+    case Isa::kAvx512Vnni:
+    case Isa::kAvx512:
+    case Isa::kAvx2: return {&range_avx2<K>};
+#endif
+#if ETFUSE_HAVE_ARM_NEON
+    case Isa::kNeonDot:
+    case Isa::kNeon: return {&arm::range<K>};
+#endif
+    default: return {&range_baseline<K>};
+  }
+}
+
 template <Kind K>
 inline void range(float* p, int64_t n) {
-#if ETFUSE_HAVE_X86_DISPATCH
-  if (isa_at_least(Isa::kAvx2)) {
-    range_avx2<K>(p, n);
-  } else {
-    range_baseline<K>(p, n);
-  }
-#elif ETFUSE_HAVE_ARM_NEON
-  if (isa_at_least(Isa::kNeon)) {
-    arm::range<K>(p, n);
-  } else {
-    range_baseline<K>(p, n);
-  }
-#else
-  range_baseline<K>(p, n);
-#endif
+  kernels<K>(selected_isa()).range(p, n);
 }
 
 inline void dispatch(Kind kind, float* p, int64_t n) {
