@@ -71,22 +71,36 @@ float exp_row_baseline(float* s, int64_t n, float m);
 ETFUSE_TARGET_AVX2 float exp_row_avx2(float* s, int64_t n, float m);
 #endif
 
-inline float exp_row(float* s, int64_t n, float m) {
-#if ETFUSE_HAVE_X86_DISPATCH
-  return isa_at_least(Isa::kAvx2) ? exp_row_avx2(s, n, m) : exp_row_baseline(s, n, m);
-#elif ETFUSE_HAVE_ARM_NEON
-  return isa_at_least(Isa::kNeon) ? arm::exp_row(s, n, m) : exp_row_baseline(s, n, m);
-#else
-  return exp_row_baseline(s, n, m);
-#endif
-}
-
 // Query-row blocks [begin, end) of the flattened (b, h, block) index; `scratch` holds
 // kRows * (S + Dv) floats.
 void blocks_baseline(const Args& a, int64_t begin, int64_t end, float* scratch);
 #if ETFUSE_HAVE_X86_DISPATCH
 ETFUSE_TARGET_AVX2 void blocks_avx2(const Args& a, int64_t begin, int64_t end, float* scratch);
 #endif
+
+// attention's kernels on one ISA: the one place they are chosen. NEON has its own exp; its
+// blocks are the portable ones (their 4-float vectors are NEON vectors there).
+struct Kernels {
+  float (*exp_row)(float*, int64_t, float);
+  void (*blocks)(const Args&, int64_t, int64_t, float*);
+};
+
+inline Kernels kernels(Isa isa) {
+  switch (isa) {
+#if ETFUSE_HAVE_X86_DISPATCH
+    case Isa::kAvx512Vnni:
+    case Isa::kAvx512:
+    case Isa::kAvx2: return {&exp_row_avx2, &blocks_avx2};
+#endif
+#if ETFUSE_HAVE_ARM_NEON
+    case Isa::kNeonDot:
+    case Isa::kNeon: return {&arm::exp_row, &blocks_baseline};
+#endif
+    default: return {&exp_row_baseline, &blocks_baseline};
+  }
+}
+
+inline float exp_row(float* s, int64_t n, float m) { return kernels(selected_isa()).exp_row(s, n, m); }
 
 #if defined(ETFUSE_CORE_KERNELS)
 namespace detail {
@@ -302,11 +316,7 @@ inline void run(const Args& a, Par&& par) {
     });
     return;
   }
-#if ETFUSE_HAVE_X86_DISPATCH
-  auto blocks = isa_at_least(Isa::kAvx2) ? &blocks_avx2 : &blocks_baseline;
-#else
-  auto blocks = &blocks_baseline;
-#endif
+  const auto blocks = kernels(selected_isa()).blocks;
   const int64_t n = a.B * a.H * ((a.L + kRows - 1) / kRows);
   const size_t scratch = static_cast<size_t>(kRows * (a.S + a.Dv));
   // about 256 KFLOP per parallel chunk
