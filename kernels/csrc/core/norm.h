@@ -159,26 +159,36 @@ inline void run_rows(const Args& a, void (*rows)(const Args&, int64_t, int64_t),
   par(0, a.rows, grain, [&](int64_t begin, int64_t end) { rows(a, begin, end); });
 }
 
+// The norms' kernels on one ISA: the one place they are chosen (AVX-512 takes the AVX2 loops:
+// the rows are bound by memory).
+struct Kernels {
+  void (*rows)(const Args&, int64_t, int64_t);        // RMS norm
+  void (*layer_rows)(const Args&, int64_t, int64_t);  // layer norm
+};
+
+inline Kernels kernels(Isa isa) {
+  switch (isa) {
+#if ETFUSE_HAVE_X86_DISPATCH
+    case Isa::kAvx512Vnni:
+    case Isa::kAvx512:
+    case Isa::kAvx2: return {&rows_avx2, &layer_rows_avx2};
+#endif
+#if ETFUSE_HAVE_ARM_NEON
+    case Isa::kNeonDot:
+    case Isa::kNeon: return {&rows_neon, &layer_rows_neon};
+#endif
+    default: return {&rows_baseline, &layer_rows_baseline};
+  }
+}
+
 template <class Par>
 inline void run(const Args& a, Par&& par) {
-#if ETFUSE_HAVE_X86_DISPATCH
-  run_rows(a, isa_at_least(Isa::kAvx2) ? &rows_avx2 : &rows_baseline, par);
-#elif ETFUSE_HAVE_ARM_NEON
-  run_rows(a, isa_at_least(Isa::kNeon) ? &rows_neon : &rows_baseline, par);
-#else
-  run_rows(a, &rows_baseline, par);
-#endif
+  run_rows(a, kernels(selected_isa()).rows, par);
 }
 
 template <class Par>
 inline void run_layer(const Args& a, Par&& par) {
-#if ETFUSE_HAVE_X86_DISPATCH
-  run_rows(a, isa_at_least(Isa::kAvx2) ? &layer_rows_avx2 : &layer_rows_baseline, par);
-#elif ETFUSE_HAVE_ARM_NEON
-  run_rows(a, isa_at_least(Isa::kNeon) ? &layer_rows_neon : &layer_rows_baseline, par);
-#else
-  run_rows(a, &layer_rows_baseline, par);
-#endif
+  run_rows(a, kernels(selected_isa()).layer_rows, par);
 }
 
 }  // namespace norm
