@@ -83,6 +83,25 @@ ETFUSE_TARGET_AVX2 inline void run_range_avx2(const broadcast::Plan& p, const In
 }
 #endif
 
+// F's kernel on one ISA: the one place it is chosen. aarch64 runs the portable loop (the
+// compiler's NEON vectorisation of it).
+template <class F>
+struct Kernels {
+  void (*range)(const broadcast::Plan&, const Inner<F>&, int64_t, int64_t);
+};
+
+template <class F>
+inline Kernels<F> kernels(Isa isa) {
+  switch (isa) {
+#if ETFUSE_HAVE_X86_DISPATCH
+    case Isa::kAvx512Vnni:
+    case Isa::kAvx512:
+    case Isa::kAvx2: return {&run_range_avx2<F>};
+#endif
+    default: return {&run_range_baseline<F>};
+  }
+}
+
 }  // namespace detail
 
 // out = F(a, b). `lo` must be the broadcast shape of `la` and `lb` (see check_out).
@@ -93,11 +112,7 @@ inline void run(
   const broadcast::Plan p = broadcast::make_plan(la, lb, lo);
   if (p.total == 0) return;
   const detail::Inner<F> in{a, b, out};
-#if ETFUSE_HAVE_X86_DISPATCH
-  auto* fn = isa_at_least(Isa::kAvx2) ? &detail::run_range_avx2<F> : &detail::run_range_baseline<F>;
-#else
-  auto* fn = &detail::run_range_baseline<F>;
-#endif
+  const auto fn = detail::kernels<F>(selected_isa()).range;
   for_elements(p.total, par, [&](int64_t begin, int64_t end) { fn(p, in, begin, end); });
 }
 
