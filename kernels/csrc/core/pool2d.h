@@ -292,6 +292,34 @@ ETFUSE_TARGET_AVX2 void planes_avx2(const float* in, float* out, const Plane& g,
 }
 #endif
 
+// Pooling's kernels on one ISA: the one place they are chosen. `max_rows`: max pooling's
+// AVX-512 planes, for the windows it takes (see max_rows_fits); null elsewhere. aarch64 runs the
+// portable planes.
+using PlanesFn = void (*)(const float*, float*, const Plane&, const Params&, int64_t, int64_t, int64_t);
+template <bool kMax>
+struct Kernels {
+  PlanesFn planes;
+  PlanesFn max_rows;
+};
+
+template <bool kMax>
+inline Kernels<kMax> kernels(Isa isa) {
+  switch (isa) {
+#if ETFUSE_HAVE_X86_DISPATCH
+    case Isa::kAvx512Vnni:
+    case Isa::kAvx512: return {&planes_avx2<kMax>, kMax ? &max_planes_avx512 : nullptr};
+    case Isa::kAvx2: return {&planes_avx2<kMax>, nullptr};
+#endif
+    default: return {&planes_baseline<kMax>, nullptr};
+  }
+}
+
+// Whether max_rows takes this window: strides 1 or 2 along the width, no dilation there, at
+// most kMaxRows rows.
+inline bool max_rows_fits(const Params& p) {
+  return (p.stride[1] == 1 || p.stride[1] == 2) && p.dilation[1] == 1 && p.kernel[0] <= kMaxRows;
+}
+
 }  // namespace detail
 
 // max_pool2d (kMax) or avg_pool2d over `planes` contiguous H x W planes of `in` into contiguous
@@ -304,15 +332,8 @@ inline void run(const float* in, float* out, int64_t planes, int64_t h, int64_t 
   // the padded row: left padding, the input row, then whatever the last window reaches
   const int64_t reach = (ow - 1) * p.stride[1] + (p.kernel[1] - 1) * p.dilation[1] + 1;
   const int64_t row_len = std::max(p.padding[1] + w + p.padding[1], reach);
-#if ETFUSE_HAVE_X86_DISPATCH
-  auto* fn = isa_at_least(Isa::kAvx2) ? &detail::planes_avx2<kMax> : &detail::planes_baseline<kMax>;
-  if (kMax && isa_at_least(Isa::kAvx512) && (p.stride[1] == 1 || p.stride[1] == 2) && p.dilation[1] == 1 &&
-      p.kernel[0] <= detail::kMaxRows) {
-    fn = &detail::max_planes_avx512;
-  }
-#else
-  auto* fn = &detail::planes_baseline<kMax>;
-#endif
+  const detail::Kernels<kMax> kern = detail::kernels<kMax>(selected_isa());
+  const detail::PlanesFn fn = kern.max_rows && detail::max_rows_fits(p) ? kern.max_rows : kern.planes;
   const int64_t work = std::max<int64_t>(1, h * w * p.kernel[0] + oh * ow * p.kernel[1]);
   const int64_t grain = std::max<int64_t>(1, kGrainSize / work);
   // serial for a small input as well, whatever the window: split, DS-CNN's 64 x 25 x 5 map (its
