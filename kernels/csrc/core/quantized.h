@@ -246,17 +246,31 @@ ETFUSE_NO_FP_CONTRACT void binary_inner_base(
   BinaryLoop<TA, TB, TO, kRelu>::body(len, a, ia, b, ib, o, io, qa, qb, qo);
 }
 
+// add's inner loop on one ISA: the one place it is chosen (aarch64 runs the portable loop).
+template <class TA, class TB, class TO, bool kRelu>
+struct BinaryKernels {
+  void (*inner)(int64_t, const TA*, int64_t, const TB*, int64_t, TO*, int64_t, const QParams&, const QParams&,
+                const QParams&);
+};
+
+template <class TA, class TB, class TO, bool kRelu>
+inline BinaryKernels<TA, TB, TO, kRelu> binary_kernels(Isa isa) {
+  switch (isa) {
+#if ETFUSE_HAVE_X86_DISPATCH
+    case Isa::kAvx512Vnni:
+    case Isa::kAvx512:
+    case Isa::kAvx2: return {&binary_inner_avx2<TA, TB, TO, kRelu>};
+#endif
+    default: return {&binary_inner_base<TA, TB, TO, kRelu>};
+  }
+}
+
 // Output elements [e0, e1) of the plan.
 template <class TA, class TB, class TO, bool kRelu>
 void binary_range(
     const Plan& p, const TA* a, const TB* b, TO* o, int64_t e0, int64_t e1, const QParams& qa, const QParams& qb,
-    const QParams& qo, bool avx2) {
-#if ETFUSE_HAVE_X86_DISPATCH
-  auto inner = avx2 ? &binary_inner_avx2<TA, TB, TO, kRelu> : &binary_inner_base<TA, TB, TO, kRelu>;
-#else
-  (void)avx2;
-  auto inner = &binary_inner_base<TA, TB, TO, kRelu>;
-#endif
+    const QParams& qo, Isa isa) {
+  const auto inner = binary_kernels<TA, TB, TO, kRelu>(isa).inner;
   broadcast::for_range(p, e0, e1, [&](int64_t len, int64_t oa, int64_t ia, int64_t ob, int64_t ib, int64_t oo, int64_t io) {
     inner(len, a + oa, ia, b + ob, ib, o + oo, io, qa, qb, qo);
   });
@@ -269,12 +283,12 @@ void add(
     const QParams& qb, const QParams& qo, bool relu, Par&& par) {
   const Plan p = make_plan(la, lb, lo);
   if (p.total == 0) return;  // the plan of an empty output has no inner run to divide by
-  const bool avx2 = isa_at_least(Isa::kAvx2);
+  const Isa isa = selected_isa();
   for_quantized(p.total, par, [&](int64_t e0, int64_t e1) {
     if (relu) {
-      binary_range<TA, TB, TO, true>(p, a, b, o, e0, e1, qa, qb, qo, avx2);
+      binary_range<TA, TB, TO, true>(p, a, b, o, e0, e1, qa, qb, qo, isa);
     } else {
-      binary_range<TA, TB, TO, false>(p, a, b, o, e0, e1, qa, qb, qo, avx2);
+      binary_range<TA, TB, TO, false>(p, a, b, o, e0, e1, qa, qb, qo, isa);
     }
   });
 }
@@ -293,9 +307,9 @@ void add_scalar(
   lb.ndim = 0;
   const Plan p = make_plan(la, lb, lo);
   if (p.total == 0) return;
-  const bool avx2 = isa_at_least(Isa::kAvx2);
+  const Isa isa = selected_isa();
   for_quantized(p.total, par, [&](int64_t e0, int64_t e1) {
-    binary_range<TA, float, TO, false>(p, a, &bf, o, e0, e1, qa, qb, qo, avx2);
+    binary_range<TA, float, TO, false>(p, a, &bf, o, e0, e1, qa, qb, qo, isa);
   });
 }
 
@@ -332,24 +346,35 @@ ETFUSE_NO_FP_CONTRACT void dequantize_base(int64_t n, const TQ* q, float* x, con
   QdqLoop<TQ>::dequantize(n, q, x, p);
 }
 
+// quantize / dequantize on one ISA: the one place they are chosen (aarch64 runs the portable loops).
+template <class TQ>
+struct QdqKernels {
+  void (*quantize)(int64_t, const float*, TQ*, const QParams&);
+  void (*dequantize)(int64_t, const TQ*, float*, const QParams&);
+};
+
+template <class TQ>
+inline QdqKernels<TQ> qdq_kernels(Isa isa) {
+  switch (isa) {
+#if ETFUSE_HAVE_X86_DISPATCH
+    case Isa::kAvx512Vnni:
+    case Isa::kAvx512:
+    case Isa::kAvx2: return {&quantize_avx2<TQ>, &dequantize_avx2<TQ>};
+#endif
+    default: return {&quantize_base<TQ>, &dequantize_base<TQ>};
+  }
+}
+
 // Contiguous tensors of n elements.
 template <class TQ, class Par>
 void quantize(const float* x, TQ* q, int64_t n, const QParams& p, Par&& par) {
-#if ETFUSE_HAVE_X86_DISPATCH
-  auto f = isa_at_least(Isa::kAvx2) ? &quantize_avx2<TQ> : &quantize_base<TQ>;
-#else
-  auto f = &quantize_base<TQ>;
-#endif
+  const auto f = qdq_kernels<TQ>(selected_isa()).quantize;
   for_quantized(n, par, [&](int64_t e0, int64_t e1) { f(e1 - e0, x + e0, q + e0, p); });
 }
 
 template <class TQ, class Par>
 void dequantize(const TQ* q, float* x, int64_t n, const QParams& p, Par&& par) {
-#if ETFUSE_HAVE_X86_DISPATCH
-  auto f = isa_at_least(Isa::kAvx2) ? &dequantize_avx2<TQ> : &dequantize_base<TQ>;
-#else
-  auto f = &dequantize_base<TQ>;
-#endif
+  const auto f = qdq_kernels<TQ>(selected_isa()).dequantize;
   for_quantized(n, par, [&](int64_t e0, int64_t e1) { f(e1 - e0, q + e0, x + e0, p); });
 }
 
