@@ -242,17 +242,28 @@ void rows_base(const Args& e, int64_t i0, int64_t i1) {
   Rows<Bits, O, TW>::run(e, i0, i1, false);
 }
 
+// The rows of one (bits, output, weight) case on one ISA: the one place they are chosen
+// (aarch64 runs the portable loop).
+template <int Bits, class O, class TW>
+struct Kernels {
+  void (*rows)(const Args&, int64_t, int64_t);
+};
+
+template <int Bits, class O, class TW>
+inline Kernels<Bits, O, TW> kernels(Isa isa) {
+  switch (isa) {
+#if ETFUSE_HAVE_X86_DISPATCH
+    case Isa::kAvx512Vnni:
+    case Isa::kAvx512:
+    case Isa::kAvx2: return {&rows_avx2<Bits, O, TW>};
+#endif
+    default: return {&rows_base<Bits, O, TW>};
+  }
+}
+
 template <int Bits, class O, class TW>
 void rows(const Args& e, int64_t i0, int64_t i1) {
-#if ETFUSE_HAVE_X86_DISPATCH
-  if (isa_at_least(Isa::kAvx2)) {
-    rows_avx2<Bits, O, TW>(e, i0, i1);
-  } else {
-    rows_base<Bits, O, TW>(e, i0, i1);
-  }
-#else
-  rows_base<Bits, O, TW>(e, i0, i1);
-#endif
+  kernels<Bits, O, TW>(selected_isa()).rows(e, i0, i1);
 }
 
 template <int Bits, class TW>
