@@ -81,36 +81,56 @@ namespace etfuse {
 namespace core {
 namespace int8_gemm {
 
-// ---- the choosers: the selected ISA's copy -------------------------------------------------
-
-template <class T>
-inline void integers(const T* q, int64_t n, float zp, float* out) {
-#if ETFUSE_HAVE_X86_DISPATCH
-  if (isa_at_least(Isa::kAvx2)) return x86::integers_avx2(q, n, zp, out);
-#endif
-  integers_base(q, n, zp, out);
-}
+// ---- the table: each ISA's copies, chosen in one place --------------------------------------
 
 template <class T>
 using RequantRows = void (*)(const float*, int64_t, int64_t, int64_t, int64_t, const Requant&, T*);
 
-template <class T, bool kPer>
-inline RequantRows<T> requant_rows() {
+using PanelsRows = void (*)(const float*, int64_t, int64_t, const int8_t*, int64_t, int64_t, float*, int64_t);
+
+// The float path's kernels for 8-bit type T on one ISA (AVX-512 takes the AVX2 copies; aarch64
+// the portable ones). panels_rows reads int8 weights whatever T is: take it from kernels<int8_t>.
+template <class T>
+struct Kernels {
+  void (*integers)(const T*, int64_t, float, float*);
+  RequantRows<T> requant_rows[2];  // [kPer]
+  PanelsRows panels_rows[2];       // [rows - 1]
+};
+
+template <class T>
+inline Kernels<T> kernels(Isa isa) {
+  switch (isa) {
 #if ETFUSE_HAVE_X86_DISPATCH
-  if (isa_at_least(Isa::kAvx2)) return &x86::requant_rows_avx2<T, kPer>;
+    case Isa::kAvx512Vnni:
+    case Isa::kAvx512:
+    case Isa::kAvx2:
+      return {&x86::integers_avx2<T>,
+              {&x86::requant_rows_avx2<T, false>, &x86::requant_rows_avx2<T, true>},
+              {&x86::panels_rows_avx2<1>, &x86::panels_rows_avx2<2>}};
 #endif
-  return &requant_rows_base<T, kPer>;
+    default:
+      return {&integers_base<T>,
+              {&requant_rows_base<T, false>, &requant_rows_base<T, true>},
+              {&panels_rows_base<1>, &panels_rows_base<2>}};
+  }
 }
 
-using PanelsRows = void (*)(const float*, int64_t, int64_t, const int8_t*, int64_t, int64_t, float*, int64_t);
+// The selected ISA's copies.
+template <class T>
+inline void integers(const T* q, int64_t n, float zp, float* out) {
+  kernels<T>(selected_isa()).integers(q, n, zp, out);
+}
+
+template <class T, bool kPer>
+inline RequantRows<T> requant_rows() {
+  return kernels<T>(selected_isa()).requant_rows[kPer];
+}
 
 // R: 1 or 2 rows.
 template <int R>
 inline PanelsRows panels_rows() {
-#if ETFUSE_HAVE_X86_DISPATCH
-  if (isa_at_least(Isa::kAvx2)) return &x86::panels_rows_avx2<R>;
-#endif
-  return &panels_rows_base<R>;
+  static_assert(R == 1 || R == 2, "panels_rows: 1 or 2 rows");
+  return kernels<int8_t>(selected_isa()).panels_rows[R - 1];
 }
 
 }  // namespace int8_gemm
