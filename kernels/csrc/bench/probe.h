@@ -22,15 +22,27 @@ ETFUSE_TARGET_AVX2 inline void stream_add_avx2(const float* a, const float* b, f
 }
 #endif
 
+// The probe's loop on one ISA, chosen as elementwise.h chooses add_relu's.
+struct Kernels {
+  void (*stream_add)(const float*, const float*, float*, int64_t, int64_t);
+};
+
+inline Kernels kernels(Isa isa) {
+  switch (isa) {
+#if ETFUSE_HAVE_X86_DISPATCH
+    case Isa::kAvx512Vnni:
+    case Isa::kAvx512:
+    case Isa::kAvx2: return {&stream_add_avx2};
+#endif
+    default: return {&stream_add_baseline};
+  }
+}
+
 }  // namespace detail
 
 template <class Par>
 inline void stream_add(const float* a, const float* b, float* c, int64_t n, Par&& par) {
-#if ETFUSE_HAVE_X86_DISPATCH
-  auto* fn = isa_at_least(Isa::kAvx2) ? &detail::stream_add_avx2 : &detail::stream_add_baseline;
-#else
-  auto* fn = &detail::stream_add_baseline;
-#endif
+  const auto fn = detail::kernels(selected_isa()).stream_add;
   for_elements(n, par, [&](int64_t begin, int64_t end) { fn(a, b, c, begin, end); });
 }
 
