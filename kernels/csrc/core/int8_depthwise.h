@@ -1,5 +1,6 @@
 // An int8 depthwise convolution (one input channel per output channel, stride 1 or 2,
-// dilation 1, any kernel size and padding) on AVX-512, requantized in the same pass.
+// dilation 1, any kernel size and padding) on AVX-512, requantized in the same pass (aarch64:
+// arch/arm/int8_depthwise_neon.h, integer sums, hooked in below).
 //
 // The float path converted the whole input to float integers in one pass, ran the float
 // depthwise kernels, and requantized the float result in a third pass (MobileNetV2 int8: 96
@@ -33,7 +34,8 @@ struct Problem : int8_epilogue::Geometry {
   uint8_t* out = nullptr;  // [N][C][OH][OW] bytes, contiguous
 };
 
-// Everything below is x86 (AVX-512BW); elsewhere the int8 depthwise convs take the float path.
+// Everything below up to the aarch64 section is x86 (AVX-512BW); aarch64 has
+// arch/arm/int8_depthwise_neon.h (integer sums); elsewhere the int8 depthwise convs take the float path.
 #if ETFUSE_HAVE_X86_DISPATCH
 // On where the ISA includes AVX-512 and the CPU has AVX-512BW/VL (the masked byte loads and
 // stores).
@@ -254,10 +256,43 @@ inline void run(const Problem& pb, Par&& par) {
       int64_t(0), planes, std::max<int64_t>(1, (int64_t(1) << 15) / std::max<int64_t>(1, per_plane)),
       [&](int64_t b, int64_t e) { detail::planes(pb, b, e); });
 }
+// The x86 kernel's weights are floats (any weight zero point).
+inline bool takes_weight_zero_points(const float*, int64_t) { return true; }
+// Whether the caller passes Problem::w (floats; the kernel's planes read it).
+inline bool needs_float_weights(const Problem& pb) { return !uses_channel_blocks(pb); }
+#elif ETFUSE_HAVE_ARM_NEON
+}  // namespace int8_depthwise
+}  // namespace core
+}  // namespace etfuse
+
+#include "arch/arm/int8_depthwise_neon.h"
+
+namespace etfuse {
+namespace core {
+namespace int8_depthwise {
+// aarch64: arch/arm/int8_depthwise_neon.h's integer kernel, on where the ISA includes NEON
+// (ETFUSE_KERNELS_ISA=baseline: the float path).
+inline bool available() { return isa_at_least(Isa::kNeon); }
+inline bool uses_channel_blocks(const Problem&) { return false; }
+// Its weights are int16 (w - w_zp): integral zero points with |w - w_zp| small enough that the
+// int32 sums are exact (the XNNPACK quantizer's are 0); others take the float path.
+inline bool takes_weight_zero_points(const float* w_zp, int64_t C) {
+  for (int64_t c = 0; w_zp && c < C; ++c) {
+    if (!(w_zp[c] >= -255.0f && w_zp[c] <= 255.0f && w_zp[c] == static_cast<float>(static_cast<int>(w_zp[c])))) return false;
+  }
+  return true;
+}
+inline bool needs_float_weights(const Problem&) { return false; }
+template <class Par>
+inline void run(const Problem& pb, Par&& par) {
+  arm::run(pb, par);
+}
 #else
 // No int8 depthwise kernel here: the callers take the float path.
 inline bool available() { return false; }
 inline bool uses_channel_blocks(const Problem&) { return false; }
+inline bool takes_weight_zero_points(const float*, int64_t) { return true; }
+inline bool needs_float_weights(const Problem&) { return false; }
 template <class Par>
 inline void run(const Problem&, Par&&) {}
 #endif  // ETFUSE_HAVE_X86_DISPATCH
