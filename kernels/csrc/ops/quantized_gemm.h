@@ -9,7 +9,7 @@
 // one float32 operation at a time, never contracted into an FMA (compiled for AVX2 without FMA,
 // or with contraction off where the baseline has FMA, like core/quantized.h), so it is bit-exact
 // with the op's pattern. The per-ISA loops are core/int8_gemm.h's choosers'; the int8 kernels
-// (core/int8_pointwise.h: x86 VNNI, aarch64 sdot / smlal; core/int8_depthwise.h: x86 AVX-512)
+// (core/int8_pointwise.h: x86 VNNI, aarch64 sdot / smlal; core/int8_depthwise.h: x86 AVX-512, aarch64 NEON)
 // say whether they run here.
 #pragma once
 
@@ -277,7 +277,7 @@ inline void run_int8_conv(const Tensor& input, const Tensor& weight, bool packed
   }
 }
 
-// ---- a depthwise conv on AVX-512: int8 in, exact float sums, int8 out (core/int8_depthwise.h) ---
+// ---- a depthwise conv on AVX-512 (exact float sums) or NEON (int32 sums): int8 in, int8 out (core/int8_depthwise.h)
 
 inline bool int8_depthwise(const Layout& li, const Layout& lw, const Layout& lo, const core::conv2d::Params& p) {
   return core::int8_depthwise::available() && p.groups > 1 && p.groups == li.sizes[1] && lw.sizes[1] == 1 &&
@@ -302,7 +302,7 @@ inline void run_int8_depthwise(const Tensor& input, const Tensor& weight, const 
   pb.requant = ops.requant();
   pb.out = static_cast<uint8_t*>(o.raw());
   thread_local std::vector<float> wf;  // plane by plane: the weights as float integers [C][KH][KW]
-  if (!dw::uses_channel_blocks(pb)) {
+  if (dw::needs_float_weights(pb)) {
     wf.resize(std::max(wf.size(), static_cast<size_t>(C * taps)));
     for (int64_t c = 0; c < C; ++c) {
       const float zp = pb.w_zp ? pb.w_zp[c] : 0.0f;
@@ -344,7 +344,8 @@ inline Tensor& conv2d_into(Context& ctx, const char* op, const Tensor& input, do
     run_int8_conv(input, weight, packed, li, lw, o.layout(), p, ops, o);
     return o.finish();
   }
-  if (ok && !packed && int8_depthwise(li, lw, o.layout(), p)) {
+  if (ok && !packed && int8_depthwise(li, lw, o.layout(), p) &&
+      core::int8_depthwise::takes_weight_zero_points(ops.w_zp.empty() ? nullptr : ops.w_zp.data(), lw.sizes[0])) {
     run_int8_depthwise(input, weight, li, lw, o.layout(), p, ops, o);
     return o.finish();
   }
