@@ -5,15 +5,22 @@
 // kernel forced on a core with dot products). Shapes with channels, K and pixels off every
 // vector width, int8 and uint8 activations, nonzero zero points, per-tensor and per-channel
 // scales, rounding ties, relu / hardtanh clamps, 1x1 and spatial convs (im2col), rows and packed
-// GEMM panels. tests/test_int8_isa.py builds it natively and for aarch64 (run under qemu).
+// GEMM panels. Depthwise convs (groups = channels, ops' run_int8_depthwise and float path): the
+// float path on every ISA, and core/int8_depthwise.h's kernel where it runs (x86 AVX-512BW,
+// aarch64 NEON): 3x3, 5x5 and other sizes, stride 1 and 2, paddings, odd channel counts and
+// maps, weight zero points. tests/test_int8_isa.py builds it natively and for aarch64 (run under qemu).
 // Prints one line per path; exits 1 at the first mismatch, naming the case.
 //
 //   int8_check                          the checks
 //   int8_check time PATH C K H W REPS   REPS runs of a 1x1 conv C <- K on H x W (uint8), for
 //                                       counting instructions (PATH: float, or a kernel name)
+//   int8_check time PATH C H W K S REPS REPS runs of a depthwise KxK conv, stride S, padding K / 2,
+//                                       C channels on H x W (uint8, relu6-like clamp; PATH:
+//                                       dw-float, or dw-neon / dw-avx512)
 #define ETFUSE_CORE_KERNELS 1
 #include "core/conv2d.h"
 #include "core/gemm.h"
+#include "core/int8_depthwise.h"
 #include "core/int8_gemm.h"
 #include "core/int8_pointwise.h"
 
@@ -26,6 +33,7 @@
 
 namespace ec = etfuse::core;
 namespace pw = etfuse::core::int8_pointwise;
+namespace dw = etfuse::core::int8_depthwise;
 using ec::int8_epilogue::Requant;
 
 namespace {
@@ -352,6 +360,174 @@ int check_path(const char* path) {
   return cases;
 }
 
+// ---- depthwise: Conv with Cin = Cout = C (groups C), the weight [C][1][KH][KW] -------------------
+
+std::vector<int32_t> reference_dw(const Conv& c, const std::vector<uint8_t>& x, const std::vector<int8_t>& w,
+                                  const std::vector<int32_t>& w_zp, const Quant& q) {
+  const int64_t OH = c.OH(), OW = c.OW(), C = c.Cout;
+  std::vector<int32_t> out(static_cast<size_t>(c.N * C * OH * OW));
+  for (int64_t n = 0; n < c.N; ++n)
+    for (int64_t ch = 0; ch < C; ++ch)
+      for (int64_t oh = 0; oh < OH; ++oh)
+        for (int64_t ow = 0; ow < OW; ++ow) {
+          int64_t acc = 0;
+          for (int64_t kh = 0; kh < c.KH; ++kh)
+            for (int64_t kw = 0; kw < c.KW; ++kw) {
+              const int64_t ih = oh * c.stride - c.pad + kh, iw = ow * c.stride - c.pad + kw;
+              if (ih < 0 || ih >= c.H || iw < 0 || iw >= c.W) continue;
+              const int32_t xv = byte_value(x[((n * C + ch) * c.H + ih) * c.W + iw], q.is_signed) - q.x_zp;
+              acc += int64_t(xv) * (w[(ch * c.KH + kh) * c.KW + kw] - (w_zp.empty() ? 0 : w_zp[ch]));
+            }
+          out[((n * C + ch) * OH + oh) * OW + ow] = reference_requant(acc, ch, q);
+        }
+  return out;
+}
+
+// ops' float path of a depthwise conv: float integers, conv2d's core with groups = C, the epilogue.
+std::vector<uint8_t> float_dw(const Conv& c, const std::vector<uint8_t>& x, const std::vector<int8_t>& w,
+                              const std::vector<float>& w_zp, const Quant& q) {
+  const int64_t C = c.Cout, taps = c.KH * c.KW;
+  std::vector<float> xf(x.size()), wf(w.size());
+  if (q.is_signed) ec::int8_gemm::integers(reinterpret_cast<const int8_t*>(x.data()), int64_t(x.size()), float(q.x_zp), xf.data());
+  else ec::int8_gemm::integers(x.data(), int64_t(x.size()), float(q.x_zp), xf.data());
+  for (int64_t ch = 0; ch < C; ++ch)
+    ec::int8_gemm::integers(w.data() + ch * taps, taps, w_zp.empty() ? 0.0f : w_zp[ch], wf.data() + ch * taps);
+  std::vector<float> acc(static_cast<size_t>(c.N * C * c.OH() * c.OW()));
+  ec::conv2d::Params p;
+  p.stride[0] = p.stride[1] = c.stride;
+  p.padding[0] = p.padding[1] = c.pad;
+  p.groups = C;
+  ec::conv2d::Problem pb;
+  ec::Status st;
+  const ec::Layout li = layout4(c.N, C, c.H, c.W), lw = layout4(C, 1, c.KH, c.KW), lo = layout4(c.N, C, c.OH(), c.OW());
+  if (!ec::conv2d::make_problem(xf.data(), li, wf.data(), lw, nullptr, nullptr, acc.data(), lo, p, pb, st)) {
+    std::printf("make_problem: %s\n", st.msg);
+    std::exit(2);
+  }
+  ec::conv2d::run(pb, serial);
+  std::vector<uint8_t> out(acc.size());
+  if (q.is_signed) requantize(acc.data(), c.N, C, c.OH() * c.OW(), q.requant(), reinterpret_cast<int8_t*>(out.data()));
+  else requantize(acc.data(), c.N, C, c.OH() * c.OW(), q.requant(), out.data());
+  return out;
+}
+
+// ops' int8 depthwise kernel path (run_int8_depthwise).
+std::vector<uint8_t> kernel_dw(const Conv& c, const std::vector<uint8_t>& x, const std::vector<int8_t>& w,
+                               const std::vector<float>& w_zp, const Quant& q) {
+  const int64_t C = c.Cout, taps = c.KH * c.KW;
+  std::vector<uint8_t> out(static_cast<size_t>(c.N * C * c.OH() * c.OW()), 0xA5);
+  dw::Problem pb;
+  pb.wq = w.data();
+  pb.w_zp = w_zp.empty() ? nullptr : w_zp.data();
+  pb.x = x.data();
+  pb.x_signed = q.is_signed;
+  pb.x_zero_point = static_cast<float>(q.x_zp);
+  pb.N = c.N, pb.C = C, pb.H = c.H, pb.W = c.W, pb.KH = c.KH, pb.KW = c.KW, pb.OH = c.OH(), pb.OW = c.OW();
+  for (int d = 0; d < 2; ++d) pb.stride[d] = c.stride, pb.padding[d] = c.pad;
+  pb.requant = q.requant();
+  pb.out = out.data();
+  std::vector<float> wf;
+  if (dw::needs_float_weights(pb)) {
+    wf.resize(static_cast<size_t>(C * taps));
+    for (int64_t ch = 0; ch < C; ++ch)
+      for (int64_t k = 0; k < taps; ++k) wf[ch * taps + k] = static_cast<float>(w[ch * taps + k]) - (pb.w_zp ? pb.w_zp[ch] : 0.0f);
+    pb.w = wf.data();
+  }
+  dw::run(pb, serial);
+  return out;
+}
+
+std::vector<Conv> dw_cases() {
+  std::vector<Conv> cs;
+  const int64_t kernels[][4] = {// KH, KW, stride, pad
+                                {3, 3, 1, 1}, {3, 3, 2, 1}, {3, 3, 1, 0}, {3, 3, 2, 0}, {5, 5, 1, 2}, {5, 5, 2, 2},
+                                {5, 5, 1, 0}, {3, 3, 2, 2}, {1, 1, 1, 0}, {2, 4, 2, 1}, {1, 3, 1, 1}};
+  const int64_t maps[][2] = {{1, 1}, {2, 3}, {3, 3}, {4, 7}, {5, 5}, {6, 6}, {7, 9}, {8, 8}, {11, 16}, {12, 12}, {17, 10}, {24, 25}};
+  const int64_t chans[] = {1, 3, 17, 24};
+  for (const auto& k : kernels)
+    for (const auto& m : maps)
+      for (int64_t ch : chans) {
+        Conv c;
+        c.Cin = c.Cout = ch, c.H = m[0], c.W = m[1], c.KH = k[0], c.KW = k[1], c.stride = k[2], c.pad = k[3];
+        c.N = (ch + m[0]) % 2 + 1;
+        if (c.H + 2 * c.pad < c.KH || c.W + 2 * c.pad < c.KW) continue;
+        cs.push_back(c);
+      }
+  // MobileNetV2's (96 x 96 input): channels and maps
+  const int64_t mnv2[][4] = {{96, 48, 48, 2}, {144, 24, 24, 1}, {144, 24, 24, 2}, {192, 12, 12, 1}, {384, 6, 6, 1},
+                             {576, 6, 6, 2}, {960, 3, 3, 1}, {32, 48, 48, 1}};
+  for (const auto& m : mnv2) {
+    Conv c;
+    c.Cin = c.Cout = m[0], c.H = m[1], c.W = m[2], c.KH = c.KW = 3, c.stride = m[3], c.pad = 1;
+    cs.push_back(c);
+  }
+  return cs;
+}
+
+// Every depthwise case on one path ("dw-float", or the kernel's); the number checked, -1 on a
+// mismatch.
+int check_dw_path(const char* path) {
+  const bool kernel = std::strcmp(path, "dw-float") != 0;
+  rng = 777;
+  int cases = 0, variant = 0;
+  for (const Conv& c : dw_cases()) {
+    for (bool is_signed : {true, false}) {
+      ++variant;
+      const Quant q = make_quant(c.Cout, is_signed, variant);
+      std::vector<uint8_t> x(static_cast<size_t>(c.N * c.Cout * c.H * c.W));
+      std::vector<int8_t> w(static_cast<size_t>(c.Cout * c.KH * c.KW));
+      fill(x, w);
+      std::vector<int32_t> zpi;
+      std::vector<float> zpf;
+      if (variant % 7 == 3) {  // integral weight zero points (the XNNPACK quantizer's are 0)
+        for (int64_t ch = 0; ch < c.Cout; ++ch) zpi.push_back(rand_in(-20, 20));
+        zpf.assign(zpi.begin(), zpi.end());
+      }
+      const std::vector<int32_t> want = reference_dw(c, x, w, zpi, q);
+      const std::vector<uint8_t> got = kernel ? kernel_dw(c, x, w, zpf, q) : float_dw(c, x, w, zpf, q);
+      char b[256];
+      std::snprintf(b, sizeof b, "depthwise N=%lld C=%lld H=%lld W=%lld k=%lldx%lld stride=%lld pad=%lld %s x_zp=%d w_zp=%d variant=%d",
+                    (long long)c.N, (long long)c.Cout, (long long)c.H, (long long)c.W, (long long)c.KH, (long long)c.KW,
+                    (long long)c.stride, (long long)c.pad, is_signed ? "int8" : "uint8", q.x_zp, int(!zpi.empty()), variant);
+      if (!same(got, want, is_signed, path, b)) return -1;
+      ++cases;
+    }
+  }
+  return cases;
+}
+
+// The depthwise kernel's name where core/int8_depthwise.h runs one, null: none.
+const char* dw_kernel_name() {
+  if (!dw::available()) return nullptr;
+#if ETFUSE_HAVE_ARM_NEON
+  return "dw-neon";
+#else
+  return "dw-avx512";
+#endif
+}
+
+// REPS runs of one depthwise conv (uint8, per-channel scales, bias, a relu6-like clamp) on `path`.
+int dw_time_mode(char** argv) {
+  const char* path = argv[2];
+  Conv c;
+  c.Cin = c.Cout = std::atoll(argv[3]), c.H = std::atoll(argv[4]), c.W = std::atoll(argv[5]);
+  c.KH = c.KW = std::atoll(argv[6]), c.stride = std::atoll(argv[7]), c.pad = c.KH / 2;
+  const int reps = std::atoi(argv[8]);
+  Quant q = make_quant(c.Cout, false, 5);
+  q.lo = q.zp, q.hi = std::min(255.0f, q.zp + 120.0f);
+  std::vector<uint8_t> x(static_cast<size_t>(c.Cout * c.H * c.W));
+  std::vector<int8_t> w(static_cast<size_t>(c.Cout * c.KH * c.KW));
+  fill(x, w);
+  const std::vector<float> none;
+  unsigned sum = 0;
+  for (int r = 0; r < reps; ++r) {
+    const std::vector<uint8_t> out = std::strcmp(path, "dw-float") == 0 ? float_dw(c, x, w, none, q) : kernel_dw(c, x, w, none, q);
+    sum += out[static_cast<size_t>(r) % out.size()];
+  }
+  std::printf("%s %u\n", path, sum);
+  return 0;
+}
+
 // REPS runs of one 1x1 conv (uint8, per-channel scales, bias, relu) on `path`.
 int time_mode(char** argv) {
   const char* path = argv[2];
@@ -387,13 +563,23 @@ int main(int argc, char** argv) {
     }
     return time_mode(argv);
   }
+  if (argc == 9 && std::strcmp(argv[1], "time") == 0) {
+    const bool is_float = std::strcmp(argv[2], "dw-float") == 0;
+    if (!is_float && (!dw_kernel_name() || std::strcmp(dw_kernel_name(), argv[2]) != 0)) {
+      std::printf("no kernel %s here\n", argv[2]);
+      return 1;
+    }
+    return dw_time_mode(argv);
+  }
   int checked = 0;
   for (const char* isa : isas) {
     if (!ec::set_isa(isa) || std::strcmp(ec::current_isa_name(), isa) != 0) continue;
     std::vector<std::string> paths = {"float"};
     if (pw::kernel_name()) paths.push_back(pw::kernel_name());
+    paths.push_back("dw-float");
+    if (dw_kernel_name()) paths.push_back(dw_kernel_name());
     for (const std::string& path : paths) {
-      const int cases = check_path(path.c_str());
+      const int cases = path.compare(0, 3, "dw-") == 0 ? check_dw_path(path.c_str()) : check_path(path.c_str());
       if (cases < 0) return 1;
       std::printf("isa %s path %s: %d cases match\n", isa, path.c_str(), cases);
     }
