@@ -85,6 +85,12 @@ ETFUSE_NEON_NOCONTRACT ETFUSE_ALWAYS_INLINE void plane(const Problem& pb, const 
     for (int k = 0; k < KH_ * KW_; ++k) wl[k] = wk[k];
   }
   const int16_t* w = kFixed ? wl : wk;
+  // the channel's scale and bias in locals too: requant_store8 reads them through `rq` (as
+  // channel 0), kept in registers instead of reloaded after every store
+  const float scale = pb.requant.scale[c], bias = pb.requant.bias ? pb.requant.bias[c] : 0.0f;
+  int8_epilogue::Requant rq = pb.requant;
+  rq.scale = &scale;
+  rq.bias = pb.requant.bias ? &bias : nullptr;
   const int64_t OW = pb.OW;
   for (int64_t oh = 0; oh < pb.OH; ++oh, out += OW) {
     const int16_t* rows = buf + oh * S * pitch;
@@ -107,7 +113,7 @@ ETFUSE_NEON_NOCONTRACT ETFUSE_ALWAYS_INLINE void plane(const Problem& pb, const 
           }
         }
       }
-      ep::requant_store8(pb.requant, e, c, a0, a1, OW - ow0, out + ow0);
+      ep::requant_store8(rq, e, 0, a0, a1, OW - ow0, out + ow0);
     }
   }
 }
