@@ -282,7 +282,7 @@ inline void run_int8_conv(const Tensor& input, const Tensor& weight, bool packed
 inline bool int8_depthwise(const Layout& li, const Layout& lw, const Layout& lo, const core::conv2d::Params& p) {
   return core::int8_depthwise::available() && p.groups > 1 && p.groups == li.sizes[1] && lw.sizes[1] == 1 &&
       lo.sizes[1] == p.groups && p.stride[0] == p.stride[1] && (p.stride[0] == 1 || p.stride[0] == 2) &&
-      p.dilation[0] == 1 && p.dilation[1] == 1;
+      p.dilation[0] == 1 && p.dilation[1] == 1 && core::int8_depthwise::pays_off(lo.sizes[2] * lo.sizes[3]);
 }
 
 inline void run_int8_depthwise(const Tensor& input, const Tensor& weight, const Layout& li, const Layout& lw,
