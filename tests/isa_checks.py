@@ -24,7 +24,7 @@ def build(source: str, compiler: str, *flags: str, optimize: str = "-O3") -> Pat
         readme_consumer.unavailable(f"{compiler} is not on PATH")
     check = CPP / source
     h = hashlib.sha256(check.read_bytes() + compiler.encode() + " ".join((optimize, *flags)).encode())
-    for p in sorted(CSRC.rglob("*.h")):
+    for p in [*sorted(CSRC.rglob("*.h")), *sorted(CPP.glob("*.h"))]:
         h.update(p.read_bytes())
     binary = Path(tempfile.gettempdir()) / f"etfuse-{check.stem.replace('_', '-')}-{h.hexdigest()[:16]}"
     with filelock.FileLock(str(binary) + ".lock"):

@@ -6,6 +6,7 @@
 // builds it natively and for aarch64 (run under qemu-aarch64). Prints one line per ISA checked;
 // exits 1 at the first mismatch, naming the case.
 #define ETFUSE_CORE_KERNELS 1
+#include "check_random.h"
 #include "core/gemm.h"
 
 #include <cmath>
@@ -16,11 +17,7 @@ using etfuse::core::gemm::Args;
 
 namespace {
 
-uint32_t rng = 12345;
-float next_value() {
-  rng = rng * 1664525u + 1013904223u;
-  return static_cast<float>((rng >> 8) % 2001) / 1000.0f - 1.0f;
-}
+using check_random::next_value;
 
 struct Case {
   int64_t M, N, K;

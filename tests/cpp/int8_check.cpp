@@ -18,6 +18,7 @@
 //                                       C channels on H x W (uint8, relu6-like clamp; PATH:
 //                                       dw-float, or dw-neon / dw-avx512)
 #define ETFUSE_CORE_KERNELS 1
+#include "check_random.h"
 #include "core/conv2d.h"
 #include "core/gemm.h"
 #include "core/int8_depthwise.h"
@@ -38,11 +39,7 @@ using ec::int8_epilogue::Requant;
 
 namespace {
 
-uint32_t rng = 12345;
-uint32_t next() {
-  rng = rng * 1664525u + 1013904223u;
-  return rng >> 8;
-}
+uint32_t next() { return check_random::next_bits(); }
 int rand_in(int lo, int hi) { return lo + static_cast<int>(next() % static_cast<uint32_t>(hi - lo + 1)); }
 
 const auto serial = [](int64_t b, int64_t e, int64_t, auto&& fn) { fn(b, e); };
@@ -313,7 +310,7 @@ std::vector<Conv> conv_cases() {
 // a mismatch.
 int check_path(const char* path) {
   const bool kernel = std::strcmp(path, "float") != 0;
-  rng = 12345;
+  check_random::state = 12345;
   int cases = 0, variant = 0;
   for (const Conv& c : conv_cases()) {
     for (bool is_signed : {true, false}) {
@@ -468,7 +465,7 @@ std::vector<Conv> dw_cases() {
 // mismatch.
 int check_dw_path(const char* path) {
   const bool kernel = std::strcmp(path, "dw-float") != 0;
-  rng = 777;
+  check_random::state = 777;
   int cases = 0, variant = 0;
   for (const Conv& c : dw_cases()) {
     for (bool is_signed : {true, false}) {
