@@ -195,10 +195,10 @@ def rule_families() -> dict:
 
 
 class Worker:
-    def __init__(self, seed: int, startup_timeout: float):
+    def __init__(self, seed: int, startup_timeout: float, extra: tuple = ()):
         self.stderr = tempfile.TemporaryFile()
         self.proc = subprocess.Popen(
-            [sys.executable, __file__, "--worker", "--seed", str(seed)],
+            [sys.executable, __file__, "--worker", "--seed", str(seed), *extra],
             stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self.stderr, text=True, bufsize=1,
             start_new_session=True,
         )
@@ -345,7 +345,8 @@ def main(argv=None) -> int:
             except queue.Empty:
                 break
             if w is None:
-                w = Worker(a.seed, startup_timeout=600)
+                w = Worker(a.seed, startup_timeout=600,
+                           extra=("--aarch64-every", str(a.aarch64_every), "--aarch64-cpu", a.aarch64_cpu))
             try:
                 res = w.run(i, a.timeout)
             except TimeoutError:
