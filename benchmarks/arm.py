@@ -134,8 +134,9 @@ def example_args(made) -> tuple:
     return tuple(spec)
 
 
-def programs(name: str, work: Path) -> tuple[dict, list]:
-    """Each program's .pte (the ones this model has) and the runner's input files."""
+def programs(name: str, work: Path, wanted=PROGRAMS) -> tuple[dict, list]:
+    """Each wanted program's .pte (of those this model has) and the runner's input files; etfuse's
+    always (the runner's selective build reads it)."""
     from executorch.backends.xnnpack.partition.xnnpack_partitioner import XnnpackPartitioner
     from executorch.exir import EdgeCompileConfig, to_edge, to_edge_transform_and_lower
 
@@ -146,13 +147,14 @@ def programs(name: str, work: Path) -> tuple[dict, list]:
     model.eval()
     args = example_args((model, made[1]))  # the llama's decode step: (tokens, {"input_pos": ...})
     ep = pt2e_int8(model, args) if spec.quant == "int8" else torch.export.export(model, args)
+    etfuse.kernels.load()  # its quantized_decomposed out variants: the int8 stock program lowers to them
+    lower = {"stock": lambda: to_edge(ep).to_executorch(),
+             "etfuse": lambda: etfuse.fuse(to_edge(ep)).to_executorch(),
+             "xnnpack": lambda: to_edge_transform_and_lower(ep, partitioner=[XnnpackPartitioner()]).to_executorch()}
     if spec.quant == "int4":
-        edge = to_edge(ep, compile_config=EdgeCompileConfig(_check_ir_validity=False))
-        buffers = {"etfuse": etfuse.fuse(edge).to_executorch().buffer}
-    else:
-        buffers = {"stock": to_edge(ep).to_executorch().buffer,
-                   "etfuse": etfuse.fuse(to_edge(ep)).to_executorch().buffer,
-                   "xnnpack": to_edge_transform_and_lower(ep, partitioner=[XnnpackPartitioner()]).to_executorch().buffer}
+        lower = {"etfuse": lambda: etfuse.fuse(to_edge(ep, compile_config=EdgeCompileConfig(_check_ir_validity=False)))
+                 .to_executorch()}
+    buffers = {p: lower[p]().buffer for p in lower if p in wanted or p == "etfuse"}
     paths = {}
     for p, buf in buffers.items():
         paths[p] = work / f"{name}_{p}.pte"
@@ -279,7 +281,7 @@ def main(argv=None) -> int:
     build_dir = Path(args.build_dir)
     work = build_dir / "programs"
     work.mkdir(parents=True, exist_ok=True)
-    made = {name: programs(name, work) for name in names}
+    made = {name: programs(name, work, counted) for name in names}
     plugins, runner = build_tools(build_dir, [paths["etfuse"] for paths, _ in made.values()])
     for cpu in cpus:
         print(f"\n-cpu {cpu}, 1 thread, per forward: instructions (millions), multiply-add instructions "

@@ -222,9 +222,11 @@ ETFUSE_NEON_NOCONTRACT void tile_mlal(const Problem& pb, const Weights& w, int64
 #undef ETFUSE_MLAL
 #endif  // ETFUSE_CORE_KERNELS
 
-// w[c, k] of Problem::w: rows [C][K] or (panels) the GEMM panels [C16 / 16][K][16].
-inline int8_t weight_at(const Problem& pb, int64_t c, int64_t k) {
-  return pb.panels ? pb.w[(c / 16) * pb.K * 16 + k * 16 + c % 16] : pb.w[c * pb.K + k];
+// Where w[c, 0] of Problem::w is: rows [C][K] (k steps of 1) or (panels) the GEMM panels
+// [C16 / 16][K][16] (k steps of 16). prepare's loops divided per element: in MobileNetV2 int8
+// that was over half of all instructions.
+inline const int8_t* weight_row(const Problem& pb, int64_t c) {
+  return pb.panels ? pb.w + (c / 16) * pb.K * 16 + c % 16 : pb.w + c * pb.K;
 }
 
 }  // namespace detail
@@ -239,12 +241,16 @@ inline Weights prepare(const Problem& pb, bool dot) {
     quads.assign(static_cast<size_t>(C8 * K4), 0);
     sums.assign(static_cast<size_t>(C8), 0);
     for (int64_t c = 0; c < pb.C; ++c) {
+      const int8_t* src = detail::weight_row(pb, c);
+      const int64_t step = pb.panels ? 16 : 1;
       int8_t* q = quads.data() + (c / kCh) * K4 * kCh + (c % kCh) * 4;
       int32_t s = 0;
-      for (int64_t k = 0; k < pb.K; ++k) {
-        const int8_t v = detail::weight_at(pb, c, k);
-        q[(k / 4) * 4 * kCh + k % 4] = v;
-        s += v;
+      for (int64_t k = 0; k < pb.K; k += 4, q += 4 * kCh) {
+        for (int64_t j = 0; j < 4 && k + j < pb.K; ++j) {
+          const int8_t v = src[(k + j) * step];
+          q[j] = v;
+          s += v;
+        }
       }
       sums[c] = s;
     }
@@ -253,8 +259,12 @@ inline Weights prepare(const Problem& pb, bool dot) {
   } else {
     thread_local std::vector<int16_t> wide;
     wide.assign(static_cast<size_t>(C8 * pb.K), 0);
-    for (int64_t c = 0; c < pb.C; ++c)
-      for (int64_t k = 0; k < pb.K; ++k) wide[((c / kCh) * pb.K + k) * kCh + c % kCh] = detail::weight_at(pb, c, k);
+    for (int64_t c = 0; c < pb.C; ++c) {
+      const int8_t* src = detail::weight_row(pb, c);
+      const int64_t step = pb.panels ? 16 : 1;
+      int16_t* dst = wide.data() + (c / kCh) * pb.K * kCh + c % kCh;
+      for (int64_t k = 0; k < pb.K; ++k) dst[k * kCh] = src[k * step];
+    }
     w.wide = wide.data();
   }
   return w;
