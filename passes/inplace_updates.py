@@ -24,25 +24,19 @@ def inplace_overrides() -> dict:
 
 
 def run_inplace_updates(program: ExportedProgram) -> ExportedProgram:
-    """Switch the program's etfuse ops with in-place forms to them where safe (in place; returned)."""
+    """Switch the program's etfuse ops with in-place forms to them where safe (in place; returned).
+    A program with control flow (`scan` / `cond` / `while_loop`) stays functional: memory planning
+    gives an in-place result its input's storage but ends that storage's lifetime at the in-place
+    op, so a `scan` whose output got the same offset overwrote the operand its later iterations
+    still read (fuzz seed 44 graph 149), and a `cond`'s output overwrote a KV cache the program
+    returns (seed 47 graph 396). Switching such results back after `reinplace_pass` is not enough:
+    the pass also drops the buffer's write-back."""
     from executorch.exir.passes.reinplace import reinplace_pass
 
     overrides = inplace_overrides()
     if not any(n.op == "call_function" and n.target in overrides for n in program.graph.nodes):
         return program
-    program = reinplace_pass(program, ops_to_inplace=(), inplace_overrides=overrides)
-    _keep_functional_where_control_flow_reads(program, overrides)
-    return program
-
-
-def _keep_functional_where_control_flow_reads(program: ExportedProgram, overrides: dict) -> None:
-    """An in-place result read by a `scan` / `cond` / `while_loop` goes back to the functional op.
-    Memory planning gives the in-place result its input's storage, but ends that storage's lifetime
-    at the in-place op, not at the control-flow op that reads it: a `scan` whose output got the same
-    offset overwrote the operand its later iterations still read (fuzz seed 44 graph 149)."""
-    functional = {inplace: op for op, inplace in overrides.items()}
-    for node in program.graph.nodes:
-        if node.op == "call_function" and node.target in functional and any(
-                isinstance(u.target, torch._ops.HigherOrderOperator) for u in node.users):
-            node.target = functional[node.target]
-    program.graph_module.recompile()
+    if any(n.op == "call_function" and isinstance(n.target, torch._ops.HigherOrderOperator)
+           for n in program.graph.nodes):
+        return program
+    return reinplace_pass(program, ops_to_inplace=(), inplace_overrides=overrides)

@@ -207,6 +207,24 @@ def test_a_cache_write_read_by_a_while_loop_is_right_on_the_runtime():
     assert outcome.kind == fm.PASS, outcome
 
 
+def test_a_returned_cache_write_beside_a_cond_is_right_on_the_runtime():
+    """Fuzz seed 47 graph 396, shrunk (issue 44): a KV-cache write of x returned as an output, beside
+    `cond(..., x, ...)` whose result feeds a linear, was wrong on the fused runtime (all 75 values of
+    the cache): the in-place update_cache_'s storage ended its lifetime at the update and the
+    cond's output was planned over it. A program with control flow stays functional
+    (passes/inplace_updates.py)."""
+    fm.kernels()
+    spec = fm.ModelSpec(
+        shape=(1, 3, 5, 5), inputs=((1, 3, 5, 5), (1, 3, 1, 1), (1, 3, 1, 1)),
+        ops=(fm.Op("cond", (2, 0, 2), (), ((fm.Op("block", ("a",), ("norm", "layer_affine")),),
+                                            (fm.Op("add", ("b", "a")),))),
+             fm.Op("clamp", (3,), (-1.0, 1.0)), fm.Op("block", (0,), ("kv_cache", 1)), fm.Op("linear", (4,), (True, "")),
+             fm.Op("hardtanh", (6,), (-1.0, 1.0))),
+        outputs=(7, 5))
+    outcome = fm.check(spec)
+    assert outcome.kind == fm.PASS, outcome
+
+
 def test_the_config_route_lowers_a_loop_whose_carry_depends_on_a_parameter():
     """Fuzz routes check (issue 44): `while i < 2: acc = relu(linear(acc)) * x` raised in
     `edge.to_executorch(ExecutorchBackendConfig(passes=default_passes()))` ("outs_to_grad length (1)
