@@ -22,10 +22,11 @@ def test_x86_convs_match_the_reference_on_every_isa_of_this_cpu(optimize):
     assert {"baseline", "avx2"} <= checked, out  # the CI machines have AVX2
 
 
+# -O3 only under qemu (suite time): the -O0 build guards an x86 hazard (vectors passed between
+# functions of different target ISAs), which the x86 test above covers
 @pytest.mark.parametrize("cpu", ["neoverse-n1", "cortex-a53"])
-@pytest.mark.parametrize("optimize", ["-O3", "-O0"])
-def test_aarch64_convs_match_the_reference_on_the_portable_and_neon_paths(cpu, optimize):
-    binary = isa_checks.build("conv2d_check.cpp", "aarch64-linux-gnu-g++", "-static", optimize=optimize)
+def test_aarch64_convs_match_the_reference_on_the_portable_and_neon_paths(cpu):
+    binary = isa_checks.build("conv2d_check.cpp", "aarch64-linux-gnu-g++", "-static")
     out = isa_checks.run(isa_checks.qemu_aarch64(cpu, binary))
     assert out.splitlines() == [f"isa baseline: {CASES} cases match, 0 on depthwise rows",
                                 f"isa neon: {CASES} cases match, {ROWS} on depthwise rows"], out
