@@ -43,6 +43,13 @@ def run(cmd: list[str]) -> str:
     return proc.stdout
 
 
+def x86_isas_checked(source: str, optimize: str) -> tuple[set, str]:
+    """tests/cpp/`source` built natively at `optimize` and run: the ISAs it printed a line for
+    ("isa <name>: ..."), and its output."""
+    out = run([str(build(source, "g++", optimize=optimize))])
+    return {line.split()[1].rstrip(":") for line in out.splitlines()}, out
+
+
 def qemu_aarch64(cpu: str, binary: Path) -> list[str]:
     """The command that runs a static aarch64 `binary` under qemu-aarch64 -cpu `cpu`."""
     if shutil.which("qemu-aarch64") is None:

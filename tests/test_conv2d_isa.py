@@ -17,8 +17,7 @@ ROWS = 233  # of them, the depthwise convs that detail::depthwise_rows takes on 
 # -O0 too: nothing inlined that need not be (a vector passed between functions of different ISAs)
 @pytest.mark.parametrize("optimize", ["-O3", "-O0"])
 def test_x86_convs_match_the_reference_on_every_isa_of_this_cpu(optimize):
-    out = isa_checks.run([str(isa_checks.build("conv2d_check.cpp", "g++", optimize=optimize))])
-    checked = {line.split()[1].rstrip(":") for line in out.splitlines()}
+    checked, out = isa_checks.x86_isas_checked("conv2d_check.cpp", optimize)
     assert {"baseline", "avx2"} <= checked, out  # the CI machines have AVX2
 
 

@@ -14,8 +14,7 @@ import isa_checks
 # -O0 too: nothing inlined that need not be (a vector passed between functions of different ISAs)
 @pytest.mark.parametrize("optimize", ["-O3", "-O0"])
 def test_x86_pointwise_loops_match_libm_and_the_portable_code(optimize):
-    out = isa_checks.run([str(isa_checks.build("pointwise_check.cpp", "g++", optimize=optimize))])
-    checked = {line.split()[1].rstrip(":") for line in out.splitlines()}
+    checked, out = isa_checks.x86_isas_checked("pointwise_check.cpp", optimize)
     assert {"baseline", "avx2"} <= checked, out  # the CI machines have AVX2
 
 
