@@ -56,6 +56,9 @@ ETFUSE_NEON_DOT void tile_dot(const Problem& pb, const Weights& w, int64_t n, in
                               int64_t c_end);
 ETFUSE_NEON_NOCONTRACT void tile_mlal(const Problem& pb, const Weights& w, int64_t n, int64_t t, int64_t c_begin,
                                       int64_t c_end);
+void quads_from_panels(const int8_t* panels, int64_t C, int64_t K, int8_t* quads, int32_t* sums);
+void quads_from_rows(const int8_t* rows, int64_t C, int64_t K, int8_t* quads, int32_t* sums);
+void wide_from_panels(const int8_t* panels, int64_t C, int64_t K, int16_t* wide);
 
 #if defined(ETFUSE_CORE_KERNELS)
 // The epilogue's per-call constants in registers.
@@ -220,14 +223,79 @@ ETFUSE_NEON_NOCONTRACT void tile_mlal(const Problem& pb, const Weights& w, int64
   }
 }
 #undef ETFUSE_MLAL
-#endif  // ETFUSE_CORE_KERNELS
 
-// Where w[c, 0] of Problem::w is: rows [C][K] (k steps of 1) or (panels) the GEMM panels
-// [C16 / 16][K][16] (k steps of 16). prepare's loops divided per element: in MobileNetV2 int8
-// that was over half of all instructions.
-inline const int8_t* weight_row(const Problem& pb, int64_t c) {
-  return pb.panels ? pb.w + (c / 16) * pb.K * 16 + c % 16 : pb.w + c * pb.K;
+// Per-channel sums of the quads [C8 / 8][K4 / 4][8][4]: each 16 bytes are 4 channels' 4 k.
+static void quad_sums(const int8_t* quads, int64_t C8, int64_t K4, int32_t* sums) {
+  for (int64_t b = 0; b < C8 / kCh; ++b) {
+    int32x4_t s0 = vdupq_n_s32(0), s1 = vdupq_n_s32(0);
+    const int8_t* q = quads + b * K4 * kCh;
+    for (int64_t k = 0; k < K4; k += 4, q += 4 * kCh) {
+      s0 = vpadalq_s16(s0, vpaddlq_s8(vld1q_s8(q)));
+      s1 = vpadalq_s16(s1, vpaddlq_s8(vld1q_s8(q + 16)));
+    }
+    vst1q_s32(sums + b * kCh, s0);
+    vst1q_s32(sums + b * kCh + 4, s1);
+  }
 }
+
+// The packed ops' panels [C16 / 16][K][16] (zero past C) -> quads: 4 rows of a panel's 16
+// channels are one k-quad of two 8-channel blocks, a 4 x 16 byte transpose in two rounds of zips.
+void quads_from_panels(const int8_t* panels, int64_t C, int64_t K, int8_t* quads, int32_t* sums) {
+  const int64_t C8 = (C + kCh - 1) / kCh * kCh, K4 = k_padded(K);
+  for (int64_t p = 0; p < (C + 15) / 16; ++p) {
+    const int8_t* panel = panels + p * K * 16;
+    int8_t* lo = quads + 2 * p * K4 * kCh;
+    int8_t* hi = 16 * p + kCh < C8 ? lo + K4 * kCh : nullptr;  // no second block past C8
+    for (int64_t k = 0; k < K4; k += 4) {
+      int8x16_t r[4];
+      for (int j = 0; j < 4; ++j) r[j] = k + j < K ? vld1q_s8(panel + (k + j) * 16) : vdupq_n_s8(0);
+      const int16x8_t a = vreinterpretq_s16_s8(vzip1q_s8(r[0], r[1])), b = vreinterpretq_s16_s8(vzip2q_s8(r[0], r[1]));
+      const int16x8_t c = vreinterpretq_s16_s8(vzip1q_s8(r[2], r[3])), d = vreinterpretq_s16_s8(vzip2q_s8(r[2], r[3]));
+      vst1q_s8(lo + k * kCh, vreinterpretq_s8_s16(vzip1q_s16(a, c)));
+      vst1q_s8(lo + k * kCh + 16, vreinterpretq_s8_s16(vzip2q_s16(a, c)));
+      if (hi) {
+        vst1q_s8(hi + k * kCh, vreinterpretq_s8_s16(vzip1q_s16(b, d)));
+        vst1q_s8(hi + k * kCh + 16, vreinterpretq_s8_s16(vzip2q_s16(b, d)));
+      }
+    }
+  }
+  quad_sums(quads, C8, K4, sums);
+}
+
+// Rows [C][K] -> quads (`quads` zeroed by the caller): 16 k of a row are 4 quads' words.
+void quads_from_rows(const int8_t* rows, int64_t C, int64_t K, int8_t* quads, int32_t* sums) {
+  const int64_t C8 = (C + kCh - 1) / kCh * kCh, K4 = k_padded(K);
+  for (int64_t c = 0; c < C; ++c) {
+    const int8_t* src = rows + c * K;
+    int8_t* q = quads + (c / kCh) * K4 * kCh + (c % kCh) * 4;
+    int64_t k = 0;
+    for (; k + 16 <= K; k += 16, q += 16 * kCh) {
+      const uint32x4_t v = vreinterpretq_u32_s8(vld1q_s8(src + k));
+      vst1q_lane_u32(reinterpret_cast<uint32_t*>(q), v, 0);
+      vst1q_lane_u32(reinterpret_cast<uint32_t*>(q + 4 * kCh), v, 1);
+      vst1q_lane_u32(reinterpret_cast<uint32_t*>(q + 8 * kCh), v, 2);
+      vst1q_lane_u32(reinterpret_cast<uint32_t*>(q + 12 * kCh), v, 3);
+    }
+    for (int64_t j = 0; k + j < K; ++j) q[(j / 4) * 4 * kCh + j % 4] = src[k + j];
+  }
+  quad_sums(quads, C8, K4, sums);
+}
+
+// Panels -> the mlal kernel's [C8 / 8][K][8] int16: a panel row's halves are two blocks' rows.
+void wide_from_panels(const int8_t* panels, int64_t C, int64_t K, int16_t* wide) {
+  const int64_t C8 = (C + kCh - 1) / kCh * kCh;
+  for (int64_t p = 0; p < (C + 15) / 16; ++p) {
+    const int8_t* panel = panels + p * K * 16;
+    int16_t* lo = wide + 2 * p * K * kCh;
+    int16_t* hi = 16 * p + kCh < C8 ? lo + K * kCh : nullptr;
+    for (int64_t k = 0; k < K; ++k) {
+      const int8x16_t v = vld1q_s8(panel + k * 16);
+      vst1q_s16(lo + k * kCh, vmovl_s8(vget_low_s8(v)));
+      if (hi) vst1q_s16(hi + k * kCh, vmovl_high_s8(v));
+    }
+  }
+}
+#endif  // ETFUSE_CORE_KERNELS
 
 }  // namespace detail
 
@@ -238,32 +306,27 @@ inline Weights prepare(const Problem& pb, bool dot) {
   if (dot) {
     thread_local std::vector<int8_t> quads;
     thread_local std::vector<int32_t> sums;
-    quads.assign(static_cast<size_t>(C8 * K4), 0);
-    sums.assign(static_cast<size_t>(C8), 0);
-    for (int64_t c = 0; c < pb.C; ++c) {
-      const int8_t* src = detail::weight_row(pb, c);
-      const int64_t step = pb.panels ? 16 : 1;
-      int8_t* q = quads.data() + (c / kCh) * K4 * kCh + (c % kCh) * 4;
-      int32_t s = 0;
-      for (int64_t k = 0; k < pb.K; k += 4, q += 4 * kCh) {
-        for (int64_t j = 0; j < 4 && k + j < pb.K; ++j) {
-          const int8_t v = src[(k + j) * step];
-          q[j] = v;
-          s += v;
-        }
-      }
-      sums[c] = s;
+    sums.resize(static_cast<size_t>(C8));
+    if (pb.panels) {  // every byte written
+      quads.resize(static_cast<size_t>(C8 * K4));
+      detail::quads_from_panels(pb.w, pb.C, pb.K, quads.data(), sums.data());
+    } else {
+      quads.assign(static_cast<size_t>(C8 * K4), 0);
+      detail::quads_from_rows(pb.w, pb.C, pb.K, quads.data(), sums.data());
     }
     w.quads = quads.data();
     w.sums = sums.data();
   } else {
     thread_local std::vector<int16_t> wide;
-    wide.assign(static_cast<size_t>(C8 * pb.K), 0);
-    for (int64_t c = 0; c < pb.C; ++c) {
-      const int8_t* src = detail::weight_row(pb, c);
-      const int64_t step = pb.panels ? 16 : 1;
-      int16_t* dst = wide.data() + (c / kCh) * pb.K * kCh + c % kCh;
-      for (int64_t k = 0; k < pb.K; ++k) dst[k * kCh] = src[k * step];
+    if (pb.panels) {
+      wide.resize(static_cast<size_t>(C8 * pb.K));
+      detail::wide_from_panels(pb.w, pb.C, pb.K, wide.data());
+    } else {
+      wide.assign(static_cast<size_t>(C8 * pb.K), 0);
+      for (int64_t c = 0; c < pb.C; ++c) {
+        int16_t* dst = wide.data() + (c / kCh) * pb.K * kCh + c % kCh;
+        for (int64_t k = 0; k < pb.K; ++k) dst[k * kCh] = pb.w[c * pb.K + k];
+      }
     }
     w.wide = wide.data();
   }
