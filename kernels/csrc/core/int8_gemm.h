@@ -1,5 +1,5 @@
 // The portable pieces of the int8 ops' float path (ops/quantized_gemm.h) and the choosers that
-// pick their per-ISA copies (arch/x86/quantized_gemm_avx2.h):
+// pick their per-ISA copies (arch/x86/quantized_gemm_avx2.h, arch/arm/quantized_gemm_neon.h):
 //   * integers: 8-bit values -> exact float integers (q - zp);
 //   * requant_rows: float sums -> the quantized output,
 //       out = clamp(rint((acc * scale[c] + bias[c]) * inv) + zp, lo, hi)
@@ -76,6 +76,9 @@ inline void panels_rows_base(const float* x, int64_t x_rs, int64_t K, const int8
 #if ETFUSE_HAVE_X86_DISPATCH
 #include "arch/x86/quantized_gemm_avx2.h"
 #endif
+#if ETFUSE_HAVE_ARM_NEON
+#include "arch/arm/quantized_gemm_neon.h"
+#endif
 
 namespace etfuse {
 namespace core {
@@ -88,8 +91,8 @@ using RequantRows = void (*)(const float*, int64_t, int64_t, int64_t, int64_t, c
 
 using PanelsRows = void (*)(const float*, int64_t, int64_t, const int8_t*, int64_t, int64_t, float*, int64_t);
 
-// The float path's kernels for 8-bit type T on one ISA (AVX-512 takes the AVX2 copies; aarch64
-// the portable ones). panels_rows reads int8 weights whatever T is: take it from kernels<int8_t>.
+// The float path's kernels for 8-bit type T on one ISA (AVX-512 takes the AVX2 copies, NEON +
+// dot product the NEON ones). panels_rows reads int8 weights whatever T is: take it from kernels<int8_t>.
 template <class T>
 struct Kernels {
   void (*integers)(const T*, int64_t, float, float*);
@@ -107,6 +110,13 @@ inline Kernels<T> kernels(Isa isa) {
       return {&x86::integers_avx2<T>,
               {&x86::requant_rows_avx2<T, false>, &x86::requant_rows_avx2<T, true>},
               {&x86::panels_rows_avx2<1>, &x86::panels_rows_avx2<2>}};
+#endif
+#if ETFUSE_HAVE_ARM_NEON
+    case Isa::kNeonDot:
+    case Isa::kNeon:
+      return {&arm::integers_neon<T>,
+              {&arm::requant_rows_neon<T, false>, &arm::requant_rows_neon<T, true>},
+              {&arm::panels_rows_neon<1>, &arm::panels_rows_neon<2>}};
 #endif
     default:
       return {&integers_base<T>,

@@ -74,7 +74,7 @@ ETFUSE_ALWAYS_INLINE void fill_plane(const Problem& pb, const uint8_t* x, int16x
 // All output rows of one plane of channel c. KH_, KW_: the kernel size, or 0: pb's (a loop over
 // the taps); S: the stride. `wk`: the plane's int16 weights [KH][KW].
 template <int KH_, int KW_, int S>
-ETFUSE_NEON_NOCONTRACT ETFUSE_ALWAYS_INLINE void plane(const Problem& pb, const ep::Epilogue& e, int64_t c,
+ETFUSE_NEON_NOCONTRACT ETFUSE_ALWAYS_INLINE void plane(const Problem& pb, const ep::RequantNeon& e, int64_t c,
                                                        const int16_t* buf, int64_t pitch, const int16_t* wk,
                                                        uint8_t* out) {
   constexpr bool kFixed = KH_ > 0;
@@ -129,7 +129,7 @@ ETFUSE_NEON_NOCONTRACT void planes(const Problem& pb, int64_t t0, int64_t t1) {
   buf.assign(static_cast<size_t>(Hp * pitch), 0);  // the padding stays 0: only interiors are written
   wk.resize(std::max(wk.size(), static_cast<size_t>(taps)));
   const int16x8_t zp = vdupq_n_s16(static_cast<int16_t>(pb.x_zero_point));  // integral in [-128, 255]
-  const ep::Epilogue e = ep::epilogue_of(pb.requant);
+  const ep::RequantNeon e = core::arm::requant_neon(pb.requant);
   const int kind = pb.KH == 3 && pb.KW == 3 ? 1 : pb.KH == 5 && pb.KW == 5 ? 2 : 0;
   int64_t c = t0 % pb.C;
   for (int64_t t = t0; t < t1; ++t) {

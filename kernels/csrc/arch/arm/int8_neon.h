@@ -26,6 +26,7 @@
 #include <vector>
 
 #include "core/common.h"
+#include "arch/arm/requant_neon.h"
 #include "core/int8_epilogue.h"
 
 #define ETFUSE_NEON_NOCONTRACT __attribute__((optimize("fp-contract=off")))
@@ -61,21 +62,11 @@ void quads_from_rows(const int8_t* rows, int64_t C, int64_t K, int8_t* quads, in
 void wide_from_panels(const int8_t* panels, int64_t C, int64_t K, int16_t* wide);
 
 #if defined(ETFUSE_CORE_KERNELS)
-// The epilogue's per-call constants in registers.
-struct Epilogue {
-  float32x4_t inv;
-  int16x8_t zp, lo, hi;  // integral in the float path: exact as int16
-};
+using core::arm::requant8;
+using core::arm::RequantNeon;
 
-ETFUSE_ALWAYS_INLINE Epilogue epilogue_of(const Requant& r) {
-  return Epilogue{vdupq_n_f32(r.inv), vdupq_n_s16(static_cast<int16_t>(r.zp)), vdupq_n_s16(static_cast<int16_t>(r.lo)),
-                  vdupq_n_s16(static_cast<int16_t>(r.hi))};
-}
-
-// 8 sums (two vectors) of channel c -> 8 bytes at dst (n of them). The float steps are
-// requant_loop's; rint(v) + zp and the clamp then run in integers, which is exact: fcvtns rounds
-// half to even like rint, and where |rint(v)| passes int16 (saturated) both sides clamp to lo or hi.
-ETFUSE_NEON_NOCONTRACT ETFUSE_ALWAYS_INLINE void requant_store8(const Requant& r, const Epilogue& e, int64_t c,
+// 8 sums (two vectors) of channel c -> 8 bytes at dst (n of them).
+ETFUSE_NEON_NOCONTRACT ETFUSE_ALWAYS_INLINE void requant_store8(const Requant& r, const RequantNeon& e, int64_t c,
                                                                int32x4_t a0, int32x4_t a1, int64_t n, uint8_t* dst) {
   const float s = r.scale[c];
   float32x4_t y0 = vmulq_n_f32(vcvtq_f32_s32(a0), s), y1 = vmulq_n_f32(vcvtq_f32_s32(a1), s);
@@ -84,10 +75,7 @@ ETFUSE_NEON_NOCONTRACT ETFUSE_ALWAYS_INLINE void requant_store8(const Requant& r
     y0 = vaddq_f32(y0, b);
     y1 = vaddq_f32(y1, b);
   }
-  const int16x8_t q = vcombine_s16(vqmovn_s32(vcvtnq_s32_f32(vmulq_f32(y0, e.inv))),
-                                   vqmovn_s32(vcvtnq_s32_f32(vmulq_f32(y1, e.inv))));
-  const int16x8_t v = vminq_s16(vmaxq_s16(vqaddq_s16(q, e.zp), e.lo), e.hi);
-  const uint8x8_t b = vmovn_u16(vreinterpretq_u16_s16(v));  // inside [-128, 255]: the low byte, int8 or uint8
+  const uint8x8_t b = requant8(e, y0, y1);
   if (n >= 8) {
     vst1_u8(dst, b);
   } else {
@@ -156,7 +144,7 @@ ETFUSE_NEON_DOT void tile_dot(const Problem& pb, const Weights& w, int64_t n, in
     }
   }
   const int32_t shift = pb.x_zero_point - (pb.x_signed ? 0 : 128);
-  const Epilogue e = epilogue_of(pb.requant);
+  const RequantNeon e = core::arm::requant_neon(pb.requant);
   uint8_t* out = pb.out + n * pb.C * pb.P + p0;
   for (int64_t c0 = c_begin; c0 < c_end; c0 += kCh) {
     const int8_t* wb = w.quads + (c0 / kCh) * K4 * kCh;
@@ -191,7 +179,7 @@ ETFUSE_NEON_NOCONTRACT void tile_mlal(const Problem& pb, const Weights& w, int64
   int64_t stride = 0;
   const uint8_t* x = tile_rows(pb, pb.x + n * pb.K * pb.P, p0, npx, rows_buf, stride);
   const int16x8_t zp = vdupq_n_s16(static_cast<int16_t>(pb.x_zero_point));
-  const Epilogue e = epilogue_of(pb.requant);
+  const RequantNeon e = core::arm::requant_neon(pb.requant);
   uint8_t* out = pb.out + n * pb.C * pb.P + p0;
   for (int64_t c0 = c_begin; c0 < c_end; c0 += kCh) {
     const int16_t* wb = w.wide + (c0 / kCh) * pb.K * kCh;

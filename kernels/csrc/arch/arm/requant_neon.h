@@ -1,0 +1,39 @@
+// The int8 ops' requantizing epilogue on NEON, 8 values at a time, bit-exact with requant_loop
+// (core/int8_gemm.h): the float steps in its order (the caller compiles them without FMA
+// contraction), then rint(v) + zp and the clamp in integers, which is exact: fcvtns rounds half
+// to even like rint, and where |rint(v)| passes int16 (saturated) both sides clamp to lo or hi.
+#pragma once
+
+#include <arm_neon.h>
+
+#include <cstdint>
+
+#include "core/common.h"
+#include "core/int8_epilogue.h"
+
+namespace etfuse {
+namespace core {
+namespace arm {
+
+// A Requant's per-call constants in registers.
+struct RequantNeon {
+  float32x4_t inv;
+  int16x8_t zp, lo, hi;  // integral in the float path: exact as int16
+};
+
+ETFUSE_ALWAYS_INLINE RequantNeon requant_neon(const int8_epilogue::Requant& r) {
+  return RequantNeon{vdupq_n_f32(r.inv), vdupq_n_s16(static_cast<int16_t>(r.zp)),
+                     vdupq_n_s16(static_cast<int16_t>(r.lo)), vdupq_n_s16(static_cast<int16_t>(r.hi))};
+}
+
+// y = acc * scale + bias of 8 values -> their 8 bytes (the low byte of each: int8 or uint8).
+ETFUSE_ALWAYS_INLINE uint8x8_t requant8(const RequantNeon& e, float32x4_t y0, float32x4_t y1) {
+  const int16x8_t q = vcombine_s16(vqmovn_s32(vcvtnq_s32_f32(vmulq_f32(y0, e.inv))),
+                                   vqmovn_s32(vcvtnq_s32_f32(vmulq_f32(y1, e.inv))));
+  const int16x8_t v = vminq_s16(vmaxq_s16(vqaddq_s16(q, e.zp), e.lo), e.hi);
+  return vmovn_u16(vreinterpretq_u16_s16(v));  // inside [-128, 255]
+}
+
+}  // namespace arm
+}  // namespace core
+}  // namespace etfuse
