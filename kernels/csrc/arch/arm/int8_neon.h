@@ -47,7 +47,7 @@ constexpr int64_t kTile = 64;  // pixels per task
 // multiply-adds).
 struct Weights {
   const int8_t* quads = nullptr;  // dot: [C8 / 8][K4 / 4][8][4], zero past C and K
-  const int32_t* sums = nullptr;  // dot: sum_k w[c, k], C8 entries
+  const int32_t* starts = nullptr;  // dot: the sums' start, -(x_zp - flip) * sum_k w[c, k], C8 entries
   const int16_t* wide = nullptr;  // mlal: [C8 / 8][K][8], zero past C
 };
 
@@ -109,63 +109,130 @@ inline const uint8_t* tile_rows(const Problem& pb, const uint8_t* x, int64_t p0,
   acc[6][v] = vdotq_laneq_s32(acc[6][v], x, w1, 2);          \
   acc[7][v] = vdotq_laneq_s32(acc[7][v], x, w1, 3)
 
+// Channel m's 8 sums -> 8 bytes: requant_store8's steps, with the block's scales and biases in
+// registers (sv, bv: lanes by channel) instead of reloaded per channel past the byte stores.
+#define ETFUSE_REQUANT_DOT(m)                                                                        \
+  if (m < rows) {                                                                                    \
+    float32x4_t y0 = vmulq_laneq_f32(vcvtq_f32_s32(acc[m][0]), sv[m / 4], m % 4);                    \
+    float32x4_t y1 = vmulq_laneq_f32(vcvtq_f32_s32(acc[m][1]), sv[m / 4], m % 4);                    \
+    if (has_bias) {                                                                                  \
+      const float32x4_t b_ = vdupq_laneq_f32(bv[m / 4], m % 4);                                      \
+      y0 = vaddq_f32(y0, b_);                                                                        \
+      y1 = vaddq_f32(y1, b_);                                                                        \
+    }                                                                                                \
+    const uint8x8_t q_ = requant8(e, y0, y1);                                                        \
+    uint8_t* dst_ = o + (m) * P;                                                                     \
+    if (full) {                                                                                      \
+      vst1_u8(dst_, q_);                                                                             \
+    } else {                                                                                         \
+      uint8_t t_[8];                                                                                 \
+      vst1_u8(t_, q_);                                                                               \
+      std::memcpy(dst_, t_, static_cast<size_t>(npx - s));                                          \
+    }                                                                                                \
+  }
+
 ETFUSE_NEON_DOT void tile_dot(const Problem& pb, const Weights& w, int64_t n, int64_t t, int64_t c_begin,
                               int64_t c_end) {
-  thread_local std::vector<uint8_t> rows_buf;
-  thread_local std::vector<int8_t> xq;
+  thread_local std::vector<int8_t> xq_buf;
   const int64_t K4 = k_padded(pb.K), p0 = t * kTile, npx = std::min(kTile, pb.P - p0);
-  if (static_cast<int64_t>(xq.size()) < K4 * kTile) xq.resize(static_cast<size_t>(K4 * kTile));
-  int64_t stride = 0;
-  const uint8_t* x = tile_rows(pb, pb.x + n * pb.K * pb.P, p0, npx, rows_buf, stride);
-  const bool copied = npx % kPx != 0;  // rows of kTile bytes
-  // interleave: 4 rows of 16 pixels -> 16 groups of 4 k (two rounds of zips), flipped for uint8
+  if (static_cast<int64_t>(xq_buf.size()) < K4 * kTile) xq_buf.resize(static_cast<size_t>(K4 * kTile));
+  int8_t* const xq = xq_buf.data();
+  const uint8_t* x = pb.x + n * pb.K * pb.P + p0;
+  const uint8_t* const x_end = pb.x + pb.N * pb.K * pb.P;
+  // interleave: 4 rows of 16 pixels -> 16 groups of 4 k (two rounds of zips), flipped for uint8.
+  // Past the tile's pixels a load reads the next row's (their sums are never stored); only past
+  // the input's end it copies the row's last pixels.
   const int8x16_t flip = vdupq_n_s8(pb.x_signed ? 0 : static_cast<int8_t>(0x80));
   const int64_t groups = (npx + 15) / 16;
   for (int64_t k = 0; k < K4; k += 4) {
+    const bool whole = k + 4 <= pb.K && x + (k + 3) * pb.P + 16 * groups <= x_end;  // no row to check
     for (int64_t g = 0; g < groups; ++g) {
       int8x16_t r[4];
       for (int j = 0; j < 4; ++j) {
-        if (k + j >= pb.K) {
+        const uint8_t* src = x + (k + j) * pb.P + 16 * g;
+        if (whole) {
+          r[j] = veorq_s8(vld1q_s8(reinterpret_cast<const int8_t*>(src)), flip);
+        } else if (k + j >= pb.K) {
           r[j] = vdupq_n_s8(0);
-        } else if (16 * g + 16 <= npx || copied) {
-          r[j] = veorq_s8(vld1q_s8(reinterpret_cast<const int8_t*>(x + (k + j) * stride + 16 * g)), flip);
-        } else {  // in place, the row's last 8 pixels: the next 8 bytes may be past the input
-          const int8x8_t h = vld1_s8(reinterpret_cast<const int8_t*>(x + (k + j) * stride + 16 * g));
-          r[j] = veorq_s8(vcombine_s8(h, vdup_n_s8(0)), flip);
+        } else if (src + 16 <= x_end) {
+          r[j] = veorq_s8(vld1q_s8(reinterpret_cast<const int8_t*>(src)), flip);
+        } else {
+          int8_t last[16] = {};
+          std::memcpy(last, src, static_cast<size_t>(npx - 16 * g));
+          r[j] = veorq_s8(vld1q_s8(last), flip);
         }
       }
       const int16x8_t a = vreinterpretq_s16_s8(vzip1q_s8(r[0], r[1])), b = vreinterpretq_s16_s8(vzip2q_s8(r[0], r[1]));
       const int16x8_t c = vreinterpretq_s16_s8(vzip1q_s8(r[2], r[3])), d = vreinterpretq_s16_s8(vzip2q_s8(r[2], r[3]));
-      int8_t* dst = xq.data() + (k * kTile + 64 * g);
+      int8_t* dst = xq + (k * kTile + 64 * g);
       vst1q_s8(dst, vreinterpretq_s8_s16(vzip1q_s16(a, c)));
       vst1q_s8(dst + 16, vreinterpretq_s8_s16(vzip2q_s16(a, c)));
       vst1q_s8(dst + 32, vreinterpretq_s8_s16(vzip1q_s16(b, d)));
       vst1q_s8(dst + 48, vreinterpretq_s8_s16(vzip2q_s16(b, d)));
     }
   }
-  const int32_t shift = pb.x_zero_point - (pb.x_signed ? 0 : 128);
   const RequantNeon e = core::arm::requant_neon(pb.requant);
-  uint8_t* out = pb.out + n * pb.C * pb.P + p0;
+  const float* const scale = pb.requant.scale;
+  const float* const bias = pb.requant.bias;
+  const bool has_bias = bias != nullptr;
+  uint8_t* const out = pb.out + n * pb.C * pb.P + p0;
+  const int64_t P = pb.P;  // in a register: the byte stores may alias pb
   for (int64_t c0 = c_begin; c0 < c_end; c0 += kCh) {
     const int8_t* wb = w.quads + (c0 / kCh) * K4 * kCh;
     const int rows = static_cast<int>(std::min<int64_t>(kCh, pb.C - c0));
-    for (int64_t s = 0; s < npx; s += kPx) {
+    float sb[2][kCh] = {};  // the block's scales and biases, zero past C
+    std::memcpy(sb[0], scale + c0, sizeof(float) * static_cast<size_t>(rows));
+    if (has_bias) std::memcpy(sb[1], bias + c0, sizeof(float) * static_cast<size_t>(rows));
+    const float32x4_t sv[2] = {vld1q_f32(sb[0]), vld1q_f32(sb[0] + 4)};
+    const float32x4_t bv[2] = {vld1q_f32(sb[1]), vld1q_f32(sb[1] + 4)};
+    const int32x4_t z0 = vld1q_s32(w.starts + c0), z1 = vld1q_s32(w.starts + c0 + 4);
+    uint8_t* o = out + c0 * pb.P;
+    for (int64_t s = 0; s < npx; s += kPx, o += kPx) {
       int32x4_t acc[kCh][2];
-      for (int m = 0; m < kCh; ++m) acc[m][0] = acc[m][1] = vdupq_n_s32(-shift * w.sums[c0 + m]);
-      const int8_t* xp = xq.data() + 4 * s;
-      for (int64_t k = 0; k < K4; k += 4) {
-        const int8x16_t x0 = vld1q_s8(xp + k * kTile), x1 = vld1q_s8(xp + k * kTile + 16);
-        const int8x16_t w0 = vld1q_s8(wb + k * kCh), w1 = vld1q_s8(wb + k * kCh + 16);
+      acc[0][0] = acc[0][1] = vdupq_laneq_s32(z0, 0);
+      acc[1][0] = acc[1][1] = vdupq_laneq_s32(z0, 1);
+      acc[2][0] = acc[2][1] = vdupq_laneq_s32(z0, 2);
+      acc[3][0] = acc[3][1] = vdupq_laneq_s32(z0, 3);
+      acc[4][0] = acc[4][1] = vdupq_laneq_s32(z1, 0);
+      acc[5][0] = acc[5][1] = vdupq_laneq_s32(z1, 1);
+      acc[6][0] = acc[6][1] = vdupq_laneq_s32(z1, 2);
+      acc[7][0] = acc[7][1] = vdupq_laneq_s32(z1, 3);
+      const int8_t* xp = xq + 4 * s;
+      const int8_t* wp = wb;
+      const int8_t* const xp_end = xp + K4 * kTile;
+      if ((K4 / 4) % 2) {  // then pairs of k-quads: one loop test per 32 sdot
+        const int8x16_t x0 = vld1q_s8(xp), x1 = vld1q_s8(xp + 16);
+        const int8x16_t w0 = vld1q_s8(wp), w1 = vld1q_s8(wp + 16);
+        ETFUSE_DOT8(0, x0);
+        ETFUSE_DOT8(1, x1);
+        xp += 4 * kTile;
+        wp += 4 * kCh;
+      }
+      for (; xp != xp_end; xp += 8 * kTile, wp += 8 * kCh) {
+        {
+          const int8x16_t x0 = vld1q_s8(xp), x1 = vld1q_s8(xp + 16);
+          const int8x16_t w0 = vld1q_s8(wp), w1 = vld1q_s8(wp + 16);
+          ETFUSE_DOT8(0, x0);
+          ETFUSE_DOT8(1, x1);
+        }
+        const int8x16_t x0 = vld1q_s8(xp + 4 * kTile), x1 = vld1q_s8(xp + 4 * kTile + 16);
+        const int8x16_t w0 = vld1q_s8(wp + 4 * kCh), w1 = vld1q_s8(wp + 4 * kCh + 16);
         ETFUSE_DOT8(0, x0);
         ETFUSE_DOT8(1, x1);
       }
-#pragma GCC unroll 8
-      for (int m = 0; m < kCh; ++m) {  // unrolled: the sums stay in registers
-        if (m < rows) requant_store8(pb.requant, e, c0 + m, acc[m][0], acc[m][1], npx - s, out + (c0 + m) * pb.P + s);
-      }
+      const bool full = npx - s >= kPx;
+      ETFUSE_REQUANT_DOT(0)
+      ETFUSE_REQUANT_DOT(1)
+      ETFUSE_REQUANT_DOT(2)
+      ETFUSE_REQUANT_DOT(3)
+      ETFUSE_REQUANT_DOT(4)
+      ETFUSE_REQUANT_DOT(5)
+      ETFUSE_REQUANT_DOT(6)
+      ETFUSE_REQUANT_DOT(7)
     }
   }
 }
+#undef ETFUSE_REQUANT_DOT
 #undef ETFUSE_DOT8
 
 #define ETFUSE_MLAL(m, lane)                                  \
@@ -302,8 +369,10 @@ inline Weights prepare(const Problem& pb, bool dot) {
       quads.assign(static_cast<size_t>(C8 * K4), 0);
       detail::quads_from_rows(pb.w, pb.C, pb.K, quads.data(), sums.data());
     }
+    const int32_t shift = pb.x_zero_point - (pb.x_signed ? 0 : 128);
+    for (int64_t c = 0; c < C8; ++c) sums[c] *= -shift;
     w.quads = quads.data();
-    w.sums = sums.data();
+    w.starts = sums.data();
   } else {
     thread_local std::vector<int16_t> wide;
     if (pb.panels) {
