@@ -43,6 +43,17 @@ ETFUSE_ALWAYS_INLINE void requant_loop(const float* __restrict acc, int64_t n, i
   }
 }
 
+// requant_loop over values [i, n) of a row: the tail of the vector copies' loops.
+template <class T, bool kPer>
+ETFUSE_ALWAYS_INLINE void requant_tail(const float* acc, int64_t i, int64_t n, int64_t c, const Requant& r, T* q) {
+  Requant rest = r;
+  if (kPer) {
+    rest.scale = r.scale + i;
+    rest.bias = r.bias ? r.bias + i : nullptr;
+  }
+  requant_loop<T, kPer>(acc + i, n - i, kPer ? 0 : c, rest, q + i);
+}
+
 // `rows` rows of `inner` values, row i of channel (row0 + i) % channels (conv: a block of an
 // [N, C, pixels] output); or, with kPer, rows of one value per channel (linear: row i is [channels]).
 template <class T, bool kPer>

@@ -49,12 +49,7 @@ ETFUSE_ALWAYS_INLINE void requant_neon(const float* acc, int64_t n, int64_t c, c
     }
     vst1_u8(reinterpret_cast<uint8_t*>(q + i), core::arm::requant8(e, y0, y1));
   }
-  Requant rest = r;
-  if (kPer) {
-    rest.scale = r.scale + i;
-    rest.bias = r.bias ? r.bias + i : nullptr;
-  }
-  requant_loop<T, kPer>(acc + i, n - i, kPer ? 0 : c, rest, q + i);
+  requant_tail<T, kPer>(acc, i, n, c, r, q);
 }
 
 template <class T, bool kPer>

@@ -49,12 +49,7 @@ ETFUSE_TARGET_AVX2_NOFMA ETFUSE_ALWAYS_INLINE void requant_avx2(const float* acc
     const __m128i b = std::is_same<T, int8_t>::value ? _mm_packs_epi16(w, w) : _mm_packus_epi16(w, w);
     _mm_storel_epi64(reinterpret_cast<__m128i*>(q + i), b);
   }
-  Requant rest = r;
-  if (kPer) {
-    rest.scale = r.scale + i;
-    rest.bias = r.bias ? r.bias + i : nullptr;
-  }
-  requant_loop<T, kPer>(acc + i, n - i, kPer ? 0 : c, rest, q + i);
+  requant_tail<T, kPer>(acc, i, n, c, r, q);
 }
 
 template <class T, bool kPer>
