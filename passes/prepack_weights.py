@@ -17,12 +17,17 @@ zero points are absent or known to be all 0), where the weight is a constant (pa
 buffer, lifted constant), and folds
 `pack_gemm_weight` into a program constant (backend_ops/prepacked_ops.py): the runtime reads the
 panels in place. A weight shared by several ops is packed once; the unpacked weight goes when
-nothing else reads it. Where it applies (static shapes only, measured with the eager `.out`
-kernels, 2 threads, unpacked -> packed):
+nothing else reads it. Where it applies (measured with the eager `.out` kernels, 2 threads,
+unpacked -> packed):
 
 * linears with MIN_ROWS rows or more: 1024x1024 at 3 rows 77 -> 71 us, 5 rows 107 -> 80,
   37x768x768 417 -> 290. One row (decode) stays unpacked: the dot-product path reads the weight
-  as stored, 42 us vs 59 packed;
+  as stored, 42 us vs 59 packed. Symbolic rows (a dynamic sequence length, executorch's llama
+  export's default, there for prefill) are packed unless their range keeps them under MIN_ROWS:
+  the packed kernel takes any row count at run time (gemm.h's tiles, rows from the input), and
+  the weight is packed once whatever the length. The price: the one-row calls of such a program
+  (decode steps through the same method) run the packed tiles, not the dot-product path;
+* convs below: their output map (H, W) static, any batch;
 * 1x1 convs (groups 1) with fewer than MAX_CONV_PIXELS output pixels: 160 -> 960 on 7x7 479 ->
   147 us, on 3x3 82 -> 46; on the runtime (8-layer chains with batch norm, 2 threads, us,
   unpacked -> packed) 64 -> 64 on 12x12 106 -> 97, 96 -> 96 on 12x12 181 -> 172, 64 -> 64 on
@@ -54,6 +59,7 @@ import math
 
 import torch
 import torch.fx as fx
+from torch.fx.experimental.symbolic_shapes import statically_known_true
 from executorch.exir.pass_base import ExportedProgramPassResult
 from executorch.exir.passes.constant_prop_pass import get_constant_placeholder_dict
 
@@ -83,12 +89,16 @@ def _static(shape) -> bool:
 
 def _linear_worth_it(node: fx.Node, args: dict, constants: dict) -> bool:
     x = _val(args["input"])
-    return x is not None and x.dim() >= 1 and _static(x.shape[:-1]) and math.prod(x.shape[:-1]) >= MIN_ROWS
+    if x is None or x.dim() < 1:
+        return False
+    # symbolic rows (a dynamic sequence length): packed unless they provably stay under MIN_ROWS
+    return not statically_known_true(math.prod(x.shape[:-1]) < MIN_ROWS)
 
 
 def _conv_worth_it(node: fx.Node, args: dict, constants: dict, max_pixels: int) -> bool:
     out = _val(node)
-    return (args["groups"] == 1 and out is not None and out.dim() == 4 and _static(out.shape)
+    # the map decides (below); the batch, which may be symbolic, does not
+    return (args["groups"] == 1 and out is not None and out.dim() == 4 and _static(out.shape[2:])
             and out.shape[2] * out.shape[3] < max_pixels)
 
 

@@ -27,7 +27,7 @@ import torch
 
 from etfuse.backend_ops import SDPA
 
-from .constraints import known_equal, same_shape, same_shapes
+from .constraints import broadcasts, same_shape, same_shapes
 from .rule import Match, Rule
 
 aten = torch.ops.aten
@@ -94,8 +94,7 @@ def _shapes(m: Match, grouped: bool):
     if "mask" in m.bindings:
         mask = m.value("mask")
         full = (B, H, L, S)
-        if mask.dim() > 4 or not all(known_equal(d, 1) or known_equal(d, w)
-                                     for d, w in zip(reversed(mask.shape), reversed(full))):
+        if not broadcasts(mask.shape, full):
             return f"mask {tuple(mask.shape)} does not broadcast to the scores {full}"
     # what each view/expand of SDPA's decomposition gives, in any order
     want = [(B, H, L, D), (B * H, L, D), (B, H, D, S), (B * H, D, S), (B, H, L, S), (B, H, L, S),

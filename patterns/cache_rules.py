@@ -7,8 +7,11 @@ layouts lower it: one index tensor at dim 1 or 2, None before it.
 | update_cache_dim2 | index_put(self, [None, None, positions], values)          | etfuse::update_cache |
 
 The values broadcast to the indexed slices (self's shape with len(positions) at dim; llama's
-are [H, L, D] for a [1, H, S, D] cache), positions are int64 [L], `accumulate` is False, and every size is known: anything
-else keeps the stock op. Which fused writes then run in place is decided by `to_executorch`
+are [H, L, D] for a [1, H, S, D] cache), positions are int64 [L], `accumulate` is False: anything
+else keeps the stock op. L may be symbolic (a dynamic sequence length: executorch's llama export
+writes `index_copy_(cache, 2, arange(L) + start_pos, values)`, which lowers to this index_put);
+sizes are compared as `constraints.broadcasts` does, equal only when provably so, and the kernel
+reads them at run time. Which fused writes then run in place is decided by `to_executorch`
 (backend_ops/cache_ops.py).
 """
 
@@ -18,6 +21,7 @@ import torch
 
 from etfuse.backend_ops import UPDATE_CACHE
 
+from .constraints import broadcasts
 from .rule import Match, Rule
 
 aten = torch.ops.aten
@@ -49,15 +53,11 @@ def _fits(dim: int):
             return f"self {cache.dtype} and values {values.dtype}: the kernel writes values of self's dtype"
         if positions.dtype != torch.int64 or positions.dim() != 1:
             return f"positions must be int64 [L], got {positions.dtype} {tuple(positions.shape)}"
-        sizes = [*cache.shape, *values.shape, *positions.shape]
-        if not all(isinstance(s, int) for s in sizes):
-            return "symbolic sizes"
         want = list(cache.shape)
         if cache.dim() <= dim:
             return f"self has rank {cache.dim()}, no dim {dim}"
         want[dim] = positions.shape[0]
-        got = list(values.shape)
-        if len(got) > len(want) or any(g not in (w, 1) for g, w in zip(reversed(got), reversed(want))):
+        if not broadcasts(values.shape, want):
             return f"values {tuple(values.shape)} do not broadcast to the indexed slices {tuple(want)}"
         return None
     return check

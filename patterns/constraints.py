@@ -115,6 +115,12 @@ def same_shape(a, b) -> bool:
     return len(a) == len(b) and all(known_equal(x, y) for x, y in zip(a, b))
 
 
+def broadcasts(shape, to) -> bool:
+    """`shape` broadcasts to `to` (each size 1 or `to`'s, provably; `to` may have more dims)."""
+    return len(shape) <= len(to) and all(known_equal(d, 1) or known_equal(d, w)
+                                         for d, w in zip(reversed(tuple(shape)), reversed(tuple(to))))
+
+
 def same_shapes(got, want) -> bool:
     """The shapes `got` are the shapes `want`, in any order (each matched once)."""
     remaining = [tuple(w) for w in want]

@@ -7,7 +7,9 @@ pairs, unbind, rotate, stack, flatten(3)), for q or k of rank 4 ([B, S, H, D]).
 
 The view sizes are free in the pattern (`free_sizes`); the constraint checks that they are x's
 shape with the last dim in pairs, and back. cos and sin are whatever broadcasts to
-[B, S, H, D / 2] (llama's [1, S, 1, D / 2] slices of its precomputed tables).
+[B, S, H, D / 2] (llama's [1, S, 1, D / 2] slices of its precomputed tables). S may be symbolic
+(a dynamic sequence length): sizes are compared as `constraints.same_shapes` does, equal only
+when provably so.
 """
 
 from __future__ import annotations
@@ -16,7 +18,7 @@ import torch
 
 from etfuse.backend_ops import ROPE
 
-from .constraints import all_of, tensors
+from .constraints import all_of, broadcasts, same_shapes, tensors
 from .rule import Match, Rule
 
 aten = torch.ops.aten
@@ -28,16 +30,18 @@ def _rope(x, cos, sin):
 
 
 def _fits(m: Match):
+    """x [B, S, H, D], D and the heads static; S (and B) may be symbolic: a dynamic sequence
+    length (the kernel reads every size at run time)."""
     x, cos, sin = m.value("x"), m.value("cos"), m.value("sin")
     shape = tuple(x.shape)
-    if x.dim() != 4 or not all(isinstance(d, int) for d in (*shape, *cos.shape, *sin.shape)) or shape[-1] % 2:
-        return f"x {shape}: the rule takes a static [B, S, H, D] with D even"
+    if x.dim() != 4 or not isinstance(shape[-1], int) or shape[-1] % 2:
+        return f"x {shape}: the rule takes [B, S, H, D] with D static and even"
     half = (*shape[:-1], shape[-1] // 2)
     for name, t in (("cos", cos), ("sin", sin)):
-        if t.dim() > 4 or any(s not in (h, 1) for s, h in zip(reversed(t.shape), reversed(half))):
+        if not broadcasts(t.shape, half):
             return f"{name} {tuple(t.shape)} does not broadcast to {half}"
-    views = sorted(tuple(v.meta["val"].shape) for v in m.nodes if getattr(v.target, "_op", v.target) is aten.view_copy.default)
-    if views != sorted([(*half, 2), shape]):
+    views = [tuple(v.meta["val"].shape) for v in m.nodes if getattr(v.target, "_op", v.target) is aten.view_copy.default]
+    if not same_shapes(views, [(*half, 2), shape]):
         return f"the views make {views}, not x's last dim in pairs and back"
     return None
 

@@ -223,17 +223,33 @@ def test_pass_on_a_graph_module_changes_nothing():
     assert op_names(res.graph_module) == op_names(gm)
 
 
-def test_dynamic_rows_stay_unpacked():
+def test_dynamic_rows_are_packed_where_they_can_reach_min_rows():
+    """Symbolic rows that may reach MIN_ROWS get the packed weight (the kernel takes any row
+    count, one row included); rows that provably stay under it keep the dot-product path."""
     torch.manual_seed(0)
     model = torch.nn.Sequential(torch.nn.Linear(32, 32), torch.nn.ReLU()).eval()
-    x = torch.randn(6, 32)
-    rows = torch.export.Dim("rows", min=1, max=64)
-    fused = etfuse.fuse(to_edge(torch.export.export(model, (x,), dynamic_shapes=({0: rows},))))
-    ops = op_names(fused.exported_program().graph_module)
-    assert "etfuse.linear_packed_act.default" not in ops and "etfuse.linear_relu.default" in ops
-    for m in (1, 6):
-        x = torch.randn(m, 32)
-        torch.testing.assert_close(run(fused.to_executorch(), (x,))[0], model(x), **TOL)
+    for rows, packed in ((torch.export.Dim("rows", min=1, max=64), True), (torch.export.Dim("few", min=1, max=2), False)):
+        fused = etfuse.fuse(to_edge(torch.export.export(model, (torch.randn(2, 32),), dynamic_shapes=({0: rows},))))
+        ops = op_names(fused.exported_program().graph_module)
+        assert ("etfuse.linear_packed_act.default" in ops) == packed, ops
+        assert ("etfuse.linear_relu.default" in ops) != packed, ops
+        program = fused.to_executorch()
+        for m in {1, 2, rows.max}:
+            x = torch.randn(m, 32)
+            torch.testing.assert_close(run(program, (x,))[0], model(x), **TOL)
+
+
+def test_a_dynamic_batch_packs_small_map_convs():
+    """The output map decides a conv's packing; a symbolic batch does not stop it."""
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Conv2d(16, 32, 1), torch.nn.ReLU()).eval()
+    batch = torch.export.Dim("batch", min=1, max=4)
+    fused = etfuse.fuse(to_edge(torch.export.export(model, (torch.randn(2, 16, 6, 6),), dynamic_shapes=({0: batch},))))
+    assert "etfuse.conv2d_packed_act.default" in op_names(fused.exported_program().graph_module)
+    program = fused.to_executorch()
+    for n in (1, 3, 4):
+        x = torch.randn(n, 16, 6, 6)
+        torch.testing.assert_close(run(program, (x,))[0], model(x), **TOL)
 
 
 def test_relu_linear_becomes_packed_with_its_clamp():
