@@ -69,16 +69,19 @@ def assert_fused_matches_eager(model: torch.nn.Module, args: tuple, fused: EdgeP
                                    msg=lambda m, name=name: f"{name}: {m}", **tol)
 
 
-def example_llama(kv_cache: bool, multiple_of: int = 16) -> torch.nn.Module:
+def example_llama(kv_cache: bool, multiple_of: int = 16, dynamic_shape: bool = False) -> torch.nn.Module:
     """executorch's example llama, small (dim 64, 2 layers, 4 heads, vocab 97, 32 positions),
-    seeded, in eval mode, without grad (export keeps requires_grad into a KV cache otherwise)."""
+    seeded, in eval mode, without grad (export keeps requires_grad into a KV cache otherwise).
+    `dynamic_shape`: ModelArgs.enable_dynamic_shape, as executorch's llama export sets it for a
+    dynamic sequence length (the cache written with index_copy_ at input_pos[0], rope's tables
+    and the mask narrowed there)."""
     from executorch.examples.models.llama.llama_transformer import construct_transformer
     from executorch.examples.models.llama.model_args import ModelArgs
 
     torch.manual_seed(0)
     model = construct_transformer(ModelArgs(dim=64, n_layers=2, n_heads=4, vocab_size=97, max_seq_len=32,
                                             max_context_len=32, multiple_of=multiple_of,
-                                            use_kv_cache=kv_cache)).eval()
+                                            use_kv_cache=kv_cache, enable_dynamic_shape=dynamic_shape)).eval()
     for p in model.parameters():
         p.requires_grad_(False)
     return model
