@@ -67,16 +67,21 @@ MAX_SEQ_LEN = 32  # example_llama's
 LLAMA_TOL = dict(rtol=1e-4, atol=1e-4)
 
 
-def _llama():
-    return example_llama(kv_cache=True, dynamic_shape=True)
+def _llama(kv_cache: bool = True):
+    return example_llama(kv_cache=kv_cache, dynamic_shape=True)
 
 
-def _fused_llama(model, dynamic: bool):
+def _fused_llama(model, dynamic: bool, kv_cache: bool = True):
     """As executorch's llama export (LLMEdgeManager with enable_dynamic_shape): tokens [1, T] with
-    T = Dim("token_dim", max=max_seq_len - 1) or static at its example's 3, input_pos [1] static;
-    strict export under the math SDPA without grad, decompositions run, then to_edge and fuse."""
-    args = (torch.tensor([[2, 3, 4]]), {"input_pos": torch.tensor([0])})
-    shapes = ({1: torch.export.Dim("token_dim", max=MAX_SEQ_LEN - 1)}, {"input_pos": {0: 1}}) if dynamic else None
+    T = Dim("token_dim", max=max_seq_len - 1) or static at its example's 3, and with a KV cache
+    input_pos [1] static; strict export under the math SDPA without grad, decompositions run,
+    then to_edge and fuse."""
+    token_dim = {1: torch.export.Dim("token_dim", max=MAX_SEQ_LEN - 1)}
+    if kv_cache:
+        args = (torch.tensor([[2, 3, 4]]), {"input_pos": torch.tensor([0])})
+        shapes = (token_dim, {"input_pos": {0: 1}}) if dynamic else None
+    else:
+        args, shapes = (torch.tensor([[2, 3, 4]]),), (token_dim,) if dynamic else None
     with sdpa_kernel([SDPBackend.MATH]), torch.no_grad():
         ep = torch.export.export(model, args, dynamic_shapes=shapes, strict=True).run_decompositions({})
     return etfuse.fuse(etfuse.to_edge(ep))
@@ -137,3 +142,23 @@ def test_the_dynamic_llama_is_right_at_every_length(dynamic_llama):
                               ("runtime", method.execute((tokens, args[1]["input_pos"]))[0])):
                 torch.testing.assert_close(got, want, **LLAMA_TOL,
                                            msg=lambda m, name=name, t=t, pos=pos: f"{name}, T={t} at {pos}: {m}")
+
+
+def test_a_dynamic_length_llama_without_a_cache_fuses_as_a_static_one_and_is_right():
+    """No KV cache: attention with the causal mask sliced to [T, T], over all T tokens."""
+    model = _llama(kv_cache=False)
+    static, dynamic = (_fused_llama(model, dynamic, kv_cache=False) for dynamic in (False, True))
+    want = {"etfuse.rms_norm.default", "etfuse.rope.default", "etfuse.linear_packed_act.default",
+            "etfuse.linear_act.default", "etfuse.sdpa.default", "etfuse.permute_copy.default"}
+    assert _etfuse_ops(static) == want
+    assert _etfuse_ops(dynamic) == want
+    retraced = dynamic.exported_program().run_decompositions()
+    assert not [n for n in op_names(retraced.graph_module) if n.startswith("etfuse.")]
+    program = dynamic.to_executorch()
+    g = torch.Generator().manual_seed(0)
+    for t in (1, 7, 19, MAX_SEQ_LEN - 1):
+        tokens = torch.randint(1, 97, (1, t), generator=g)
+        want = model(tokens)
+        for name, got in (("fused", dynamic.exported_program().module()(tokens)),
+                          ("retraced", retraced.module()(tokens)), ("runtime", run(program, (tokens,))[0])):
+            torch.testing.assert_close(got, want, **LLAMA_TOL, msg=lambda m, name=name, t=t: f"{name}, T={t}: {m}")
