@@ -30,8 +30,8 @@ def _rope(x, cos, sin):
 
 
 def _fits(m: Match):
-    """x [B, S, H, D], D and the heads static; S (and B) may be symbolic: a dynamic sequence
-    length (the kernel reads every size at run time)."""
+    """x [B, S, H, D] with D static and even; the other sizes may be symbolic (S: a dynamic
+    sequence length; the kernel reads every size at run time)."""
     x, cos, sin = m.value("x"), m.value("cos"), m.value("sin")
     shape = tuple(x.shape)
     if x.dim() != 4 or not isinstance(shape[-1], int) or shape[-1] % 2:
