@@ -61,7 +61,7 @@ def test_the_dynamic_program_is_right_at_every_length(runtime_kernels):
         torch.testing.assert_close(got, want, atol=1e-4, rtol=1e-4, msg=lambda m, t=t: f"T={t}: {m}")
 
 
-# --- executorch's example llama with a KV cache ------------------------------------------------
+# --- executorch's example llama, with a KV cache and without ----------------------------------
 
 MAX_SEQ_LEN = 32  # example_llama's
 LLAMA_TOL = dict(rtol=1e-4, atol=1e-4)
@@ -92,7 +92,7 @@ def dynamic_llama():
     return _fused_llama(_llama(), dynamic=True)
 
 
-def test_a_dynamic_length_llama_fuses_as_a_static_one(dynamic_llama):
+def test_a_dynamic_length_llama_fuses_as_a_static_one(dynamic_llama, runtime_kernels):
     static = _fused_llama(_llama(), dynamic=False)
     # RMS norm, rope, the SwiGLU (w1 and w3 as one gated linear) and the other linears on packed
     # weights, the cache writes, attention over the cache; the output linear reads the last
@@ -110,7 +110,7 @@ def test_a_dynamic_length_llama_fuses_as_a_static_one(dynamic_llama):
     assert len(gated) == 2, "one gated linear a layer"
 
 
-def test_the_dynamic_llama_is_right_at_every_length(dynamic_llama):
+def test_the_dynamic_llama_is_right_at_every_length(dynamic_llama, runtime_kernels):
     """A prompt of T tokens at position 0, then one decoding step at T reading the cache the
     prompt wrote (in place on the runtime), for T at 1 (the Dim's range starts at 0, a prompt
     without tokens), two lengths between and the Dim's max. Each of the four programs keeps its
@@ -144,7 +144,7 @@ def test_the_dynamic_llama_is_right_at_every_length(dynamic_llama):
                                            msg=lambda m, name=name, t=t, pos=pos: f"{name}, T={t} at {pos}: {m}")
 
 
-def test_a_dynamic_length_llama_without_a_cache_fuses_as_a_static_one_and_is_right():
+def test_a_dynamic_length_llama_without_a_cache_fuses_as_a_static_one_and_is_right(runtime_kernels):
     """No KV cache: attention with the causal mask sliced to [T, T], over all T tokens."""
     model = _llama(kv_cache=False)
     static, dynamic = (_fused_llama(model, dynamic, kv_cache=False) for dynamic in (False, True))
