@@ -101,8 +101,24 @@ inline gemm::Args float_gemm(const Args& a) {
   return g;
 }
 
+}  // namespace linear_qw
+}  // namespace core
+}  // namespace etfuse
+
+#if ETFUSE_HAVE_ARM_NEON
+#include "arch/arm/linear_qw_neon.h"
+#endif
+
+namespace etfuse {
+namespace core {
+namespace linear_qw {
+
 void dot_cols_baseline(const Args& a, int64_t j0, int64_t j1);
 void rows_cols_baseline(const Args& a, int64_t j0, int64_t j1);
+#if ETFUSE_HAVE_ARM_NEON
+void dot_cols_neon(const Args& a, int64_t j0, int64_t j1);
+void rows_cols_neon(const Args& a, int64_t j0, int64_t j1);
+#endif
 #if ETFUSE_HAVE_X86_DISPATCH
 ETFUSE_TARGET_AVX2 void dot_cols_avx2(const Args& a, int64_t j0, int64_t j1);
 ETFUSE_TARGET_AVX512 void dot_cols_avx512(const Args& a, int64_t j0, int64_t j1);
@@ -165,6 +181,41 @@ ETFUSE_TARGET_AVX512 void rows_cols_avx512(const Args& a, int64_t j0, int64_t j1
 }
 #endif
 
+#if ETFUSE_HAVE_ARM_NEON
+void dot_cols_neon(const Args& a, int64_t j0, int64_t j1) {
+  if (a.bits == 4) {
+    arm::dot_cols<4>(a, j0, j1);
+  } else {
+    arm::dot_cols<8>(a, j0, j1);
+  }
+}
+
+// As the portable rows_cols: 4 weight rows dequantized into a scratch, the float dot products over it.
+void rows_cols_neon(const Args& a, int64_t j0, int64_t j1) {
+  std::vector<float> scratch(static_cast<size_t>(4 * a.K));
+  gemm::Args g = float_gemm(a);
+  g.b_rs = 1;
+  for (int64_t j = j0; j < j1; j += 4) {
+    const int64_t nj = (j1 - j) < 4 ? (j1 - j) : 4;
+    const float* b[4];
+    for (int c = 0; c < 4; ++c) {
+      if (c < nj) {
+        float* row = scratch.data() + c * a.K;
+        if (a.bits == 4) {
+          arm::dequantize_row<4>(a, j + c, 0, a.K, row);
+        } else {
+          arm::dequantize_row<8>(a, j + c, 0, a.K, row);
+        }
+      }
+      b[c] = scratch.data() + (c < nj ? c : 0) * a.K;
+    }
+    int64_t i = 0;
+    for (; i + 2 <= a.M; i += 2) gemm::detail::dot_block<4, 2>(g, i, j, nj, b);
+    if (i < a.M) gemm::detail::dot_block<4, 1>(g, i, j, nj, b);
+  }
+}
+#endif
+
 // gemm::Args::pack: pack[k][j] = dequantized weight (j0 + j, k0 + k), zero past nr.
 void pack_panel(const void* ctx, int64_t k0, int64_t kc, int64_t j0, int64_t nr, int64_t NR, float* pack) {
   const Args& a = *static_cast<const Args*>(ctx);
@@ -179,7 +230,8 @@ void pack_panel(const void* ctx, int64_t k0, int64_t kc, int64_t j0, int64_t nr,
 #endif
 
 // linear_qw's kernels on one ISA: the one place they are chosen (AVX-512 where the CPU has it:
-// the 4-bit decode is bound by unpacking, not by memory).
+// the 4-bit decode is bound by unpacking, not by memory; NEON with or without dot products:
+// the same float kernels, arch/arm/linear_qw_neon.h).
 struct Kernels {
   void (*dot_cols)(const Args&, int64_t, int64_t);   // few rows: one dot product per column
   void (*rows_cols)(const Args&, int64_t, int64_t);  // more rows
@@ -191,6 +243,10 @@ inline Kernels kernels(Isa isa) {
     case Isa::kAvx512Vnni:
     case Isa::kAvx512: return {&dot_cols_avx512, &rows_cols_avx512};
     case Isa::kAvx2: return {&dot_cols_avx2, &rows_cols_avx2};
+#endif
+#if ETFUSE_HAVE_ARM_NEON
+    case Isa::kNeonDot:
+    case Isa::kNeon: return {&dot_cols_neon, &rows_cols_neon};
 #endif
     default: return {&dot_cols_baseline, &rows_cols_baseline};
   }

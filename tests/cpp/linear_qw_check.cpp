@@ -1,0 +1,195 @@
+// linear_qw::run (core/linear_qw.h) on every ISA this CPU has and this build compiles
+// ("baseline", "avx2", "avx512" on x86-64; "baseline", "neon", "neondot" on aarch64, the NEON
+// kernels of arch/arm/linear_qw_neon.h), against the pattern's math in double (weight_at: the
+// dequantized weight) and against the portable code: 4-bit weights in groups of 32, 64 and 96
+// columns, int8 per channel and in groups of odd sizes (K off every vector width), with and
+// without zero points, bias and residual; rows 1..9 (decode's dot products up to 4, the dequantized
+// blocks after), 64 and past it (the GEMM with the dequantizing packer); odd N, split into the
+// column blocks run's parallel_for gives. tests/test_linear_qw_isa.py builds it natively and for
+// aarch64 (run under qemu-aarch64). Prints one line per ISA checked; exits 1 at the first
+// mismatch, naming it.
+//
+//   linear_qw_check time ISA BITS M N K GROUPS REPS   REPS runs of one linear on ISA (for
+//                                                     counting instructions under qemu)
+#define ETFUSE_CORE_KERNELS 1
+#include "check_random.h"
+#include "core/linear_qw.h"
+
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <vector>
+
+namespace ec = etfuse::core;
+namespace qw = etfuse::core::linear_qw;
+
+namespace {
+
+using check_random::next_bits;
+using check_random::next_value;
+
+// run's column blocks as a parallel_for would cut them, one after the other
+const auto blocks = [](int64_t begin, int64_t end, int64_t grain, auto&& fn) {
+  for (int64_t b = begin; b < end; b += grain) fn(b, b + grain < end ? b + grain : end);
+};
+
+struct Case {
+  int bits;
+  int64_t M, N, K, groups;
+  bool zp, bias, residual;
+};
+
+struct Problem {
+  std::vector<float> x, scales, bias, residual;
+  std::vector<uint8_t> w;
+  std::vector<int8_t> zp;
+  qw::Args args(const Case& c, float* out) const {
+    qw::Args a;
+    a.M = c.M, a.N = c.N, a.K = c.K;
+    a.A = x.data(), a.a_rs = c.K;
+    a.W = w.data(), a.w_rs = c.bits == 4 ? c.K / 2 : c.K, a.bits = c.bits;
+    a.scales = scales.data(), a.groups = c.groups;
+    a.zp = c.zp ? zp.data() : nullptr;
+    a.bias = c.bias ? bias.data() : nullptr;
+    a.residual = c.residual ? residual.data() : nullptr, a.r_rs = c.N;
+    a.C = out, a.c_rs = c.N;
+    return a;
+  }
+};
+
+Problem make(const Case& c) {
+  Problem p;
+  p.x.resize(static_cast<size_t>(c.M * c.K));
+  for (auto& v : p.x) v = next_value();
+  std::vector<int8_t> q(static_cast<size_t>(c.N * c.K));
+  for (auto& v : q) v = static_cast<int8_t>(c.bits == 4 ? static_cast<int>(next_bits() % 16) - 8
+                                                         : static_cast<int>(next_bits() % 256) - 128);
+  if (c.bits == 4) {
+    p.w.resize(q.size() / 2);
+    qw::pack4(q.data(), c.N, c.K, p.w.data());
+  } else {
+    p.w.assign(q.begin(), q.end());
+    for (size_t i = 0; i < q.size(); ++i) p.w[i] = static_cast<uint8_t>(q[i]);
+  }
+  p.scales.resize(static_cast<size_t>(c.N * c.groups));
+  for (auto& v : p.scales) v = 0.01f + 0.04f * std::fabs(next_value());
+  p.zp.resize(p.scales.size());
+  for (auto& v : p.zp) v = static_cast<int8_t>(static_cast<int>(next_bits() % 17) - 8);
+  p.bias.resize(static_cast<size_t>(c.N));
+  for (auto& v : p.bias) v = next_value();
+  p.residual.resize(static_cast<size_t>(c.M * c.N));
+  for (auto& v : p.residual) v = next_value();
+  return p;
+}
+
+std::vector<float> compute(const Case& c, const Problem& p) {
+  std::vector<float> out(static_cast<size_t>(c.M * c.N), 12345.0f), xsum;
+  qw::run(p.args(c, out.data()), xsum, blocks);
+  return out;
+}
+
+bool check(const Case& c, const char* isa) {
+  const Problem p = make(c);
+  const std::vector<float> got = compute(c, p);
+  std::vector<float> portable = got;
+  if (std::strcmp(isa, "baseline") != 0) {
+    ec::set_isa("baseline");
+    portable = compute(c, p);
+    ec::set_isa(isa);
+  }
+  // the pattern's weight, and the size of each product's parts (x * q, and the zero point's sums
+  // of x, taken apart from it in decode) for the tolerance
+  const qw::Args a = p.args(c, nullptr);
+  const int64_t G = c.K / c.groups;
+  std::vector<double> w(static_cast<size_t>(c.N * c.K)), size(w.size());
+  for (int64_t n = 0; n < c.N; ++n)
+    for (int64_t k = 0; k < c.K; ++k) {
+      const int64_t i = n * c.groups + k / G;
+      w[n * c.K + k] = qw::weight_at(a, n, k);
+      size[n * c.K + k] = p.scales[i] * ((c.bits == 4 ? 8.0 : 128.0) + (c.zp ? std::abs(p.zp[i]) : 0));
+    }
+  for (int64_t m = 0; m < c.M; ++m) {
+    for (int64_t n = 0; n < c.N; ++n) {
+      double want = 0.0, magnitude = 1.0;
+      for (int64_t k = 0; k < c.K; ++k) {
+        const double x = p.x[m * c.K + k];
+        want += x * w[n * c.K + k];
+        magnitude += std::fabs(x) * size[n * c.K + k];
+      }
+      if (c.bias) want += p.bias[n];
+      if (c.residual) want += p.residual[m * c.N + n];
+      const double tol = 2e-6 * magnitude;
+      const double v = got[m * c.N + n], v_portable = portable[m * c.N + n];
+      if (!(std::fabs(v - want) <= tol && std::fabs(v - v_portable) <= tol)) {
+        std::printf("MISMATCH isa=%s bits=%d M=%lld N=%lld K=%lld groups=%lld zp=%d bias=%d residual=%d at (%lld, %lld): "
+                    "got %.7g, portable %.7g, want %.7g\n",
+                    isa, c.bits, (long long)c.M, (long long)c.N, (long long)c.K, (long long)c.groups, int(c.zp),
+                    int(c.bias), int(c.residual), (long long)m, (long long)n, v, v_portable, want);
+        return false;
+      }
+    }
+  }
+  return true;
+}
+
+int check_isa(const char* isa) {
+  // (K, groups): 4 bits in groups of 32 (torchao's), 64 and 96 (3 chunks); 8 bits per channel
+  // with K off the 16- and 8-wide steps, and in groups of 1, 3, 11, 25 and 32 columns
+  const int64_t k4[][2] = {{32, 1}, {64, 2}, {64, 1}, {96, 1}, {192, 2}, {288, 9}, {320, 5}};
+  const int64_t k8[][2] = {{1, 1}, {3, 1}, {7, 1}, {8, 1}, {17, 1}, {24, 1}, {40, 1}, {57, 1},
+                           {288, 1}, {9, 3}, {33, 3}, {100, 4}, {288, 9}};
+  const int64_t rows[] = {1, 2, 3, 4, 5, 6, 7, 8, 9, 64, 67};
+  const int64_t cols[] = {1, 3, 4, 5, 7, 13, 33};
+  int cases = 0;
+  for (int bits : {4, 8}) {
+    const auto& ks = bits == 4 ? k4 : k8;
+    const size_t nk = bits == 4 ? sizeof(k4) / sizeof(k4[0]) : sizeof(k8) / sizeof(k8[0]);
+    for (size_t i = 0; i < nk; ++i)
+      for (int64_t M : rows)
+        for (int64_t N : cols)
+          for (int variant = 0; variant < 3; ++variant) {
+            // large M and N with the longest K only in some variants: the suite's time under qemu
+            if (M > 9 && N > 5 && variant != 1) continue;
+            const Case c{bits, M, N, ks[i][0], ks[i][1], variant >= 1, variant == 1, variant == 2};
+            if (!check(c, isa)) return -1;
+            ++cases;
+          }
+  }
+  return cases;
+}
+
+int time_mode(char** argv) {
+  if (!ec::set_isa(argv[2]) || std::strcmp(ec::current_isa_name(), argv[2]) != 0) {
+    std::printf("no isa %s here\n", argv[2]);
+    return 1;
+  }
+  const Case c{std::atoi(argv[3]), std::atoll(argv[4]), std::atoll(argv[5]), std::atoll(argv[6]), std::atoll(argv[7]),
+               false, true, false};
+  const Problem p = make(c);
+  std::vector<float> out(static_cast<size_t>(c.M * c.N)), xsum;
+  const qw::Args a = p.args(c, out.data());
+  double sum = 0.0;
+  for (int r = std::atoi(argv[8]); r > 0; --r) {
+    qw::run(a, xsum, blocks);
+    sum += out[static_cast<size_t>(r) % out.size()];
+  }
+  std::printf("%s %.6g\n", argv[2], sum);
+  return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  if (argc == 9 && std::strcmp(argv[1], "time") == 0) return time_mode(argv);
+  const char* isas[] = {"baseline", "avx2", "avx512", "avx512vnni", "neon", "neondot"};
+  int checked = 0;
+  for (const char* isa : isas) {
+    if (!ec::set_isa(isa) || std::strcmp(ec::current_isa_name(), isa) != 0) continue;
+    const int cases = check_isa(isa);
+    if (cases < 0) return 1;
+    std::printf("isa %s: %d cases match\n", isa, cases);
+    ++checked;
+  }
+  return checked > 0 ? 0 : 1;
+}
