@@ -118,6 +118,7 @@ void rows_cols_baseline(const Args& a, int64_t j0, int64_t j1);
 #if ETFUSE_HAVE_ARM_NEON
 void dot_cols_neon(const Args& a, int64_t j0, int64_t j1);
 void rows_cols_neon(const Args& a, int64_t j0, int64_t j1);
+void pack_panel_neon(const void* ctx, int64_t k0, int64_t kc, int64_t j0, int64_t nr, int64_t NR, float* pack);
 #endif
 #if ETFUSE_HAVE_X86_DISPATCH
 ETFUSE_TARGET_AVX2 void dot_cols_avx2(const Args& a, int64_t j0, int64_t j1);
@@ -214,6 +215,17 @@ void rows_cols_neon(const Args& a, int64_t j0, int64_t j1) {
     if (i < a.M) gemm::detail::dot_block<4, 1>(g, i, j, nj, b);
   }
 }
+
+void pack_panel_neon(const void* ctx, int64_t k0, int64_t kc, int64_t j0, int64_t nr, int64_t NR, float* pack) {
+  const Args& a = *static_cast<const Args*>(ctx);
+  if (NR % 4 != 0) {
+    pack_panel(ctx, k0, kc, j0, nr, NR, pack);
+  } else if (a.bits == 4) {
+    arm::pack_panel<4>(a, k0, kc, j0, nr, NR, pack);
+  } else {
+    arm::pack_panel<8>(a, k0, kc, j0, nr, NR, pack);
+  }
+}
 #endif
 
 // gemm::Args::pack: pack[k][j] = dequantized weight (j0 + j, k0 + k), zero past nr.
@@ -235,20 +247,21 @@ void pack_panel(const void* ctx, int64_t k0, int64_t kc, int64_t j0, int64_t nr,
 struct Kernels {
   void (*dot_cols)(const Args&, int64_t, int64_t);   // few rows: one dot product per column
   void (*rows_cols)(const Args&, int64_t, int64_t);  // more rows
+  void (*pack_panel)(const void*, int64_t, int64_t, int64_t, int64_t, int64_t, float*);  // many rows: the GEMM's packer
 };
 
 inline Kernels kernels(Isa isa) {
   switch (isa) {
 #if ETFUSE_HAVE_X86_DISPATCH
     case Isa::kAvx512Vnni:
-    case Isa::kAvx512: return {&dot_cols_avx512, &rows_cols_avx512};
-    case Isa::kAvx2: return {&dot_cols_avx2, &rows_cols_avx2};
+    case Isa::kAvx512: return {&dot_cols_avx512, &rows_cols_avx512, &pack_panel};
+    case Isa::kAvx2: return {&dot_cols_avx2, &rows_cols_avx2, &pack_panel};
 #endif
 #if ETFUSE_HAVE_ARM_NEON
     case Isa::kNeonDot:
-    case Isa::kNeon: return {&dot_cols_neon, &rows_cols_neon};
+    case Isa::kNeon: return {&dot_cols_neon, &rows_cols_neon, &pack_panel_neon};
 #endif
-    default: return {&dot_cols_baseline, &rows_cols_baseline};
+    default: return {&dot_cols_baseline, &rows_cols_baseline, &pack_panel};
   }
 }
 
@@ -258,21 +271,25 @@ template <class Par>
 inline void run(Args a, std::vector<float>& xsum, Par&& par) {
   if (a.M <= 0 || a.N <= 0) return;
   const bool few = a.M <= kDotRows;
+  const Kernels kern = kernels(selected_isa());
   if (a.M > kRowsMax) {
     gemm::Args g = float_gemm(a);
-    g.pack = &pack_panel;
+    g.pack = kern.pack_panel;
     g.pack_ctx = &a;
     gemm::run(g, par);
     return;
   }
   if (a.zp && few) {
     const int64_t G = a.K / a.groups;
-    xsum.assign(static_cast<size_t>(a.M * a.groups), 0.0f);
+    xsum.resize(static_cast<size_t>(a.M * a.groups));
     for (int64_t m = 0; m < a.M; ++m)
-      for (int64_t k = 0; k < a.K; ++k) xsum[m * a.groups + k / G] += a.A[m * a.a_rs + k];
+      for (int64_t g = 0; g < a.groups; ++g) {
+        float s = 0.0f;
+        for (const float *x = a.A + m * a.a_rs + g * G, *end = x + G; x < end; ++x) s += *x;
+        xsum[m * a.groups + g] = s;
+      }
     a.xsum = xsum.data();
   }
-  const Kernels kern = kernels(selected_isa());
   const auto dot = few ? kern.dot_cols : kern.rows_cols;
   // column blocks of about 64K multiply-adds, a multiple of 4 columns (256K kept the tiny
   // llama's 288 x 768 linears, 2.5x slower per weight than float ones, on one thread)

@@ -68,6 +68,21 @@ ETFUSE_ALWAYS_INLINE float32x4_t hsum4(const float32x4_t (&t)[4]) {
   return vpaddq_f32(vpaddq_f32(t[0], t[1]), vpaddq_f32(t[2], t[3]));
 }
 
+// sum over the chunk's 32 columns of x * q (q: 16 bytes at p): into s, or (First) as a new sum.
+template <bool First>
+ETFUSE_ALWAYS_INLINE float32x4_t chunk_dot(const float32x4_t (&xv)[8], const uint8_t* p, uint8x16_t table,
+                                           float32x4_t s) {
+  float32x4_t wv[8];
+  q4(p, table, wv);
+  s = First ? vmulq_f32(xv[0], wv[0]) : vfmaq_f32(s, xv[0], wv[0]);
+  for (int t = 1; t < 8; ++t) s = vfmaq_f32(s, xv[t], wv[t]);
+  return s;
+}
+
+ETFUSE_ALWAYS_INLINE void load_chunk_x(const float* x, float32x4_t (&xv)[8]) {
+  for (int t = 0; t < 8; ++t) xv[t] = vld1q_f32(x + 4 * t);
+}
+
 // Row m of C, columns [j, j + nj) (nj <= 4; w[c] for c >= nj repeats a valid row of the weight).
 // `next`: the weight rows of the next block, prefetched a cache line per 64 bytes as this block
 // streams its own (as the portable kernel does; null for all but a block's first row).
@@ -78,69 +93,78 @@ ETFUSE_ALWAYS_INLINE void dot_row(const Args& a, int64_t m, int64_t j, int64_t n
   const int64_t G = a.K / a.groups;
   const uint8x16_t table = vld1q_u8(kHalfHigh);
   const float* sc[4];
-  const int8_t* zp[4];
+  const uint8_t* wp[4];
   for (int c = 0; c < 4; ++c) {
-    const int64_t n = j + (c < nj ? c : 0);
-    sc[c] = a.scales + n * a.groups;
-    zp[c] = a.zp ? a.zp + n * a.groups : nullptr;
+    sc[c] = a.scales + (j + (c < nj ? c : 0)) * a.groups;
+    wp[c] = w[c];
   }
   float32x4_t tot[4] = {vdupq_n_f32(0.0f), vdupq_n_f32(0.0f), vdupq_n_f32(0.0f), vdupq_n_f32(0.0f)};
   float tail[4] = {0.0f, 0.0f, 0.0f, 0.0f};
-  const float* xsum = a.zp ? a.xsum + m * a.groups : nullptr;
-  for (int64_t g = 0, k0 = 0; g < a.groups; ++g, k0 += G) {
-    const int64_t k1 = k0 + G;
+  for (int64_t g = 0; g < a.groups; ++g) {
     float32x4_t acc[4];
-    float rest[4] = {0.0f, 0.0f, 0.0f, 0.0f};
     if (Bits == 4) {  // G is a multiple of the chunk: the first chunk starts the sums
-      const auto chunk = [&](int64_t k, bool first) {
-        if (next && (k & 127) == 0)
-          for (int c = 0; c < 4; ++c) __builtin_prefetch(next[c] + k / 2);
-        float32x4_t xv[8];
-        for (int t = 0; t < 8; ++t) xv[t] = vld1q_f32(x + k + 4 * t);
-        for (int c = 0; c < 4; ++c) {
-          float32x4_t wv[8];
-          q4(w[c] + k / 2, table, wv);
-          float32x4_t s = first ? vmulq_f32(xv[0], wv[0]) : vfmaq_f32(acc[c], xv[0], wv[0]);
-          for (int t = 1; t < 8; ++t) s = vfmaq_f32(s, xv[t], wv[t]);
-          acc[c] = s;
-        }
-      };
-      chunk(k0, true);
-      for (int64_t k = k0 + kChunk; k < k1; k += kChunk) chunk(k, false);
+      if (next && (g * G & 127) == 0)
+        for (int c = 0; c < 4; ++c) __builtin_prefetch(next[c] + g * G / 2);
+      float32x4_t xv[8];
+      load_chunk_x(x, xv);
+      for (int c = 0; c < 4; ++c) acc[c] = chunk_dot<true>(xv, wp[c], table, acc[c]);
+      for (int64_t k = kChunk; k < G; k += kChunk) {
+        load_chunk_x(x + k, xv);
+        for (int c = 0; c < 4; ++c) acc[c] = chunk_dot<false>(xv, wp[c] + k / 2, table, acc[c]);
+      }
+      for (int c = 0; c < 4; ++c) {
+        tot[c] = vfmaq_n_f32(tot[c], acc[c], sc[c][g]);
+        wp[c] += G / 2;
+      }
     } else {
       for (int c = 0; c < 4; ++c) acc[c] = vdupq_n_f32(0.0f);
-      int64_t k = k0;
-      for (; k + 16 <= k1; k += 16) {
-        if (next && (k & 63) == 0)
-          for (int c = 0; c < 4; ++c) __builtin_prefetch(next[c] + k);
+      float rest[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+      int64_t k = 0;
+      for (; k + 16 <= G; k += 16) {
+        if (next && ((g * G + k) & 63) == 0)
+          for (int c = 0; c < 4; ++c) __builtin_prefetch(next[c] + g * G + k);
         float32x4_t xv[4];
         for (int t = 0; t < 4; ++t) xv[t] = vld1q_f32(x + k + 4 * t);
         for (int c = 0; c < 4; ++c) {
           float32x4_t wv[4];
-          q8x16(w[c] + k, wv);
+          q8x16(wp[c] + k, wv);
           for (int t = 0; t < 4; ++t) acc[c] = vfmaq_f32(acc[c], xv[t], wv[t]);
         }
       }
-      if (k + 8 <= k1) {
+      if (k + 8 <= G) {
         const float32x4_t x0 = vld1q_f32(x + k), x1 = vld1q_f32(x + k + 4);
         for (int c = 0; c < 4; ++c) {
           float32x4_t wv[2];
-          q8x8(w[c] + k, wv);
+          q8x8(wp[c] + k, wv);
           acc[c] = vfmaq_f32(vfmaq_f32(acc[c], x0, wv[0]), x1, wv[1]);
         }
         k += 8;
       }
-      for (; k < k1; ++k)
-        for (int c = 0; c < 4; ++c) rest[c] += x[k] * static_cast<float>(static_cast<int8_t>(w[c][k]));
+      for (; k < G; ++k)
+        for (int c = 0; c < 4; ++c) rest[c] += x[k] * static_cast<float>(static_cast<int8_t>(wp[c][k]));
+      for (int c = 0; c < 4; ++c) {
+        const float s = sc[c][g];
+        tot[c] = vfmaq_n_f32(tot[c], acc[c], s);
+        tail[c] += rest[c] * s;
+        wp[c] += G;
+      }
     }
+    x += G;
+  }
+  if (a.zp) {  // zp * scale * sum(x over the group), per group
+    const float* xsum = a.xsum + m * a.groups;
     for (int c = 0; c < 4; ++c) {
-      const float s = sc[c][g];
-      tot[c] = vfmaq_n_f32(tot[c], acc[c], s);
-      if (Bits == 8) tail[c] += rest[c] * s;
-      if (xsum) tail[c] -= static_cast<float>(zp[c][g]) * s * xsum[g];
+      const int8_t* zp = a.zp + (j + (c < nj ? c : 0)) * a.groups;
+      for (int64_t gg = 0; gg < a.groups; ++gg) tail[c] -= static_cast<float>(zp[gg]) * sc[c][gg] * xsum[gg];
     }
   }
   float32x4_t sum = vaddq_f32(hsum4(tot), vld1q_f32(tail));
+  if (nj == 4) {  // the same adds, a vector at a time
+    if (a.bias) sum = vaddq_f32(sum, vld1q_f32(a.bias + j));
+    if (a.residual) sum = vaddq_f32(sum, vld1q_f32(a.residual + m * a.r_rs + j));
+    vst1q_f32(a.C + m * a.c_rs + j, sum);
+    return;
+  }
   float out[4];
   vst1q_f32(out, sum);
   for (int c = 0; c < nj; ++c) {
@@ -205,6 +229,42 @@ ETFUSE_ALWAYS_INLINE void dequantize_row(const Args& a, int64_t n, int64_t k0, i
         for (int t = 0; t < 4; ++t) vst1q_f32(dst + (k - k0) + 4 * t, vmulq_f32(vsubq_f32(wv[t], zv), sv));
       }
       for (; k < k1; ++k) dst[k - k0] = (static_cast<float>(static_cast<int8_t>(w[k])) - z) * s;
+    }
+  }
+}
+
+// gemm::Args::pack (many rows): pack[k * NR + j] = the dequantized weight (j0 + j, k0 + k), zero
+// past nr. Four weight rows at a time dequantized into rows of a stack buffer, slice by slice of
+// K, then transposed 4 x 4 into the panel (NR a multiple of 4).
+template <int Bits>
+ETFUSE_ALWAYS_INLINE void pack_panel(const Args& a, int64_t k0, int64_t kc, int64_t j0, int64_t nr, int64_t NR,
+                                     float* pack) {
+  constexpr int64_t kSlice = 256;
+  alignas(16) float rows[4][kSlice];
+  for (int64_t j = 0; j < NR; j += 4) {
+    for (int64_t s = 0; s < kc; s += kSlice) {
+      const int64_t len = kc - s < kSlice ? kc - s : kSlice;
+      for (int c = 0; c < 4; ++c) {
+        if (j + c < nr) {
+          dequantize_row<Bits>(a, j0 + j + c, k0 + s, len, rows[c]);
+        } else {
+          for (int64_t k = 0; k < len; ++k) rows[c][k] = 0.0f;
+        }
+      }
+      float* dst = pack + s * NR + j;
+      int64_t k = 0;
+      for (; k + 4 <= len; k += 4, dst += 4 * NR) {
+        const float32x4_t r0 = vld1q_f32(rows[0] + k), r1 = vld1q_f32(rows[1] + k);
+        const float32x4_t r2 = vld1q_f32(rows[2] + k), r3 = vld1q_f32(rows[3] + k);
+        const float64x2_t t01 = vreinterpretq_f64_f32(vtrn1q_f32(r0, r1)), u01 = vreinterpretq_f64_f32(vtrn2q_f32(r0, r1));
+        const float64x2_t t23 = vreinterpretq_f64_f32(vtrn1q_f32(r2, r3)), u23 = vreinterpretq_f64_f32(vtrn2q_f32(r2, r3));
+        vst1q_f32(dst, vreinterpretq_f32_f64(vzip1q_f64(t01, t23)));
+        vst1q_f32(dst + NR, vreinterpretq_f32_f64(vzip1q_f64(u01, u23)));
+        vst1q_f32(dst + 2 * NR, vreinterpretq_f32_f64(vzip2q_f64(t01, t23)));
+        vst1q_f32(dst + 3 * NR, vreinterpretq_f32_f64(vzip2q_f64(u01, u23)));
+      }
+      for (; k < len; ++k, dst += NR)
+        for (int c = 0; c < 4; ++c) dst[c] = rows[c][k];
     }
   }
 }
