@@ -100,56 +100,68 @@ ETFUSE_ALWAYS_INLINE void dot_row(const Args& a, int64_t m, int64_t j, int64_t n
   }
   float32x4_t tot[4] = {vdupq_n_f32(0.0f), vdupq_n_f32(0.0f), vdupq_n_f32(0.0f), vdupq_n_f32(0.0f)};
   float tail[4] = {0.0f, 0.0f, 0.0f, 0.0f};
-  for (int64_t g = 0; g < a.groups; ++g) {
-    float32x4_t acc[4];
-    if (Bits == 4) {  // G is a multiple of the chunk: the first chunk starts the sums
-      if (next && (g * G & 127) == 0)
-        for (int c = 0; c < 4; ++c) __builtin_prefetch(next[c] + g * G / 2);
+  if (Bits == 4 && G == kChunk) {
+    // groups of one chunk (torchao's 32 columns): everything indexed by the group, tot += (x . q) * scale
+    for (int64_t g = 0; g < a.groups; ++g) {
+      const int64_t off = g * (kChunk / 2);
+      if (next && (g & 3) == 0)
+        for (int c = 0; c < 4; ++c) __builtin_prefetch(next[c] + off);
       float32x4_t xv[8];
-      load_chunk_x(x, xv);
-      for (int c = 0; c < 4; ++c) acc[c] = chunk_dot<true>(xv, wp[c], table, acc[c]);
-      for (int64_t k = kChunk; k < G; k += kChunk) {
-        load_chunk_x(x + k, xv);
-        for (int c = 0; c < 4; ++c) acc[c] = chunk_dot<false>(xv, wp[c] + k / 2, table, acc[c]);
-      }
-      for (int c = 0; c < 4; ++c) {
-        tot[c] = vfmaq_n_f32(tot[c], acc[c], sc[c][g]);
-        wp[c] += G / 2;
-      }
-    } else {
-      for (int c = 0; c < 4; ++c) acc[c] = vdupq_n_f32(0.0f);
-      float rest[4] = {0.0f, 0.0f, 0.0f, 0.0f};
-      int64_t k = 0;
-      for (; k + 16 <= G; k += 16) {
-        if (next && ((g * G + k) & 63) == 0)
-          for (int c = 0; c < 4; ++c) __builtin_prefetch(next[c] + g * G + k);
-        float32x4_t xv[4];
-        for (int t = 0; t < 4; ++t) xv[t] = vld1q_f32(x + k + 4 * t);
-        for (int c = 0; c < 4; ++c) {
-          float32x4_t wv[4];
-          q8x16(wp[c] + k, wv);
-          for (int t = 0; t < 4; ++t) acc[c] = vfmaq_f32(acc[c], xv[t], wv[t]);
-        }
-      }
-      if (k + 8 <= G) {
-        const float32x4_t x0 = vld1q_f32(x + k), x1 = vld1q_f32(x + k + 4);
-        for (int c = 0; c < 4; ++c) {
-          float32x4_t wv[2];
-          q8x8(wp[c] + k, wv);
-          acc[c] = vfmaq_f32(vfmaq_f32(acc[c], x0, wv[0]), x1, wv[1]);
-        }
-        k += 8;
-      }
-      for (; k < G; ++k)
-        for (int c = 0; c < 4; ++c) rest[c] += x[k] * static_cast<float>(static_cast<int8_t>(wp[c][k]));
-      for (int c = 0; c < 4; ++c) {
-        const float s = sc[c][g];
-        tot[c] = vfmaq_n_f32(tot[c], acc[c], s);
-        tail[c] += rest[c] * s;
-        wp[c] += G;
-      }
+      load_chunk_x(x + g * kChunk, xv);
+      for (int c = 0; c < 4; ++c) tot[c] = vfmaq_n_f32(tot[c], chunk_dot<true>(xv, w[c] + off, table, tot[c]), sc[c][g]);
     }
-    x += G;
+  } else {
+    for (int64_t g = 0; g < a.groups; ++g) {
+      float32x4_t acc[4];
+      if (Bits == 4) {  // G is a multiple of the chunk: the first chunk starts the sums
+        if (next && (g * G & 127) == 0)
+          for (int c = 0; c < 4; ++c) __builtin_prefetch(next[c] + g * G / 2);
+        float32x4_t xv[8];
+        load_chunk_x(x, xv);
+        for (int c = 0; c < 4; ++c) acc[c] = chunk_dot<true>(xv, wp[c], table, acc[c]);
+        for (int64_t k = kChunk; k < G; k += kChunk) {
+          load_chunk_x(x + k, xv);
+          for (int c = 0; c < 4; ++c) acc[c] = chunk_dot<false>(xv, wp[c] + k / 2, table, acc[c]);
+        }
+        for (int c = 0; c < 4; ++c) {
+          tot[c] = vfmaq_n_f32(tot[c], acc[c], sc[c][g]);
+          wp[c] += G / 2;
+        }
+      } else {
+        for (int c = 0; c < 4; ++c) acc[c] = vdupq_n_f32(0.0f);
+        float rest[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+        int64_t k = 0;
+        for (; k + 16 <= G; k += 16) {
+          if (next && ((g * G + k) & 63) == 0)
+            for (int c = 0; c < 4; ++c) __builtin_prefetch(next[c] + g * G + k);
+          float32x4_t xv[4];
+          for (int t = 0; t < 4; ++t) xv[t] = vld1q_f32(x + k + 4 * t);
+          for (int c = 0; c < 4; ++c) {
+            float32x4_t wv[4];
+            q8x16(wp[c] + k, wv);
+            for (int t = 0; t < 4; ++t) acc[c] = vfmaq_f32(acc[c], xv[t], wv[t]);
+          }
+        }
+        if (k + 8 <= G) {
+          const float32x4_t x0 = vld1q_f32(x + k), x1 = vld1q_f32(x + k + 4);
+          for (int c = 0; c < 4; ++c) {
+            float32x4_t wv[2];
+            q8x8(wp[c] + k, wv);
+            acc[c] = vfmaq_f32(vfmaq_f32(acc[c], x0, wv[0]), x1, wv[1]);
+          }
+          k += 8;
+        }
+        for (; k < G; ++k)
+          for (int c = 0; c < 4; ++c) rest[c] += x[k] * static_cast<float>(static_cast<int8_t>(wp[c][k]));
+        for (int c = 0; c < 4; ++c) {
+          const float s = sc[c][g];
+          tot[c] = vfmaq_n_f32(tot[c], acc[c], s);
+          tail[c] += rest[c] * s;
+          wp[c] += G;
+        }
+      }
+      x += G;
+    }
   }
   if (a.zp) {  // zp * scale * sum(x over the group), per group
     const float* xsum = a.xsum + m * a.groups;
