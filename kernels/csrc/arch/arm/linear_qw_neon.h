@@ -1,13 +1,14 @@
 // linear_qw (core/linear_qw.h) on aarch64 NEON: the weight converted to float in registers as it
-// streams past, the same sums in the same places as the portable dot kernels (linear_qw_dot.h):
-// within a group the sum of x * q runs unscaled, the group's scale multiplies it once, a zero
-// point subtracts zp * scale * sum(x over the group).
+// streams past, the same sums as the portable dot kernels (linear_qw_dot.h): within a group the
+// sum of x * q runs unscaled, the group's scale multiplies it once, a zero point subtracts
+// zp * scale * sum(x over the group). The dequantized rows (more rows) and the GEMM's packer
+// (many rows) compute (q - zp) * scale as the pattern does.
 //
 // 4 bits: q - 8 in [-8, 7] is a half-precision number whose low byte is 0 (as on AVX2), so per 16
 // nibbles one table lookup (tbl) gives the halves' high bytes, a widening shift left by 8 (shll)
-// makes the halves and fcvtl the floats: 17 instructions per 32 weights where sign-extending to
-// int32 and converting (sxtl, sxtl, scvtf) takes 23. fcvtl is base ARMv8 (no FP16 extension), so
-// Cortex-A53 runs it too.
+// makes the halves and fcvtl the floats: 17 instructions per 32 weights where subtracting 8,
+// sign-extending to int32 and converting (sub, sxtl, sxtl, scvtf) takes 25. fcvtl is base ARMv8
+// (no FP16 extension), so Cortex-A53 runs it too.
 // 8 bits: sxtl to 16 and to 32 bits, scvtf.
 // The dot products on integers (sdot) would need the activation quantized: other numbers than
 // x86's, so neon and neondot share these kernels.
@@ -16,7 +17,6 @@
 #include <arm_neon.h>
 
 #include <cstdint>
-#include <vector>
 
 #include "core/common.h"
 
