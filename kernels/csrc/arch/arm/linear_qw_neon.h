@@ -83,14 +83,14 @@ ETFUSE_ALWAYS_INLINE void load_chunk_x(const float* x, float32x4_t (&xv)[8]) {
   for (int t = 0; t < 8; ++t) xv[t] = vld1q_f32(x + 4 * t);
 }
 
-// Row m of C, columns [j, j + nj) (nj <= 4; w[c] for c >= nj repeats a valid row of the weight).
+// Row m of C, columns [j, j + nj) (nj <= 4; w[c] for c >= nj repeats a valid row of the weight),
+// groups of G columns.
 // `next`: the weight rows of the next block, prefetched a cache line per 64 bytes as this block
 // streams its own (as the portable kernel does; null for all but a block's first row).
 template <int Bits>
-ETFUSE_ALWAYS_INLINE void dot_row(const Args& a, int64_t m, int64_t j, int64_t nj, const uint8_t* const* w,
+ETFUSE_ALWAYS_INLINE void dot_row(const Args& a, int64_t G, int64_t m, int64_t j, int64_t nj, const uint8_t* const* w,
                                   const uint8_t* const* next) {
   const float* x = a.A + m * a.a_rs;
-  const int64_t G = a.K / a.groups;
   const uint8x16_t table = vld1q_u8(kHalfHigh);
   const float* sc[4];
   const uint8_t* wp[4];
@@ -190,6 +190,7 @@ ETFUSE_ALWAYS_INLINE void dot_row(const Args& a, int64_t m, int64_t j, int64_t n
 // Few rows (decode): blocks of 4 weight rows, every row of A over each block while it is in L1.
 template <int Bits>
 ETFUSE_ALWAYS_INLINE void dot_cols(const Args& a, int64_t j0, int64_t j1) {
+  const int64_t G = a.K / a.groups;
   for (int64_t j = j0; j < j1; j += 4) {
     const int64_t nj = (j1 - j) < 4 ? (j1 - j) : 4;
     const uint8_t* w[4];
@@ -198,7 +199,7 @@ ETFUSE_ALWAYS_INLINE void dot_cols(const Args& a, int64_t j0, int64_t j1) {
       w[c] = a.W + (j + (c < nj ? c : 0)) * a.w_rs;
       next[c] = a.W + (j + 4 + c < j1 ? j + 4 + c : j) * a.w_rs;  // past the last block: this block again
     }
-    for (int64_t m = 0; m < a.M; ++m) dot_row<Bits>(a, m, j, nj, w, m == 0 ? next : nullptr);
+    for (int64_t m = 0; m < a.M; ++m) dot_row<Bits>(a, G, m, j, nj, w, m == 0 ? next : nullptr);
   }
 }
 
