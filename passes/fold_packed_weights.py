@@ -9,7 +9,7 @@ has no weight values, so the packing is an op. With the program in hand this pas
   puts the packed table in the program as a constant, in place of the op (executorch's
   `constant_prop_pass`, asked to fold the pack ops and nothing else); the unpacked weight goes
   when nothing else reads it;
-* drops zero points that are constants and all 0 from the embedding ops and linear_qw (None: symmetric
+* drops zero points that are constants and all 0 from the embedding ops, linear_qw and linear_dq (None: symmetric
   quantization; `(q - 0) * s` is `q * s`, bit for bit).
 
 It works on a copy: the caller's program, graph module, state dict and constants stay as they
@@ -28,7 +28,7 @@ import torch.fx as fx
 from executorch.exir.pass_base import ExportedProgramPassResult
 from executorch.exir.passes.constant_prop_pass import constant_prop_pass, get_constant_placeholder_dict
 
-from etfuse.backend_ops import EMBEDDING_OPS, LINEAR_QW, PACK_EMBEDDING_WEIGHT, PACK_INT4
+from etfuse.backend_ops import EMBEDDING_OPS, LINEAR_DQ, LINEAR_QW, PACK_EMBEDDING_WEIGHT, PACK_INT4
 
 from .engine import _aten
 from .graph_copy import editable_copy, program_with, ValuesPass
@@ -42,7 +42,7 @@ def _is_pack(target) -> bool:
 
 
 # the ops whose zero points go when they are all 0: op -> the zero points' argument index
-_ZERO_POINTS = {**{op.aten: 2 for op in EMBEDDING_OPS}, LINEAR_QW.aten: 3}
+_ZERO_POINTS = {**{op.aten: 2 for op in EMBEDDING_OPS}, LINEAR_QW.aten: 3, LINEAR_DQ.aten: 3}
 
 
 class FoldPackedWeightsPass(ValuesPass):

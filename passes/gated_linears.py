@@ -2,7 +2,7 @@
 
 A llama MLP computes `w2(silu(w1(x)) * w3(x))`. After the fusion pass that is
 
-    mul(linear_act(x, w1, b1, activation="silu"), linear_act(x, w3, b3))     (or linear_qw's)
+    mul(linear_act(x, w1, b1, activation="silu"), linear_act(x, w3, b3))     (or linear_qw's, linear_dq's)
 
 two GEMMs that read the same x and a third op that combines them. With the program in hand this
 pass writes
@@ -11,7 +11,7 @@ pass writes
 
 whose kernel runs one GEMM over the 2h features and combines the halves while they are in cache
 (backend_ops/gemm_conv_ops.py GATED_ACTIVATIONS): per llama layer one linear and one `mul` fewer.
-linear_qw's weights (int8, or int4 packed per row), scales, zero points and biases concatenate
+linear_qw's and linear_dq's weights (int8, or int4 packed per row), scales, zero points and biases concatenate
 the same way. The concatenation runs once, at fuse time (executorch's constant propagation, asked
 to fold these `cat`s only): the .pte holds the joined weight instead of the two.
 
@@ -34,7 +34,7 @@ from executorch.exir.dialects._ops import ops as exir_ops
 from executorch.exir.pass_base import ExportedProgramPassResult
 from executorch.exir.passes.constant_prop_pass import get_constant_placeholder_dict
 
-from etfuse.backend_ops import LINEAR_ACT, LINEAR_QW
+from etfuse.backend_ops import LINEAR_ACT, LINEAR_DQ, LINEAR_QW
 from etfuse.backend_ops.gemm_conv_ops import GATED_ACTIVATIONS
 
 from .engine import _aten, _schema_args
@@ -45,8 +45,10 @@ _GATED = {inner: gated for gated, inner in GATED_ACTIVATIONS.items()}  # "silu" 
 _MUL = exir_ops.edge.aten.mul.Tensor
 _CAT = torch.ops.aten.cat.default  # the ATen overload: the fold below takes these cats and no other
 # per op: the arguments concatenated along the output features, and those that must be equal
-_JOINED = {LINEAR_ACT.aten: ("weight", "bias"), LINEAR_QW.aten: ("weight", "scales", "zero_points", "bias")}
-_SAME = {LINEAR_ACT.aten: ("input", "min", "max", "residual"), LINEAR_QW.aten: ("input", "bits", "residual")}
+_JOINED = {LINEAR_ACT.aten: ("weight", "bias"),
+           **{op.aten: ("weight", "scales", "zero_points", "bias") for op in (LINEAR_QW, LINEAR_DQ)}}
+_SAME = {LINEAR_ACT.aten: ("input", "min", "max", "residual"),
+         **{op.aten: ("input", "bits", "residual") for op in (LINEAR_QW, LINEAR_DQ)}}
 
 
 def _named_args(node: fx.Node) -> dict:

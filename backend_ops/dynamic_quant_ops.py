@@ -1,0 +1,50 @@
+"""Dynamically quantized linear (8da4w, 8da8w): the linear of a model that torchao's
+`Int8DynamicActivationIntxWeightConfig` quantized (executorch's llama export, `-qmode 8da4w`):
+each input row quantized to int8 at run time (per token, asymmetric), the weight int8 per
+channel or int4 in groups, as linear_qw holds it (backend_ops/weight_only_ops.py).
+
+    linear_dq(input, weight, scales, zero_points, bits, bias, activation, residual)
+        = linear_qw(quantize_per_token(input), weight, scales, zero_points, bits, bias, activation, residual)
+
+quantize_per_token is torchao's `choose_qparams_affine(ASYMMETRIC, int8, eps = the smallest
+normal float32) -> quantize_affine -> dequantize_affine` over the last dimension, written with
+the same float32 steps, so the retrace to ATen gives the original program's numbers bit for bit.
+The kernel (kernels/csrc/core/linear_dq.h) quantizes each row once, sums the integer products
+exactly in int32 and applies the scales afterwards (float32 rounding of the scales' products).
+"""
+
+import torch
+
+from .registry import BackendOp, register
+from .weight_only_ops import _linear_qw
+
+aten = torch.ops.aten
+_EPS = torch.finfo(torch.float32).smallest_normal  # torchao's default eps for float32 inputs
+_QMIN, _QMAX = -128, 127
+
+
+def _quantize_per_token(x):
+    """x's rows quantized to int8 and dequantized, each step torchao's (quant_primitives.py)."""
+    lo = aten.clamp.default(aten.amin.default(x, [-1], True), None, 0.0)  # min(min_val, 0)
+    hi = aten.clamp.default(aten.amax.default(x, [-1], True), 0.0)       # max(max_val, 0)
+    scale = aten.clamp.default(aten.div.Tensor(aten.sub.Tensor(hi, lo), float(_QMAX - _QMIN)), _EPS)
+    zp = aten.clamp.default(aten.rsub.Scalar(aten.round.default(aten.div.Tensor(lo, scale)), _QMIN), _QMIN, _QMAX)
+    q = aten.add.Tensor(aten.round.default(aten.mul.Tensor(x, aten.reciprocal.default(scale))), zp)
+    return aten.mul.Tensor(aten.sub.Tensor(aten.clamp.default(q, _QMIN, _QMAX), zp), scale)
+
+
+def _linear_dq(input, weight, scales, zero_points, bits, bias=None, activation="none", residual=None):
+    return _linear_qw(_quantize_per_token(input), weight, scales, zero_points, bits, bias, activation, residual)
+
+
+LINEAR_DQ = register(BackendOp(
+    "etfuse",
+    "linear_dq(Tensor input, Tensor weight, Tensor scales, Tensor? zero_points, int bits, Tensor? bias=None, "
+    "str activation=\"none\", Tensor? residual=None) -> Tensor",
+    _linear_dq,
+    doc="linear_qw over the input's rows quantized to int8 per token (asymmetric, torchao's choose_qparams_affine "
+        "-> quantize_affine -> dequantize_affine); weight, scales, zero points, bias, activation and residual as "
+        "linear_qw's; integer dot products in the kernel",
+    kernel="linear_dq"))
+
+DYNAMIC_QUANT_OPS = [LINEAR_DQ]
