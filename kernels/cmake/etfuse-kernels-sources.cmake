@@ -25,6 +25,7 @@ set(ETFUSE_KERNELS_OP_FILES
     layer_norm
     linear_act
     linear_bn_act
+    linear_dq
     linear_packed_act
     linear_qw
     linear_relu
@@ -57,6 +58,7 @@ set(ETFUSE_KERNELS_OPS_embedding etfuse::quantized_decomposed_embedding_byte.out
 set(ETFUSE_KERNELS_OPS_layer_norm etfuse::layer_norm.out)
 set(ETFUSE_KERNELS_OPS_linear_act etfuse::linear_act.out)
 set(ETFUSE_KERNELS_OPS_linear_bn_act etfuse::linear_bn_act.out)
+set(ETFUSE_KERNELS_OPS_linear_dq etfuse::linear_dq.out)
 set(ETFUSE_KERNELS_OPS_linear_packed_act etfuse::linear_packed_act.out)
 set(ETFUSE_KERNELS_OPS_linear_qw etfuse::linear_qw.out)
 set(ETFUSE_KERNELS_OPS_linear_relu etfuse::linear_relu.out)

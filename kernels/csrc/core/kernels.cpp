@@ -6,6 +6,7 @@
 #include "core/attention.h"
 #include "core/norm.h"
 #include "core/linear_qw.h"
+#include "core/linear_dq.h"
 #include "core/gemm.h"
 #include "core/int8_depthwise.h"
 #include "core/int8_pointwise.h"

@@ -1,0 +1,109 @@
+// linear_dq's primitives on AVX2 (core/linear_dq.h includes this inside namespace linear_dq, under
+// `#pragma GCC target("avx2,fma,f16c")`): the same results as core/linear_dq_portable.h's, the
+// integer sums in pmaddwd (16 int16 products a vector, summed in pairs into int32).
+namespace avx2 {
+
+ETFUSE_ALWAYS_INLINE void min_max(const float* v, int64_t n, float& mn, float& mx) {
+  int64_t i = 0;
+  mn = mx = v[0];
+  if (n >= 8) {
+    __m256 lo = _mm256_loadu_ps(v), hi = lo;
+    for (i = 8; i + 8 <= n; i += 8) {
+      const __m256 t = _mm256_loadu_ps(v + i);
+      lo = _mm256_min_ps(lo, t);
+      hi = _mm256_max_ps(hi, t);
+    }
+    alignas(32) float l[8], h[8];
+    _mm256_store_ps(l, lo);
+    _mm256_store_ps(h, hi);
+    for (int t = 0; t < 8; ++t) {
+      mn = l[t] < mn ? l[t] : mn;
+      mx = h[t] > mx ? h[t] : mx;
+    }
+  }
+  for (; i < n; ++i) {
+    mn = v[i] < mn ? v[i] : mn;
+    mx = v[i] > mx ? v[i] : mx;
+  }
+}
+
+// 8 values: v * inv, round half to even, + zp, clamp, - zp: quantized()'s float32 steps.
+ETFUSE_ALWAYS_INLINE __m256i quantize8(const float* v, __m256 inv, __m256 zp) {
+  const __m256 lo = _mm256_set1_ps(kQmin), hi = _mm256_set1_ps(kQmax);
+  __m256 q = _mm256_round_ps(_mm256_mul_ps(_mm256_loadu_ps(v), inv), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+  q = _mm256_min_ps(_mm256_max_ps(_mm256_add_ps(q, zp), lo), hi);
+  return _mm256_cvtps_epi32(_mm256_sub_ps(q, zp));  // integral: exact
+}
+
+ETFUSE_ALWAYS_INLINE void quantize(const float* v, int64_t n, float inv, float zp, int16_t* out) {
+  const __m256 vinv = _mm256_set1_ps(inv), vzp = _mm256_set1_ps(zp);
+  int64_t i = 0;
+  for (; i + 16 <= n; i += 16) {
+    // packs works per 128-bit lane: [a0-3 b0-3 | a4-7 b4-7]; the permute puts a before b
+    const __m256i ab = _mm256_packs_epi32(quantize8(v + i, vinv, vzp), quantize8(v + i + 8, vinv, vzp));
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(out + i), _mm256_permute4x64_epi64(ab, 0xD8));
+  }
+  for (; i < n; ++i) out[i] = quantized(v[i], inv, zp);
+}
+
+ETFUSE_ALWAYS_INLINE void widen(const Args& a, int64_t n, int16_t* out) {
+  const uint8_t* w = a.W + n * a.w_rs;
+  if (a.bits == 8) {
+    int64_t k = 0;
+    for (; k + 16 <= a.K; k += 16) {
+      const __m128i b = _mm_loadu_si128(reinterpret_cast<const __m128i*>(w + k));
+      _mm256_storeu_si256(reinterpret_cast<__m256i*>(out + k), _mm256_cvtepi8_epi16(b));
+    }
+    for (; k < a.K; ++k) out[k] = static_cast<int8_t>(w[k]);
+    return;
+  }
+  const __m128i mask = _mm_set1_epi8(15), eight = _mm_set1_epi8(8);
+  for (int64_t c = 0; c < a.K; c += kChunk) {
+    const __m128i b = _mm_loadu_si128(reinterpret_cast<const __m128i*>(w + c / 2));
+    const __m128i lo = _mm_sub_epi8(_mm_and_si128(b, mask), eight);
+    const __m128i hi = _mm_sub_epi8(_mm_and_si128(_mm_srli_epi16(b, 4), mask), eight);
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(out + c), _mm256_cvtepi8_epi16(lo));
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(out + c + kChunk / 2), _mm256_cvtepi8_epi16(hi));
+  }
+}
+
+ETFUSE_ALWAYS_INLINE float hsum(__m256 v) {
+  __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+  s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+  s = _mm_add_ss(s, _mm_movehdup_ps(s));
+  return _mm_cvtss_f32(s);
+}
+
+// Each group's int32 lanes converted and scaled into float lanes; one horizontal sum per column.
+ETFUSE_ALWAYS_INLINE void dot_groups(const int16_t* x, const int16_t* const* w, int64_t G, int64_t groups,
+                                     const float* const* s, float* out) {
+  __m256 tot[kCols];
+  float tail[kCols];
+  for (int c = 0; c < kCols; ++c) {
+    tot[c] = _mm256_setzero_ps();
+    tail[c] = 0.0f;
+  }
+  for (int64_t g = 0; g < groups; ++g) {
+    const int64_t k1 = (g + 1) * G;
+    int64_t k = g * G;
+    __m256i acc[kCols];
+    for (int c = 0; c < kCols; ++c) acc[c] = _mm256_setzero_si256();
+    for (; k + 16 <= k1; k += 16) {
+      const __m256i xv = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x + k));
+      for (int c = 0; c < kCols; ++c) {
+        const __m256i wv = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(w[c] + k));
+        acc[c] = _mm256_add_epi32(acc[c], _mm256_madd_epi16(xv, wv));
+      }
+    }
+    for (int c = 0; c < kCols; ++c) {
+      int32_t rest = 0;
+      for (int64_t i = k; i < k1; ++i) rest += static_cast<int32_t>(x[i]) * w[c][i];
+      const float sc = s[c][g];
+      tot[c] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(acc[c]), _mm256_set1_ps(sc), tot[c]);
+      tail[c] += sc * static_cast<float>(rest);
+    }
+  }
+  for (int c = 0; c < kCols; ++c) out[c] = hsum(tot[c]) + tail[c];
+}
+
+}  // namespace avx2

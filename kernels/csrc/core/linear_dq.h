@@ -1,0 +1,171 @@
+// Linear with dynamically quantized activations (etfuse::linear_dq, torchao's 8da4w / 8da8w). Each
+// row of A is quantized to int8 once per call, per token and asymmetric, in torchao's float32 steps:
+//
+//   lo = min(min_k A[m, k], 0), hi = max(max_k A[m, k], 0), s = max((hi - lo) / 255, FLT_MIN)
+//   zx = clamp(-128 - rint(lo / s), -128, 127), qx = clamp(rint(A[m, k] * (1 / s)) + zx, -128, 127)
+//
+// and the weight is what linear_qw reads (int8 [N, K], or pack_int4's nibbles; scales and zero
+// points per group of G = K / groups columns, core/linear_qw.h):
+//
+//   C[m, n] = s[m] * sum_g scale[n, g] * D[m, n, g] + bias[n] + residual[m, n]
+//   D[m, n, g] = sum_{k in g} x[m, k] * q[n, k] - zp[n, g] * sum_{k in g} x[m, k],   x = qx - zx
+//
+// D is exact in int32: x (in [-255, 255]) and q are kept as int16, and pmaddwd sums pairs of their
+// products (|x q| <= 255 * 128) into int32 lanes; the rows' group sums are taken once per call.
+// Only the scales' products round (float32), where the pattern rounds each dequantized element.
+// A block of 4 weight rows is widened to int16 once into an L1-sized scratch and every row of A
+// takes its dot products over it. The per-ISA copies are compiled once per library, in
+// core/kernels.cpp (-DETFUSE_CORE_KERNELS): core/linear_dq_rows.h over the primitives of
+// core/linear_dq_portable.h or arch/x86/linear_dq_avx2.h.
+#pragma once
+
+#include <algorithm>
+#include <cfloat>
+#include <cmath>
+#include <vector>
+
+#include "common.h"
+#include "linear_qw.h"
+
+#if ETFUSE_HAVE_X86_DISPATCH
+#include <immintrin.h>  // at file scope: the per-ISA copies below are included inside namespaces
+#endif
+
+namespace etfuse {
+namespace core {
+namespace linear_dq {
+
+using Args = linear_qw::Args;
+constexpr int64_t kChunk = linear_qw::kChunk;  // pack_int4's 32-column chunks
+constexpr int kCols = 4;                       // weight rows widened and dotted together
+constexpr int kQmin = -128, kQmax = 127;
+
+// The rows of A quantized: x = qx - zx, [M, K]; s[m]; the sums of x over each group ([M, groups],
+// only where the weight has zero points).
+struct Rows {
+  const int16_t* x = nullptr;
+  const float* scale = nullptr;
+  const int32_t* gsum = nullptr;
+};
+
+struct RowQparams {
+  float scale, inv, zp;
+};
+
+// torchao's choose_qparams_affine (ASYMMETRIC, int8, eps = FLT_MIN) from a row's min and max.
+inline RowQparams row_qparams(float mn, float mx) {
+  const float lo = mn < 0.0f ? mn : 0.0f, hi = mx > 0.0f ? mx : 0.0f;
+  float s = (hi - lo) / static_cast<float>(kQmax - kQmin);
+  if (s < FLT_MIN) s = FLT_MIN;
+  float zp = static_cast<float>(kQmin) - std::nearbyint(lo / s);
+  zp = zp < kQmin ? kQmin : (zp > kQmax ? kQmax : zp);
+  return {s, 1.0f / s, zp};
+}
+
+// One row's x = clamp(rint(v * inv) + zp, -128, 127) - zp, exactly as quantize_affine's float32 steps.
+ETFUSE_ALWAYS_INLINE int16_t quantized(float v, float inv, float zp) {
+  float q = std::nearbyint(v * inv) + zp;
+  q = q < kQmin ? kQmin : (q > kQmax ? kQmax : q);
+  return static_cast<int16_t>(q - zp);
+}
+
+void quantize_rows_portable(const Args& a, int64_t m0, int64_t m1, int16_t* x, float* scale, int32_t* gsum);
+void cols_portable(const Args& a, const Rows& r, int64_t j0, int64_t j1);
+#if ETFUSE_HAVE_X86_DISPATCH
+ETFUSE_TARGET_AVX2 void quantize_rows_avx2(const Args& a, int64_t m0, int64_t m1, int16_t* x, float* scale,
+                                           int32_t* gsum);
+ETFUSE_TARGET_AVX2 void cols_avx2(const Args& a, const Rows& r, int64_t j0, int64_t j1);
+#endif
+
+#if defined(ETFUSE_CORE_KERNELS)
+#include "linear_dq_portable.h"
+#define ETFUSE_DQ_NS rows_portable
+#define ETFUSE_DQ_PRIMITIVES portable
+#include "linear_dq_rows.h"
+#undef ETFUSE_DQ_NS
+#undef ETFUSE_DQ_PRIMITIVES
+
+#if ETFUSE_HAVE_X86_DISPATCH
+#pragma GCC push_options
+#pragma GCC target("avx2,fma,f16c")
+#include "arch/x86/linear_dq_avx2.h"
+#define ETFUSE_DQ_NS rows_avx2
+#define ETFUSE_DQ_PRIMITIVES avx2
+#include "linear_dq_rows.h"
+#undef ETFUSE_DQ_NS
+#undef ETFUSE_DQ_PRIMITIVES
+#pragma GCC pop_options
+#endif
+
+void quantize_rows_portable(const Args& a, int64_t m0, int64_t m1, int16_t* x, float* scale, int32_t* gsum) {
+  rows_portable::quantize_rows(a, m0, m1, x, scale, gsum);
+}
+void cols_portable(const Args& a, const Rows& r, int64_t j0, int64_t j1) { rows_portable::cols(a, r, j0, j1); }
+#if ETFUSE_HAVE_X86_DISPATCH
+ETFUSE_TARGET_AVX2 void quantize_rows_avx2(const Args& a, int64_t m0, int64_t m1, int16_t* x, float* scale,
+                                           int32_t* gsum) {
+  rows_avx2::quantize_rows(a, m0, m1, x, scale, gsum);
+}
+ETFUSE_TARGET_AVX2 void cols_avx2(const Args& a, const Rows& r, int64_t j0, int64_t j1) {
+  rows_avx2::cols(a, r, j0, j1);
+}
+#endif
+#endif
+
+// linear_dq's kernels on one ISA: the one place they are chosen. AVX-512 takes the AVX2 copies;
+// aarch64 (NEON, and sdot where the core has it) takes the portable ones until an
+// arch/arm/linear_dq_neon.h brings its primitives: one more copy above and a case here.
+struct Kernels {
+  void (*quantize_rows)(const Args&, int64_t, int64_t, int16_t*, float*, int32_t*);
+  void (*cols)(const Args&, const Rows&, int64_t, int64_t);
+};
+
+inline Kernels kernels(Isa isa) {
+  switch (isa) {
+#if ETFUSE_HAVE_X86_DISPATCH
+    case Isa::kAvx512Vnni:
+    case Isa::kAvx512:
+    case Isa::kAvx2: return {&quantize_rows_avx2, &cols_avx2};
+#endif
+    default: return {&quantize_rows_portable, &cols_portable};
+  }
+}
+
+// The quantized rows, reused across calls by the caller.
+struct Scratch {
+  std::vector<int16_t> x;
+  std::vector<float> scale;
+  std::vector<int32_t> gsum;
+};
+
+// Runs the linear described by `a` (validated by the caller; K > 0).
+template <class Par>
+inline void run(const Args& a, Scratch& s, Par&& par) {
+  if (a.M <= 0 || a.N <= 0) return;
+  const Kernels kern = kernels(selected_isa());
+  s.x.resize(static_cast<size_t>(a.M * a.K));
+  s.scale.resize(static_cast<size_t>(a.M));
+  s.gsum.resize(a.zp ? static_cast<size_t>(a.M * a.groups) : 0);
+  int16_t* x = s.x.data();
+  float* scale = s.scale.data();
+  int32_t* gsum = a.zp ? s.gsum.data() : nullptr;
+  if (a.M * a.K <= kSerialElements) {
+    kern.quantize_rows(a, 0, a.M, x, scale, gsum);
+  } else {
+    par(0, a.M, std::max<int64_t>(1, kGrainSize / a.K),
+        [&](int64_t begin, int64_t end) { kern.quantize_rows(a, begin, end, x, scale, gsum); });
+  }
+  const Rows rows{x, scale, gsum};
+  // column blocks of about 64K multiply-adds, whole blocks of kCols (as linear_qw's)
+  int64_t grain = ((int64_t(1) << 16) / (a.M * a.K) + kCols - 1) / kCols * kCols;
+  if (grain < kCols) grain = kCols;
+  if (a.N <= grain) {
+    kern.cols(a, rows, 0, a.N);
+    return;
+  }
+  par(0, a.N, grain, [&](int64_t begin, int64_t end) { kern.cols(a, rows, begin, end); });
+}
+
+}  // namespace linear_dq
+}  // namespace core
+}  // namespace etfuse
