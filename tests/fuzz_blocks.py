@@ -802,6 +802,36 @@ class WeightOnly(Block):
         return y
 
 
+class DynamicQuant(WeightOnly):
+    """A dynamically quantized linear (8da4w / 8da8w) as torchao's Int8DynamicActivationIntxWeightConfig
+    leaves it: WeightOnly's weight and epilogues, its input quantized per token first
+    (choose_qparams_affine -> quantize_affine -> dequantize_affine, int8 asymmetric):
+    dynamic_quant_rules' linear_dq{8,4}[_nd][_no_bias][_silu|_residual]."""
+
+    name, family = "dynamic_quant", "dynamic_quant"
+
+    def build(self, params, shape, g):
+        m = super().build(params, shape, g)
+        m._fn = DynamicQuant._forward
+        return m
+
+    @staticmethod
+    def _forward(self, x):
+        h = x.repeat(*([1] * (x.dim() - 1)), self.reps)[..., :32]
+        block = [1] * (h.dim() - 1) + [32]
+        s, z = torch.ops.torchao.choose_qparams_affine(h, "ASYMMETRIC", block, torch.int8, -128, 127, None, None,
+                                                       torch.int8)
+        q = torch.ops.torchao.quantize_affine(h, block, s, z, torch.int8, -128, 127)
+        h = torch.ops.torchao.dequantize_affine(q, block, s, z, torch.int8, -128, 127)
+        w = torch.ops.torchao.dequantize_affine(self.q, [1, self.group], self.s, self.z, torch.int8, self.lo, self.hi)
+        y = F.linear(h, w, self.b)
+        if self.epi == "silu":
+            return F.silu(y)
+        if self.epi == "residual":
+            return x + y
+        return y
+
+
 def draw_half(g) -> bool:
     return bool(torch.randint(0, 2, (), generator=g))
 
@@ -862,7 +892,7 @@ class Embedding(Block):
 
 
 BLOCKS = {b.name: b for b in (Gemm(), Conv(), Conv1d(), Addmm(), Gated(), Pool(), Attention(), Norm(), Rope(),
-                              KVCache(), Permute(), Scale(), Identities(), SymShape(), QuantScalarAdd(), QuantGemm(), WeightOnly(),
+                              KVCache(), Permute(), Scale(), Identities(), SymShape(), QuantScalarAdd(), QuantGemm(), WeightOnly(), DynamicQuant(),
                               Embedding())}
 
 
