@@ -123,6 +123,9 @@ def _samples():
                                            _randn(3, 8, seed=4)), **qw)
     add(bo.LINEAR_QW, "8 bits", (_randn(2, 3, 64), _q((8, 64)), scales, None, 8), **qw)
     add(bo.PACK_INT4, "", (q4,))
+    add(bo.LINEAR_DQ, "4 bits, residual", (_randn(3, 64), packed4, scales, zp, 4, _randn(8, seed=3), "silu",
+                                           _randn(3, 8, seed=4)), **qw)
+    add(bo.LINEAR_DQ, "8 bits", (_randn(2, 3, 64), _q((8, 64)), scales, None, 8), **qw)
 
     cache = _randn(1, 4, 10, 6)
     add(bo.UPDATE_CACHE, "prefill of 2", (cache, _randn(1, 4, 2, 6, seed=1), torch.tensor([3, 4]), 2))
@@ -242,7 +245,7 @@ def test_conv_kernels_read_strided_weights(kernel_check, op, args, layout, tol):
 
 def _contiguous_only():
     """(op, sample, argument position): inputs a kernel takes contiguous only, saying so."""
-    for op, positions in ((bo.LINEAR_QW, (1, 2, 3)), (bo.LINEAR_PACKED_ACT, (1,)), (bo.CONV2D_PACKED_ACT, (1,)),
+    for op, positions in ((bo.LINEAR_QW, (1, 2, 3)), (bo.LINEAR_DQ, (1, 2, 3)), (bo.LINEAR_PACKED_ACT, (1,)), (bo.CONV2D_PACKED_ACT, (1,)),
                           (bo.CONV2D_BN_PACKED_ACT, (1,)), (bo.QUANTIZED_CONV2D_PACKED, (3,)),
                           (bo.QUANTIZED_LINEAR_PACKED, (3,))):
         label, args, _, _ = SAMPLES[op][0]
@@ -253,9 +256,9 @@ def _contiguous_only():
 
 @pytest.mark.parametrize("op, args, position", list(_contiguous_only()))
 def test_contiguous_only_arguments_are_named_errors(kernel_check, op, args, position):
-    """Packed weights (pack_gemm_weight's panels, pack_int4's bytes) and linear_qw's scales and
-    zero points are read as laid out: another layout is an error naming the argument, never
-    another result."""
+    """Packed weights (pack_gemm_weight's panels, pack_int4's bytes) and linear_qw's and
+    linear_dq's scales and zero points are read as laid out: another layout is an error naming
+    the argument, never another result."""
     want = kernel_check.expected(op, args)
     for name, v in kernel_check.variants(args[position]).items():
         bad = [v if j == position else a for j, a in enumerate(args)]
