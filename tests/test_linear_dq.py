@@ -92,21 +92,55 @@ def test_swiglu_epilogue_halves_the_features():
     torch.testing.assert_close(got, torch.nn.functional.silu(full[:, :8]) * full[:, 8:], rtol=1e-5, atol=1e-6)
 
 
-def test_rows_are_quantized_as_torchao_does():
-    """The pattern's per-token quantization is torchao's choose_qparams -> quantize -> dequantize,
-    bit for bit (constant rows, rows all positive, all negative, tiny and large)."""
+def rows_at_rounding_ties():
+    """Rows of scale s = 2.55 / 255 (min -1, max 1.55) whose other values lie within 3 ulps of
+    (k + 1/2) s: where torchao's round(x * (1 / s)), half to even, differs from round(x / s) or
+    from rounding half away from zero."""
+    s = torch.tensor(2.55) / 255
+    v = ((torch.arange(-100, 154, dtype=torch.float32) + 0.5) * s).view(torch.int32)
+    v = torch.cat([(v + d).view(torch.float32) for d in range(-3, 4)])
+    v = v[v.abs() < 0.999]
+    v = v[:len(v) // 126 * 126].reshape(-1, 126)
+    ends = torch.tensor([-1.0, 1.55]).expand(len(v), 2)
+    return torch.cat([ends, v], 1)
+
+
+def torchao_per_token(x):
     from torchao.quantization.quant_primitives import choose_qparams_affine, dequantize_affine, quantize_affine
 
+    block = [1] * (x.dim() - 1) + [x.shape[-1]]
+    s, zp = choose_qparams_affine(x, MappingType.ASYMMETRIC, block, torch.int8, -128, 127, None, None, torch.int8)
+    return dequantize_affine(quantize_affine(x, block, s, zp, torch.int8, -128, 127), block, s, zp, torch.int8, -128, 127)
+
+
+def test_rows_are_quantized_as_torchao_does():
+    """The pattern's per-token quantization is torchao's choose_qparams -> quantize -> dequantize,
+    bit for bit (constant rows, rows all positive, all negative, tiny and large; rounding ties)."""
     from etfuse.backend_ops.dynamic_quant_ops import _quantize_per_token
 
     x = torch.randn(6, 2, 100) * torch.tensor([1e-30, 1e-3, 1.0, 50.0, 1.0, 1.0]).reshape(6, 1, 1)
     x[4] = x[4].abs() + 1
     x[5] = -x[5].abs()
     x[0, 0] = 0.0
-    block = [1, 1, 100]
-    s, zp = choose_qparams_affine(x, MappingType.ASYMMETRIC, block, torch.int8, -128, 127, None, None, torch.int8)
-    want = dequantize_affine(quantize_affine(x, block, s, zp, torch.int8, -128, 127), block, s, zp, torch.int8, -128, 127)
-    torch.testing.assert_close(_quantize_per_token(x), want, rtol=0, atol=0)
+    torch.testing.assert_close(_quantize_per_token(x), torchao_per_token(x), rtol=0, atol=0)
+    ties = rows_at_rounding_ties()
+    inv = (torch.tensor(2.55) / 255).reciprocal()
+    assert (torch.round(ties * inv) != torch.round(ties / (torch.tensor(2.55) / 255))).any()  # the rows still probe it
+    torch.testing.assert_close(_quantize_per_token(ties), torchao_per_token(ties), rtol=0, atol=0)
+
+
+@pytest.mark.parametrize("isa", ["auto", "baseline"])
+def test_kernel_quantizes_rounding_ties_as_torchao(isa):
+    """Read back through an identity weight (int8, scale 1), the kernel's quantized rows are
+    torchao's dequantized ones exactly: s * (qx - zx), one product each."""
+    x = rows_at_rounding_ties()
+    k = x.shape[1]
+    kernels.set_isa(isa)
+    try:
+        got = linear_dq(x, torch.eye(k, dtype=torch.int8), torch.ones(k, 1), None, 8, None, "none")
+    finally:
+        kernels.set_isa("auto")
+    torch.testing.assert_close(got, torchao_per_token(x), rtol=0, atol=0)
 
 
 def test_bad_arguments_are_named_and_opcheck():
