@@ -256,3 +256,18 @@ def test_8da4w_llama_greedy_decoding_matches_eager():
     assert "aten.add.Tensor" not in ops and "aten.mul.Tensor" not in ops
     method = load_method(out.to_executorch())
     assert_greedy_decoding_matches_eager(method, eager, 32, rtol=1e-3, atol=1e-3)
+
+
+def test_dynamic_sequence_length_fuses_and_runs():
+    """executorch's llama export makes the sequence length dynamic: the same linear_dq ops as at a
+    static length, and the .pte right at the Dim's min, max and two lengths between."""
+    torch.manual_seed(0)
+    model = quantized(ResidualMlp(True).eval(), 4, 32)
+    seq = torch.export.Dim("T", min=2, max=64)
+    edge = edge_program(model, (torch.randn(1, 8, 64),), dynamic_shapes=({1: seq},))
+    fused = etfuse.fuse(edge)
+    assert op_names(fused.exported_program().graph_module) == ["etfuse.linear_dq.default"] * 2
+    program = fused.to_executorch()
+    for t in (2, 7, 24, 64):
+        x = torch.randn(1, t, 64)
+        logits_close(run(program, (x,))[0], model(x).detach(), f"T={t}")
