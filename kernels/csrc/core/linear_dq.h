@@ -13,8 +13,8 @@
 // D is exact in int32: x (in [-255, 255]) and q are kept as int16, and pmaddwd sums pairs of their
 // products (|x q| <= 255 * 128) into int32 lanes; the rows' group sums are taken once per call.
 // Only the scales' products round (float32), where the pattern rounds each dequantized element.
-// A block of 4 weight rows is widened to int16 once into an L1-sized scratch and every row of A
-// takes its dot products over it. The per-ISA copies are compiled once per library, in
+// A block of 4 weight rows is widened to int16 once into an L1-sized scratch and the rows of A,
+// two at a time, take their dot products over it. The per-ISA copies are compiled once per library, in
 // core/kernels.cpp (-DETFUSE_CORE_KERNELS): core/linear_dq_rows.h over the primitives of
 // core/linear_dq_portable.h or arch/x86/linear_dq_avx2.h.
 #pragma once

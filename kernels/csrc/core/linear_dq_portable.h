@@ -30,17 +30,24 @@ ETFUSE_ALWAYS_INLINE void widen(const Args& a, int64_t n, int16_t* out) {
   }
 }
 
-// out[c] = sum_g s[c][g] * sum_{k in g} x[k] * w[c][k], for kCols weight rows.
-ETFUSE_ALWAYS_INLINE void dot_groups(const int16_t* x, const int16_t* const* w, int64_t G, int64_t groups,
-                                     const float* const* s, float* out) {
-  for (int c = 0; c < kCols; ++c) {
-    float tot = 0.0f;
-    for (int64_t g = 0; g < groups; ++g) {
-      int32_t d = 0;
-      for (int64_t k = g * G; k < (g + 1) * G; ++k) d += static_cast<int32_t>(x[k]) * w[c][k];
-      tot += s[c][g] * static_cast<float>(d);
+// out[r][c] = sum_g st[g][c] * (sum_{k in g} x[r][k] * w[c][k] - zt[g][c] * gsum[r][g]) for R rows
+// and kCols weight rows: the group's sums exact in int32, then scaled. st, zt: [groups][kCols]
+// (zt null: no zero points).
+template <int R>
+ETFUSE_ALWAYS_INLINE void dot_groups(const int16_t* const* x, const int32_t* const* gsum, const int16_t* const* w,
+                                     int64_t G, int64_t groups, const float* st, const int32_t* zt,
+                                     float (*out)[kCols]) {
+  for (int r = 0; r < R; ++r) {
+    for (int c = 0; c < kCols; ++c) {
+      float tot = 0.0f;
+      for (int64_t g = 0; g < groups; ++g) {
+        int32_t d = 0;
+        for (int64_t k = g * G; k < (g + 1) * G; ++k) d += static_cast<int32_t>(x[r][k]) * w[c][k];
+        if (zt) d -= zt[g * kCols + c] * gsum[r][g];
+        tot += st[g * kCols + c] * static_cast<float>(d);
+      }
+      out[r][c] = tot;
     }
-    out[c] = tot;
   }
 }
 

@@ -25,39 +25,51 @@ inline void quantize_rows(const Args& a, int64_t m0, int64_t m1, int16_t* x, flo
   }
 }
 
-// Columns [j0, j1) of C for every row.
+// Rows [m, m + R) of C, columns [j, j + nj).
+template <int R>
+ETFUSE_ALWAYS_INLINE void rows_block(const Args& a, const Rows& r, int64_t m, int64_t j, int64_t nj,
+                                     const int16_t* const* w, const float* st, const int32_t* zt) {
+  const int16_t* x[R];
+  const int32_t* gsum[R];
+  for (int i = 0; i < R; ++i) {
+    x[i] = r.x + (m + i) * a.K;
+    gsum[i] = zt ? r.gsum + (m + i) * a.groups : nullptr;
+  }
+  float sums[R][kCols];
+  prim::dot_groups<R>(x, gsum, w, a.K / a.groups, a.groups, st, zt, sums);
+  for (int i = 0; i < R; ++i) {
+    for (int c = 0; c < nj; ++c) {
+      const int64_t n = j + c;
+      float y = sums[i][c] * r.scale[m + i];
+      if (a.bias) y += a.bias[n];
+      if (a.residual) y += a.residual[(m + i) * a.r_rs + n];
+      a.C[(m + i) * a.c_rs + n] = y;
+    }
+  }
+}
+
+// Columns [j0, j1) of C for every row: per block of kCols weight rows, the rows widened to int16
+// and their scales and zero points transposed ([groups][kCols]) once, then two rows of A at a time.
 inline void cols(const Args& a, const Rows& r, int64_t j0, int64_t j1) {
-  const int64_t G = a.K / a.groups;
-  std::vector<int16_t> scratch(static_cast<size_t>(kCols * a.K));
+  std::vector<int16_t> widened(static_cast<size_t>(kCols * a.K));
+  std::vector<float> st(static_cast<size_t>(a.groups * kCols));
+  std::vector<int32_t> zt(a.zp ? static_cast<size_t>(a.groups * kCols) : 0);
   for (int64_t j = j0; j < j1; j += kCols) {
     const int64_t nj = (j1 - j) < kCols ? (j1 - j) : kCols;
     const int16_t* w[kCols];
-    const float* s[kCols];
     for (int c = 0; c < kCols; ++c) {
-      const int64_t cc = c < nj ? c : 0;  // past the last column: the first again, not stored
-      if (c < nj) prim::widen(a, j + c, scratch.data() + c * a.K);
-      w[c] = scratch.data() + cc * a.K;
-      s[c] = a.scales + (j + cc) * a.groups;
-    }
-    for (int64_t m = 0; m < a.M; ++m) {
-      float sums[kCols];
-      prim::dot_groups(r.x + m * a.K, w, G, a.groups, s, sums);
-      for (int c = 0; c < nj; ++c) {
-        const int64_t n = j + c;
-        float v = sums[c];
-        if (a.zp) {  // - zp * sum_{k in g} x, per group
-          const int8_t* zp = a.zp + n * a.groups;
-          const int32_t* gs = r.gsum + m * a.groups;
-          float corr = 0.0f;
-          for (int64_t g = 0; g < a.groups; ++g) corr += s[c][g] * static_cast<float>(zp[g] * gs[g]);
-          v -= corr;
-        }
-        float y = v * r.scale[m];
-        if (a.bias) y += a.bias[n];
-        if (a.residual) y += a.residual[m * a.r_rs + n];
-        a.C[m * a.c_rs + n] = y;
+      const int64_t n = j + (c < nj ? c : 0);  // past the last column: the first again, not stored
+      if (c < nj) prim::widen(a, n, widened.data() + c * a.K);
+      w[c] = widened.data() + (c < nj ? c : 0) * a.K;
+      for (int64_t g = 0; g < a.groups; ++g) {
+        st[g * kCols + c] = a.scales[n * a.groups + g];
+        if (a.zp) zt[g * kCols + c] = a.zp[n * a.groups + g];
       }
     }
+    const int32_t* z = a.zp ? zt.data() : nullptr;
+    int64_t m = 0;
+    for (; m + 2 <= a.M; m += 2) rows_block<2>(a, r, m, j, nj, w, st.data(), z);
+    if (m < a.M) rows_block<1>(a, r, m, j, nj, w, st.data(), z);
   }
 }
 

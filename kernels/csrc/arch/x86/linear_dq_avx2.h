@@ -67,43 +67,53 @@ ETFUSE_ALWAYS_INLINE void widen(const Args& a, int64_t n, int16_t* out) {
   }
 }
 
-ETFUSE_ALWAYS_INLINE float hsum(__m256 v) {
-  __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
-  s = _mm_add_ps(s, _mm_movehl_ps(s, s));
-  s = _mm_add_ss(s, _mm_movehdup_ps(s));
-  return _mm_cvtss_f32(s);
+// The kCols columns' int32 lanes summed per column: [c0 c1 c2 c3] (both halves' partial sums added).
+ETFUSE_ALWAYS_INLINE __m128i column_sums(const __m256i* acc) {
+  const __m256i h = _mm256_hadd_epi32(_mm256_hadd_epi32(acc[0], acc[1]), _mm256_hadd_epi32(acc[2], acc[3]));
+  return _mm_add_epi32(_mm256_castsi256_si128(h), _mm256_extracti128_si256(h, 1));
 }
 
-// Each group's int32 lanes converted and scaled into float lanes; one horizontal sum per column.
-ETFUSE_ALWAYS_INLINE void dot_groups(const int16_t* x, const int16_t* const* w, int64_t G, int64_t groups,
-                                     const float* const* s, float* out) {
-  __m256 tot[kCols];
-  float tail[kCols];
-  for (int c = 0; c < kCols; ++c) {
-    tot[c] = _mm256_setzero_ps();
-    tail[c] = 0.0f;
-  }
+// portable::dot_groups on AVX2: per group, each column's int32 lanes summed across (column_sums),
+// the zero points' term subtracted in int32 and the four sums scaled in one vector; each weight
+// vector loaded once for the R rows.
+template <int R>
+ETFUSE_ALWAYS_INLINE void dot_groups(const int16_t* const* x, const int32_t* const* gsum, const int16_t* const* w,
+                                     int64_t G, int64_t groups, const float* st, const int32_t* zt,
+                                     float (*out)[kCols]) {
+  static_assert(kCols == 4, "column_sums sums 4 columns");
+  __m128 tot[R];
+  for (int r = 0; r < R; ++r) tot[r] = _mm_setzero_ps();
+  const int64_t whole = G / 16 * 16;
   for (int64_t g = 0; g < groups; ++g) {
-    const int64_t k1 = (g + 1) * G;
-    int64_t k = g * G;
-    __m256i acc[kCols];
-    for (int c = 0; c < kCols; ++c) acc[c] = _mm256_setzero_si256();
-    for (; k + 16 <= k1; k += 16) {
-      const __m256i xv = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x + k));
+    const int64_t k0 = g * G;
+    __m256i acc[R][kCols];
+    for (int r = 0; r < R; ++r)
+      for (int c = 0; c < kCols; ++c) acc[r][c] = _mm256_setzero_si256();
+    for (int64_t k = k0; k < k0 + whole; k += 16) {
+      __m256i xv[R];
+      for (int r = 0; r < R; ++r) xv[r] = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x[r] + k));
       for (int c = 0; c < kCols; ++c) {
         const __m256i wv = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(w[c] + k));
-        acc[c] = _mm256_add_epi32(acc[c], _mm256_madd_epi16(xv, wv));
+        for (int r = 0; r < R; ++r) acc[r][c] = _mm256_add_epi32(acc[r][c], _mm256_madd_epi16(xv[r], wv));
       }
     }
-    for (int c = 0; c < kCols; ++c) {
-      int32_t rest = 0;
-      for (int64_t i = k; i < k1; ++i) rest += static_cast<int32_t>(x[i]) * w[c][i];
-      const float sc = s[c][g];
-      tot[c] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(acc[c]), _mm256_set1_ps(sc), tot[c]);
-      tail[c] += sc * static_cast<float>(rest);
+    const __m128 sv = _mm_loadu_ps(st + g * kCols);
+    for (int r = 0; r < R; ++r) {
+      __m128i d = column_sums(acc[r]);
+      if (whole < G) {  // int8 per-channel weights whose K is not a multiple of 16
+        int32_t rest[kCols] = {0, 0, 0, 0};
+        for (int c = 0; c < kCols; ++c)
+          for (int64_t k = k0 + whole; k < k0 + G; ++k) rest[c] += static_cast<int32_t>(x[r][k]) * w[c][k];
+        d = _mm_add_epi32(d, _mm_loadu_si128(reinterpret_cast<const __m128i*>(rest)));
+      }
+      if (zt) {
+        const __m128i z = _mm_loadu_si128(reinterpret_cast<const __m128i*>(zt + g * kCols));
+        d = _mm_sub_epi32(d, _mm_mullo_epi32(z, _mm_set1_epi32(gsum[r][g])));
+      }
+      tot[r] = _mm_fmadd_ps(_mm_cvtepi32_ps(d), sv, tot[r]);
     }
   }
-  for (int c = 0; c < kCols; ++c) out[c] = hsum(tot[c]) + tail[c];
+  for (int r = 0; r < R; ++r) _mm_storeu_ps(out[r], tot[r]);
 }
 
 }  // namespace avx2
