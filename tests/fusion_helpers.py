@@ -69,6 +69,30 @@ def assert_fused_matches_eager(model: torch.nn.Module, args: tuple, fused: EdgeP
                                    msg=lambda m, name=name: f"{name}: {m}", **tol)
 
 
+def quantized_weight(n, k, group, bits, zero_points, seed=0, zp_range=(-3, 3)):
+    """An int8 / int4 weight as torchao stores it and as linear_qw and linear_dq take it: (q, int8
+    [N, K]; q itself or pack_int4(q); float32 scales [N, K / group]; int8 zero points in `zp_range`
+    or None)."""
+    g = torch.Generator().manual_seed(seed)
+    lo, hi = (-8, 7) if bits == 4 else (-128, 127)
+    q = torch.randint(lo, hi + 1, (n, k), dtype=torch.int8, generator=g)
+    scales = torch.rand(n, k // group, generator=g) * 0.1 + 0.01
+    zp = torch.randint(zp_range[0], zp_range[1] + 1, (n, k // group), dtype=torch.int8, generator=g) if zero_points else None
+    packed = torch.ops.etfuse.pack_int4.out(q, out=torch.empty(0, dtype=torch.uint8)) if bits == 4 else q
+    return q, packed, scales, zp
+
+
+class ResidualMlp(torch.nn.Module):
+    """A transformer block's MLP with its skip connection: x + down(silu(up(x)))."""
+
+    def __init__(self, bias):
+        super().__init__()
+        self.up, self.down = torch.nn.Linear(64, 96, bias=bias), torch.nn.Linear(96, 64, bias=bias)
+
+    def forward(self, x):
+        return x + self.down(torch.nn.functional.silu(self.up(x)))
+
+
 def example_llama(kv_cache: bool, multiple_of: int = 16, dynamic_shape: bool = False) -> torch.nn.Module:
     """executorch's example llama, small (dim 64, 2 layers, 4 heads, vocab 97, 32 positions),
     seeded, in eval mode, without grad (export keeps requires_grad into a KV cache otherwise).

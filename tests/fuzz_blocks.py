@@ -788,11 +788,20 @@ class WeightOnly(Block):
         m.register_buffer("z", z)
         m.group, m.lo, m.hi, m.epi, m.reps = group, lo, hi, epi, -(-k // f)
         m.b = torch.nn.Parameter(_randn(g, f)) if bias else None
+        m.per_token = self.per_token
         return m
+
+    per_token = False  # DynamicQuant's: the input quantized per token first
 
     @staticmethod
     def _forward(self, x):
         h = x.repeat(*([1] * (x.dim() - 1)), self.reps)[..., :32]
+        if self.per_token:
+            block = [1] * (h.dim() - 1) + [32]
+            s, z = torch.ops.torchao.choose_qparams_affine(h, "ASYMMETRIC", block, torch.int8, -128, 127, None, None,
+                                                           torch.int8)
+            q = torch.ops.torchao.quantize_affine(h, block, s, z, torch.int8, -128, 127)
+            h = torch.ops.torchao.dequantize_affine(q, block, s, z, torch.int8, -128, 127)
         w = torch.ops.torchao.dequantize_affine(self.q, [1, self.group], self.s, self.z, torch.int8, self.lo, self.hi)
         y = F.linear(h, w, self.b)
         if self.epi == "silu":
@@ -809,27 +818,7 @@ class DynamicQuant(WeightOnly):
     dynamic_quant_rules' linear_dq{8,4}[_nd][_no_bias][_silu|_residual]."""
 
     name, family = "dynamic_quant", "dynamic_quant"
-
-    def build(self, params, shape, g):
-        m = super().build(params, shape, g)
-        m._fn = DynamicQuant._forward
-        return m
-
-    @staticmethod
-    def _forward(self, x):
-        h = x.repeat(*([1] * (x.dim() - 1)), self.reps)[..., :32]
-        block = [1] * (h.dim() - 1) + [32]
-        s, z = torch.ops.torchao.choose_qparams_affine(h, "ASYMMETRIC", block, torch.int8, -128, 127, None, None,
-                                                       torch.int8)
-        q = torch.ops.torchao.quantize_affine(h, block, s, z, torch.int8, -128, 127)
-        h = torch.ops.torchao.dequantize_affine(q, block, s, z, torch.int8, -128, 127)
-        w = torch.ops.torchao.dequantize_affine(self.q, [1, self.group], self.s, self.z, torch.int8, self.lo, self.hi)
-        y = F.linear(h, w, self.b)
-        if self.epi == "silu":
-            return F.silu(y)
-        if self.epi == "residual":
-            return x + y
-        return y
+    per_token = True
 
 
 def draw_half(g) -> bool:

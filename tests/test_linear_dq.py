@@ -16,9 +16,10 @@ from torchao.quantization.granularity import PerAxis, PerGroup
 
 import etfuse
 import etfuse.kernels as kernels
-from etfuse.backend_ops import LINEAR_DQ, PACK_INT4
+from etfuse.backend_ops import LINEAR_DQ
 from etfuse.runtime import load_method, run
-from fusion_helpers import assert_greedy_decoding_matches_eager, edge_program, example_llama, op_names
+from fusion_helpers import (ResidualMlp, assert_greedy_decoding_matches_eager, edge_program, example_llama, op_names,
+                            quantized_weight)
 
 pytestmark = pytest.mark.usefixtures("eager_kernels")
 
@@ -27,13 +28,10 @@ def linear_dq(*args):
     return torch.ops.etfuse.linear_dq.out(*args, out=torch.empty(0))
 
 
-def quantized_weight(n, k, group, bits, zero_points, seed=0):
-    g = torch.Generator().manual_seed(seed)
-    lo, hi = (-8, 7) if bits == 4 else (-128, 127)
-    q = torch.randint(lo, hi + 1, (n, k), dtype=torch.int8, generator=g)
-    scales = torch.rand(n, k // group, generator=g) * 0.1 + 0.01
-    zp = torch.randint(lo, hi + 1, (n, k // group), dtype=torch.int8, generator=g) if zero_points else None
-    return q, (PACK_INT4.aten(q) if bits == 4 else q), scales, zp
+def full_range_weight(n, k, group, bits, zero_points):
+    """fusion_helpers.quantized_weight with zero points anywhere in the weight's range (torchao's
+    asymmetric weights)."""
+    return quantized_weight(n, k, group, bits, zero_points, zp_range=(-8, 7) if bits == 4 else (-128, 127))
 
 
 def exact_sums(x, q, scales, zp, group, bias):
@@ -59,7 +57,7 @@ def exact_sums(x, q, scales, zp, group, bias):
     (70, 20, 64, 64, 4, True, True), (70, 11, 70, 70, 8, False, False),
 ], ids=str)
 def test_kernel_matches_exact_integer_sums_and_its_pattern(rows, n, k, group, bits, zero_points, bias, isa):
-    q, w, scales, zp = quantized_weight(n, k, group, bits, zero_points)
+    q, w, scales, zp = full_range_weight(n, k, group, bits, zero_points)
     gen = torch.Generator().manual_seed(rows * 1000 + k)
     b = torch.randn(n, generator=gen) if bias else None
     x = torch.randn(rows, k, generator=gen) if rows % 2 else torch.randn(2, rows // 2, k, generator=gen)
@@ -85,7 +83,7 @@ def test_kernel_matches_exact_integer_sums_and_its_pattern(rows, n, k, group, bi
 
 
 def test_swiglu_epilogue_halves_the_features():
-    q, w, scales, _ = quantized_weight(16, 64, 32, 4, False)
+    q, w, scales, _ = full_range_weight(16, 64, 32, 4, False)
     x = torch.randn(3, 64)
     got = linear_dq(x, w, scales, None, 4, None, "swiglu")
     full = linear_dq(x, w, scales, None, 4, None, "none")
@@ -144,7 +142,7 @@ def test_kernel_quantizes_rounding_ties_as_torchao(isa):
 
 
 def test_bad_arguments_are_named_and_opcheck():
-    q, w, scales, _ = quantized_weight(8, 64, 32, 4, False)
+    q, w, scales, _ = full_range_weight(8, 64, 32, 4, False)
     with pytest.raises(RuntimeError, match=r"etfuse::linear_dq.out: bits must be 8 or 4, got 5"):
         linear_dq(torch.randn(2, 64), w, scales, None, 5, None, "none")
     with pytest.raises(RuntimeError, match=r"etfuse::linear_dq.out: weight \[8, 32\] does not hold 48 input features"):
@@ -218,17 +216,6 @@ def test_torchao_models_fuse_and_match_eager(bits, group, mapping, shape, bias):
     program = fused.to_executorch()
     assert "etfuse::linear_dq.out" in {f"{o.name}.{o.overload}" for o in program.executorch_program.execution_plan[0].operators}
     logits_close(run(program, (x,))[0], want, "runtime")
-
-
-class ResidualMlp(torch.nn.Module):
-    """A transformer block's MLP with its skip connection: x + down(silu(up(x)))."""
-
-    def __init__(self, bias):
-        super().__init__()
-        self.up, self.down = torch.nn.Linear(64, 96, bias=bias), torch.nn.Linear(96, 64, bias=bias)
-
-    def forward(self, x):
-        return x + self.down(torch.nn.functional.silu(self.up(x)))
 
 
 @pytest.mark.parametrize("bits,bias,shape", [(4, False, (1, 1, 64)), (8, True, (4, 64))], ids=str)

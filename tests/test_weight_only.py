@@ -19,7 +19,8 @@ import etfuse.kernels as kernels
 from etfuse.backend_ops import LINEAR_QW, PACK_INT4
 from etfuse.passes import default_passes
 from etfuse.runtime import load_method, run
-from fusion_helpers import assert_fused_matches_eager, assert_greedy_decoding_matches_eager, edge_program, example_llama, op_names
+from fusion_helpers import (ResidualMlp, assert_fused_matches_eager, assert_greedy_decoding_matches_eager, edge_program,
+                            example_llama, op_names, quantized_weight)
 
 TOL = dict(rtol=1e-4, atol=1e-5)
 
@@ -33,15 +34,6 @@ def pack(q):
 
 def linear_qw(*args):
     return torch.ops.etfuse.linear_qw.out(*args, out=torch.empty(0))
-
-
-def quantized_weight(n, k, group, bits, zero_points, seed=0):
-    g = torch.Generator().manual_seed(seed)
-    lo, hi = (-8, 7) if bits == 4 else (-128, 127)
-    q = torch.randint(lo, hi + 1, (n, k), dtype=torch.int8, generator=g)
-    scales = torch.rand(n, k // group, generator=g) * 0.1 + 0.01
-    zp = torch.randint(-3, 4, (n, k // group), dtype=torch.int8, generator=g) if zero_points else None
-    return q, (pack(q) if bits == 4 else q), scales, zp
 
 
 # rows: 1 and 3 run the dot products on the quantized weight, 9 and 40 dequantized blocks, 70 the GEMM
@@ -148,17 +140,6 @@ def test_torchao_models_fuse_and_match_eager(bits, group, mapping, shape):
     assert [n.args[4] for n in calls] == [bits] * 3 and activations == ["silu", "none", "none"]
     assert all((n.args[3] is None) == (mapping == MappingType.SYMMETRIC) for n in calls)
     assert_fused_matches_eager(model, (x,), fused, **TOL)
-
-
-class ResidualMlp(torch.nn.Module):
-    """A transformer block's MLP with its skip connection: x + down(silu(up(x)))."""
-
-    def __init__(self, bias):
-        super().__init__()
-        self.up, self.down = torch.nn.Linear(64, 96, bias=bias), torch.nn.Linear(96, 64, bias=bias)
-
-    def forward(self, x):
-        return x + self.down(torch.nn.functional.silu(self.up(x)))
 
 
 @pytest.mark.parametrize("bits,bias,shape", [(4, False, (1, 1, 64)), (8, True, (4, 64)), (4, True, (2, 3, 64))], ids=str)
