@@ -67,39 +67,46 @@ ETFUSE_ALWAYS_INLINE void widen(const Args& a, int64_t n, int16_t* out) {
   }
 }
 
-// The kCols columns' int32 lanes summed per column: [c0 c1 c2 c3] (both halves' partial sums added).
-ETFUSE_ALWAYS_INLINE __m128i column_sums(const __m256i* acc) {
-  const __m256i h = _mm256_hadd_epi32(_mm256_hadd_epi32(acc[0], acc[1]), _mm256_hadd_epi32(acc[2], acc[3]));
+// Four columns' int32 lanes summed per column: [c0 c1 c2 c3] (both halves' partial sums added).
+// By value: an array passed by address kept the accumulators in memory, stored every iteration.
+ETFUSE_ALWAYS_INLINE __m128i column_sums(__m256i a0, __m256i a1, __m256i a2, __m256i a3) {
+  const __m256i h = _mm256_hadd_epi32(_mm256_hadd_epi32(a0, a1), _mm256_hadd_epi32(a2, a3));
   return _mm_add_epi32(_mm256_castsi256_si128(h), _mm256_extracti128_si256(h, 1));
 }
 
-// portable::dot_groups on AVX2: per group, each column's int32 lanes summed across (column_sums),
-// the zero points' term subtracted in int32 and the four sums scaled in one vector; each weight
-// vector loaded once for the R rows.
-template <int R>
-ETFUSE_ALWAYS_INLINE void dot_groups(const int16_t* const* x, const int32_t* const* gsum, const int16_t* const* w,
-                                     int64_t G, int64_t groups, const float* st, const int32_t* zt,
-                                     float (*out)[kCols]) {
+// dot_groups with groups of kG columns (0: G, known at run time only): per group, each column's
+// int32 lanes summed across (column_sums), the zero points' term subtracted in int32 and the four
+// sums scaled in one vector; each weight vector loaded once for the R rows.
+template <int R, int64_t kG>
+ETFUSE_ALWAYS_INLINE void dot_groups_of(const int16_t* const* x, const int32_t* const* gsum, const int16_t* const* w,
+                                        int64_t G_, int64_t groups, const float* st, const int32_t* zt,
+                                        float (*out)[kCols]) {
   static_assert(kCols == 4, "column_sums sums 4 columns");
+  const int64_t G = kG ? kG : G_;
+  const int64_t whole = G / 16 * 16;
   __m128 tot[R];
   for (int r = 0; r < R; ++r) tot[r] = _mm_setzero_ps();
-  const int64_t whole = G / 16 * 16;
   for (int64_t g = 0; g < groups; ++g) {
     const int64_t k0 = g * G;
-    __m256i acc[R][kCols];
-    for (int r = 0; r < R; ++r)
-      for (int c = 0; c < kCols; ++c) acc[r][c] = _mm256_setzero_si256();
+    __m256i a0[R], a1[R], a2[R], a3[R];
+    for (int r = 0; r < R; ++r) a0[r] = a1[r] = a2[r] = a3[r] = _mm256_setzero_si256();
     for (int64_t k = k0; k < k0 + whole; k += 16) {
       __m256i xv[R];
       for (int r = 0; r < R; ++r) xv[r] = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x[r] + k));
-      for (int c = 0; c < kCols; ++c) {
-        const __m256i wv = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(w[c] + k));
-        for (int r = 0; r < R; ++r) acc[r][c] = _mm256_add_epi32(acc[r][c], _mm256_madd_epi16(xv[r], wv));
+      const __m256i w0 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(w[0] + k));
+      const __m256i w1 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(w[1] + k));
+      const __m256i w2 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(w[2] + k));
+      const __m256i w3 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(w[3] + k));
+      for (int r = 0; r < R; ++r) {
+        a0[r] = _mm256_add_epi32(a0[r], _mm256_madd_epi16(xv[r], w0));
+        a1[r] = _mm256_add_epi32(a1[r], _mm256_madd_epi16(xv[r], w1));
+        a2[r] = _mm256_add_epi32(a2[r], _mm256_madd_epi16(xv[r], w2));
+        a3[r] = _mm256_add_epi32(a3[r], _mm256_madd_epi16(xv[r], w3));
       }
     }
     const __m128 sv = _mm_loadu_ps(st + g * kCols);
     for (int r = 0; r < R; ++r) {
-      __m128i d = column_sums(acc[r]);
+      __m128i d = column_sums(a0[r], a1[r], a2[r], a3[r]);
       if (whole < G) {  // int8 per-channel weights whose K is not a multiple of 16
         int32_t rest[kCols] = {0, 0, 0, 0};
         for (int c = 0; c < kCols; ++c)
@@ -114,6 +121,19 @@ ETFUSE_ALWAYS_INLINE void dot_groups(const int16_t* const* x, const int32_t* con
     }
   }
   for (int r = 0; r < R; ++r) _mm_storeu_ps(out[r], tot[r]);
+}
+
+// portable::dot_groups on AVX2; torchao's usual groups (32, 64, 128) with their loops unrolled.
+template <int R>
+ETFUSE_ALWAYS_INLINE void dot_groups(const int16_t* const* x, const int32_t* const* gsum, const int16_t* const* w,
+                                     int64_t G, int64_t groups, const float* st, const int32_t* zt,
+                                     float (*out)[kCols]) {
+  switch (G) {
+    case 32: return dot_groups_of<R, 32>(x, gsum, w, G, groups, st, zt, out);
+    case 64: return dot_groups_of<R, 64>(x, gsum, w, G, groups, st, zt, out);
+    case 128: return dot_groups_of<R, 128>(x, gsum, w, G, groups, st, zt, out);
+    default: return dot_groups_of<R, 0>(x, gsum, w, G, groups, st, zt, out);
+  }
 }
 
 }  // namespace avx2
