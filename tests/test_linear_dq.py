@@ -49,12 +49,13 @@ def exact_sums(x, q, scales, zp, group, bias):
     return out.reshape(*x.shape[:-1], n)
 
 
-# rows: 1 (decode), 5 and 70 (prefill); K with and without a tail past 16 columns (int8 per channel)
+# rows: 1 (decode), 5 and 70 (prefill); K with and without a tail past 16 columns (int8 per channel);
+# 70 x 1024 quantizes its rows in parallel tasks
 @pytest.mark.parametrize("isa", ["auto", "baseline"])
 @pytest.mark.parametrize("rows,n,k,group,bits,zero_points,bias", [
     (1, 37, 64, 32, 4, False, True), (5, 40, 96, 96, 8, True, False), (1, 11, 160, 32, 4, True, False),
     (2, 9, 256, 128, 4, True, True), (4, 6, 200, 200, 8, False, True), (9, 13, 72, 36, 8, True, True),
-    (70, 20, 64, 64, 4, True, True), (70, 11, 70, 70, 8, False, False),
+    (70, 20, 64, 64, 4, True, True), (70, 11, 70, 70, 8, False, False), (70, 8, 1024, 128, 4, True, False),
 ], ids=str)
 def test_kernel_matches_exact_integer_sums_and_its_pattern(rows, n, k, group, bits, zero_points, bias, isa):
     q, w, scales, zp = full_range_weight(n, k, group, bits, zero_points)
