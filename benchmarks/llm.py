@@ -47,6 +47,7 @@ from __future__ import annotations
 
 import argparse
 import ctypes
+import itertools
 import json
 import os
 import statistics
@@ -148,10 +149,22 @@ def program_ops(pte: bytes) -> dict:
     return counts
 
 
+def prompt_tokens(cfg: dict):
+    import torch
+
+    return torch.randint(1, cfg["vocab"], (1, cfg["prompt"]), generator=torch.Generator().manual_seed(0))
+
+
 def export_job(cfg: dict, dtype: str, route: str, out: str) -> dict:
-    """Build, quantize, export and lower one program into `out`; what it holds."""
-    pte = lower(export(build_model(cfg, dtype), cfg["prompt"]), route)
+    """Build, quantize, export and lower one program into `out`; what it holds. The eager model's
+    logits on the prompt go to `out`.logits.pt (after lowering: eager fills its KV cache)."""
+    import torch
+
+    model = build_model(cfg, dtype)
+    pte = lower(export(model, cfg["prompt"]), route)
     Path(out).write_bytes(pte)
+    with torch.no_grad():
+        torch.save(model(prompt_tokens(cfg), {"input_pos": torch.tensor([0])}), out + ".logits.pt")
     ops = program_ops(pte)
     return {"pte_bytes": len(pte), "linear_dq": ops.get("etfuse::linear_dq", 0),
             "etfuse_ops": sum(n for k, n in ops.items() if k.startswith("etfuse::")),
@@ -162,15 +175,15 @@ def export_job(cfg: dict, dtype: str, route: str, out: str) -> dict:
 # --- one program on the runtime (run in the runner process) -----------------------------------
 
 
-def rss_kib() -> int:
-    return next(int(line.split()[1]) for line in open("/proc/self/status") if line.startswith("VmRSS:"))
+def rss_kib(field: str = "VmRSS") -> int:
+    """This process's resident set (VmRSS) or its peak (VmHWM), KiB. Not `ru_maxrss`: Linux keeps
+    it across exec, so a child's starts at its parent's peak."""
+    return next(int(line.split()[1]) for line in open("/proc/self/status") if line.startswith(field + ":"))
 
 
-def run_job(pte: str, threads: int, prompt: int, decode: int, vocab: int) -> dict:
-    """Prefill on a prompt (best of PREFILL_CALLS calls, each from position 0), then `decode`
-    greedy steps; seconds, and the process's peak RSS."""
-    import resource
-
+def run_job(pte: str, threads: int, cfg: dict) -> dict:
+    """Prefill on a prompt (best of PREFILL_CALLS calls, each from position 0; the first one's
+    logits against eager's), then `decode` greedy steps; seconds, and the process's peak RSS."""
     import torch
     from executorch.extension.pybindings import portable_lib
     from executorch.runtime import Runtime
@@ -182,20 +195,23 @@ def run_job(pte: str, threads: int, prompt: int, decode: int, vocab: int) -> dic
     etfuse.kernels.load()
     before = rss_kib()
     method = Runtime.get().load_program(pte).load_method("forward")
-    tokens = torch.randint(1, vocab, (1, prompt), generator=torch.Generator().manual_seed(0))
+    prompt, decode, vocab = cfg["prompt"], cfg["decode"], cfg["vocab"]
+    tokens, want = prompt_tokens(cfg), torch.load(pte + ".logits.pt")
     prefill = []
     for _ in range(PREFILL_CALLS):
         t0 = time.perf_counter()
         logits = method.execute((tokens, torch.tensor([0])))[0]
         prefill.append(time.perf_counter() - t0)
+        if len(prefill) == 1:
+            rel_error = float((logits - want).abs().max() / want.abs().max())
     token = int(logits.reshape(-1, vocab)[-1].argmax())
     t0 = time.perf_counter()
     for pos in range(prompt, prompt + decode):
         logits = method.execute((torch.tensor([[token]]), torch.tensor([pos])))[0]
         token = int(logits.reshape(-1)[-vocab:].argmax())
     decode_s = time.perf_counter() - t0
-    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
-    return {"prefill_s": min(prefill), "decode_s": decode_s, "peak_kib": peak, "before_kib": before}
+    return {"prefill_s": min(prefill), "decode_s": decode_s, "rel_error": rel_error,
+            "peak_kib": rss_kib("VmHWM"), "before_kib": before}
 
 
 # --- the parent: processes, memory, bandwidth --------------------------------------------------
@@ -235,12 +251,10 @@ def child_main(job: str, payload: str) -> int:
         if job == "export":
             answer = export_job(p["cfg"], p["dtype"], p["route"], p["out"])
         else:
-            answer = run_job(p["pte"], p["threads"], p["prompt"], p["decode"], p["vocab"])
+            answer = run_job(p["pte"], p["threads"], p["cfg"])
     except Exception as e:  # the table says what went wrong, in one line
         answer = {"error": (f"{type(e).__name__}: {str(e).strip().splitlines()[0] if str(e).strip() else ''}")[:200]}
-    import resource
-
-    answer.setdefault("peak_kib", resource.getrusage(resource.RUSAGE_SELF).ru_maxrss)
+    answer.setdefault("peak_kib", rss_kib("VmHWM"))
     print(json.dumps(answer), flush=True)
     return 0
 
@@ -297,26 +311,19 @@ def export_all(cfg: dict, dtypes, routes, workdir: Path, memory_gib: float) -> t
     layers, note = cfg["layers"], ""
     while True:
         results = {}
-        for dtype in dtypes:
-            for route in routes:
-                out = workdir / f"{dtype}_{route.replace('+', '_')}.pte"
-                r = child("export", {"cfg": {**cfg, "layers": layers}, "dtype": dtype, "route": route,
-                                     "out": str(out)}, memory_gib)
-                r["path"] = str(out)
-                results[dtype, route] = r
-                print(f"<!-- exported {dtype} {route} at {layers} layers: "
-                      f"{r.get('error') or ('stopped at %.1f GiB' % r['oom'] if 'oom' in r else 'ok')} -->",
-                      flush=True)
-                if "oom" in r:
-                    break
-            else:
-                continue
-            break
-        oom = [r for r in results.values() if "oom" in r]
-        if not oom or layers == 1:
+        for dtype, route in itertools.product(dtypes, routes):
+            out = workdir / f"{dtype}_{route.replace('+', '_')}.pte"
+            r = child("export", {"cfg": {**cfg, "layers": layers}, "dtype": dtype, "route": route, "out": str(out)},
+                      memory_gib)
+            results[dtype, route] = {**r, "path": str(out)}
+            outcome = r.get("error") or (f"stopped at {r['oom']:.1f} GiB" if "oom" in r else "ok")
+            print(f"<!-- exported {dtype} {route} at {layers} layers: {outcome} -->", flush=True)
+            if "oom" in r and layers > 1:
+                break
+        stopped = [r for r in results.values() if "oom" in r]
+        if not stopped or layers == 1:
             return results, layers, note
-        note += (f"The export at {layers} layers passed {memory_gib:.0f} GiB of RSS "
-                 f"({oom[0]['oom']:.1f} GiB when stopped); ")
+        note += f"The export at {layers} layers passed {memory_gib:.1f} GiB of RSS; "
         layers //= 2
 
 
@@ -350,17 +357,17 @@ def main(argv=None) -> int:
           f"{load_start[0]:.2f} / {load_start[1]:.2f} / {load_start[2]:.2f} (1 / 5 / 15 min) at the start\n", flush=True)
     bandwidth = {t: bandwidth_gbs(t) for t in threads}
     memory_gib = min(args.memory_gib, available_gib() - 1)  # a shared machine: leave the others theirs
+    print(f"exports are stopped past {memory_gib:.1f} GiB of RSS\n", flush=True)
     with tempfile.TemporaryDirectory() as tmp:
         exported, layers, note = export_all(cfg, dtypes, routes, Path(tmp), memory_gib)
         cfg["layers"] = layers
-        jobs = [(d, r, t) for d in dtypes for r in routes for t in threads if "error" not in exported[d, r]]
+        jobs = [(d, r, t) for d in dtypes for r in routes for t in threads
+                if not {"error", "oom"} & exported[d, r].keys()]
         samples = {job: [] for job in jobs}
         for k in range(args.rounds):  # each round starts one program later: no place in the round is a bias
             for job in jobs[k % len(jobs):] + jobs[:k % len(jobs)] if jobs else []:
                 d, r, t = job
-                samples[job].append(child("run", {"pte": exported[d, r]["path"], "threads": t,
-                                                  "prompt": cfg["prompt"], "decode": cfg["decode"],
-                                                  "vocab": cfg["vocab"]}))
+                samples[job].append(child("run", {"pte": exported[d, r]["path"], "threads": t, "cfg": cfg}))
     print_table(cfg, dtypes, routes, threads, exported, samples, bandwidth, note, args.layers)
     load_end = os.getloadavg()
     print(f"\nload average at the end {load_end[0]:.2f} / {load_end[1]:.2f} / {load_end[2]:.2f}")
@@ -369,25 +376,29 @@ def main(argv=None) -> int:
 
 def print_table(cfg, dtypes, routes, threads, exported, samples, bandwidth, note, asked_layers) -> None:
     per_layer = cfg["layers"] != asked_layers
+    weights_mb = " / ".join(f"{weight_bytes_per_token(cfg, d) / 1e6:,.1f} ({d})" for d in dtypes)
+    cache_resident = min(weight_bytes_per_token(cfg, d) for d in dtypes) < 64e6
     print(f"\nllama: dim {cfg['dim']}, {cfg['layers']} layers, {cfg['heads']} heads, {cfg['kv_heads']} KV heads, "
           f"FFN {cfg['hidden']}, vocab {cfg['vocab']}, tied output; prompt {cfg['prompt']} tokens, decode "
           f"{cfg['decode']}; medians of the runs. Bandwidth (probe, STREAM add): "
           + ", ".join(f"{bandwidth[t]:.1f} GB/s at {t} thread{'s' * (t > 1)}" for t in threads)
-          + ". Bound: weight bytes per token / that bandwidth.\n")
+          + f". Bound: {weights_mb} MB of weights per token / that bandwidth"
+          + (" (at this size they fit in the caches: no bound)" if cache_resident else "")
+          + ". Error vs eager: max |logits - eager's| / max |eager's| of the first prefill.\n")
     if per_layer:
         print(f"**{note}measured at {cfg['layers']} layers instead of {asked_layers}; the ms-per-layer columns "
               "are decode and prefill time per token divided by the layers (the output linear included).**\n")
     extra = " decode ms/token/layer | prefill ms/token/layer |" if per_layer else ""
     print("| dtype | route | threads | prefill tok/s | decode tok/s | decode bound tok/s | decode / bound |"
-          " runner peak RSS MiB (above start) | export peak RSS MiB | .pte MB | ops |" + extra)
-    print("|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---|" + "---:|" * (2 * per_layer))
+          " runner peak RSS MiB (above start) | export peak RSS MiB | .pte MB | error vs eager | ops |" + extra)
+    print("|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|" + "---:|" * (2 * per_layer))
     for d in dtypes:
         weights = weight_bytes_per_token(cfg, d)
         for r in routes:
             e = exported[d, r]
             if "error" in e or "oom" in e:
                 why = e.get("error") or f"export stopped at {e['oom']:.1f} GiB"
-                print(f"| {d} | {r} | - | does not lower: {why} |" + " |" * (7 + 2 * per_layer))
+                print(f"| {d} | {r} | - | does not lower: {why} |" + " |" * (8 + 2 * per_layer))
                 continue
             ops = (f"{e['linear_dq']} linear_dq, " if d == "8da4w" else "") + \
                 f"{e['etfuse_ops']} etfuse, {e['delegates']} delegate calls"
@@ -398,7 +409,9 @@ def print_table(cfg, dtypes, routes, threads, exported, samples, bandwidth, note
                 errors = [s["error"] for s in runs if "error" in s]
                 ok = [s for s in runs if "error" not in s]
                 head = f"| {d} | {r} | {t} |"
-                tail = f" {e['peak_kib'] / 1024:,.0f} | {e['pte_bytes'] / 1e6:,.1f} | {ops} |"
+                error = statistics.median(s["rel_error"] for s in ok) if ok else None
+                tail = (f" {e['peak_kib'] / 1024:,.0f} | {e['pte_bytes'] / 1e6:,.1f} | "
+                        f"{'-' if error is None else f'{error:.1e}'} | {ops} |")
                 bound = bandwidth[t] * 1e9 / weights
                 if not ok:
                     print(f"{head} does not run: {errors[0] if errors else 'no runs'} | | {bound:.1f} | | |{tail}"
