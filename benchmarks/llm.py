@@ -35,7 +35,8 @@ its own process (the programs and thread counts taking turns, round by round):
 * the bandwidth bound of decode: bytes of weights a token reads (every linear's weights, the output
   linear included; 8da4w: 4-bit values and float32 scales per group of 32) / the machine's
   bandwidth as etfuse's probe measures it (kernels/csrc/bench/probe.h: a STREAM add on the
-  ExecuTorch threadpool, 12 bytes per element) at the same thread count.
+  ExecuTorch threadpool, 12 bytes per element) at the same thread count, the better of a probe
+  before the exports and one after the runs.
 
 If an export's RSS grows past --memory-gib it is stopped (the machine stays up), the script says so
 and measures the most layers that fit (halving), reporting per-layer numbers beside the totals.
@@ -305,10 +306,10 @@ def available_gib() -> float:
     return next(int(line.split()[1]) for line in open("/proc/meminfo") if line.startswith("MemAvailable:")) / 2**20
 
 
-def export_all(cfg: dict, dtypes, routes, workdir: Path, memory_gib: float) -> tuple[dict, int, str]:
+def export_all(cfg: dict, dtypes, routes, workdir: Path, memory_gib: float) -> tuple[dict, int, list]:
     """Every program exported at cfg's layers, or at the most layers (halving) whose every export
-    stays under memory_gib; (results by (dtype, route), layers, a note when it had to shrink)."""
-    layers, note = cfg["layers"], ""
+    stays under memory_gib; (results by (dtype, route), layers, the layer counts that did not fit)."""
+    layers, too_big = cfg["layers"], []
     while True:
         results = {}
         for dtype, route in itertools.product(dtypes, routes):
@@ -322,8 +323,8 @@ def export_all(cfg: dict, dtypes, routes, workdir: Path, memory_gib: float) -> t
                 break
         stopped = [r for r in results.values() if "oom" in r]
         if not stopped or layers == 1:
-            return results, layers, note
-        note += f"The export at {layers} layers passed {memory_gib:.1f} GiB of RSS; "
+            return results, layers, too_big
+        too_big.append(layers)
         layers //= 2
 
 
@@ -355,11 +356,11 @@ def main(argv=None) -> int:
     load_start = os.getloadavg()
     print(f"# etfuse LLM benchmark\n\n{cpu_model()}, {os.cpu_count()} CPUs, load average "
           f"{load_start[0]:.2f} / {load_start[1]:.2f} / {load_start[2]:.2f} (1 / 5 / 15 min) at the start\n", flush=True)
-    bandwidth = {t: bandwidth_gbs(t) for t in threads}
+    probed = {t: [bandwidth_gbs(t)] for t in threads}  # probed again at the end: the better of the two
     memory_gib = min(args.memory_gib, available_gib() - 1)  # a shared machine: leave the others theirs
     print(f"exports are stopped past {memory_gib:.1f} GiB of RSS\n", flush=True)
     with tempfile.TemporaryDirectory() as tmp:
-        exported, layers, note = export_all(cfg, dtypes, routes, Path(tmp), memory_gib)
+        exported, layers, too_big = export_all(cfg, dtypes, routes, Path(tmp), memory_gib)
         cfg["layers"] = layers
         jobs = [(d, r, t) for d in dtypes for r in routes for t in threads
                 if not {"error", "oom"} & exported[d, r].keys()]
@@ -368,6 +369,11 @@ def main(argv=None) -> int:
             for job in jobs[k % len(jobs):] + jobs[:k % len(jobs)] if jobs else []:
                 d, r, t = job
                 samples[job].append(child("run", {"pte": exported[d, r]["path"], "threads": t, "cfg": cfg}))
+    for t in threads:
+        probed[t].append(bandwidth_gbs(t))
+    bandwidth = {t: max(gbs) for t, gbs in probed.items()}
+    note = (f"An export at {' and at '.join(map(str, too_big))} layers passed the {memory_gib:.1f} GiB cap on RSS: "
+            if too_big else "")
     print_table(cfg, dtypes, routes, threads, exported, samples, bandwidth, note, args.layers)
     load_end = os.getloadavg()
     print(f"\nload average at the end {load_end[0]:.2f} / {load_end[1]:.2f} / {load_end[2]:.2f}")
@@ -386,7 +392,8 @@ def print_table(cfg, dtypes, routes, threads, exported, samples, bandwidth, note
           + (" (at this size they fit in the caches: no bound)" if cache_resident else "")
           + ". Error vs eager: max |logits - eager's| / max |eager's| of the first prefill.\n")
     if per_layer:
-        print(f"**{note}measured at {cfg['layers']} layers instead of {asked_layers}; the ms-per-layer columns "
+        print(f"**{note}measured at {cfg['layers']} layer{'s' * (cfg['layers'] > 1)} instead of {asked_layers}; "
+              "the ms-per-layer columns "
               "are decode and prefill time per token divided by the layers (the output linear included).**\n")
     extra = " decode ms/token/layer | prefill ms/token/layer |" if per_layer else ""
     print("| dtype | route | threads | prefill tok/s | decode tok/s | decode bound tok/s | decode / bound |"
