@@ -80,10 +80,10 @@ def build_model(cfg: dict, dtype: str):
     torch.manual_seed(0)
     args = ModelArgs(dim=cfg["dim"], n_layers=cfg["layers"], n_heads=cfg["heads"], n_kv_heads=cfg["kv_heads"],
                      hidden_dim=cfg["hidden"], vocab_size=cfg["vocab"], max_batch_size=1,
+                     # the export's Dim is max_seq_len - 1 (builder.py): prompts up to cfg["prompt"]
                      max_seq_len=cfg["prompt"] + 1, max_context_len=cfg["prompt"] + cfg["decode"],
                      use_kv_cache=True, enable_dynamic_shape=True)
-    with torch.device("cpu"):
-        model = construct_transformer(args).eval()
+    model = construct_transformer(args).eval()
     model.output.weight = model.tok_embeddings.weight
     for p in model.parameters():  # export keeps requires_grad into the mutable KV buffers otherwise
         p.requires_grad_(False)
