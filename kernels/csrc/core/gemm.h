@@ -607,6 +607,92 @@ struct Kernel {
   void (*tiles)(const Args&, int64_t, int64_t, int64_t, int64_t);
 };
 
+// A few rows (a decoding step's one token) on a prepacked B: the tiles would run one- or
+// two-row MR-row tiles, whose 2-4 sums per k step wait on each other's multiply-add latency
+// (1024 x 1024 at one row: 229 us, the unpacked dot path 204). Here each panel is one contiguous
+// [K][16] stream read once for all R rows, with U k steps in flight, each into its own sums
+// (U * R * 16 / W independent vectors, about 8), added at the end: the core of
+// core/int8_gemm.h's panels_rows on float panels. Rows may have any strides, C too.
+constexpr int64_t kPackedFewRows = 2;
+
+inline bool use_packed_rows(const Args& g) {
+  return g.packed_b != nullptr && g.M <= kPackedFewRows && g.K > 0 && g.pack == nullptr;
+}
+
+// C's columns [j0, j0 + cols) of row i from the panel's 16 sums, through the epilogue.
+ETFUSE_ALWAYS_INLINE void store_packed_row(const Args& g, int64_t i, int64_t j0, int64_t cols, const float* sums) {
+  for (int64_t c = 0; c < cols; ++c) {
+    const int64_t j = j0 + c;
+    float v = sums[c];
+    if (g.scale) v *= g.scale[i * g.scale_rs + j * g.scale_cs];
+    if (g.bias) v += g.bias[i * g.bias_rs + j * g.bias_cs];
+    if (g.residual) v += g.residual[i * g.residual_rs + j * g.residual_cs];
+    g.C[i * g.c_rs + j * g.c_cs] = g.clamp ? clamp_act(v, g.act_min, g.act_max) : v;
+  }
+}
+
+// Rows [i0, i0 + R) x panels [p0, p1), W-wide vectors (portable code: the baseline, AVX2 and
+// AVX-512 copies).
+// Prefetch: a weight that does not sit in L2 (kPrefetchMinBytes), kPackedPrefetchRows k rows ahead.
+constexpr int64_t kPackedPrefetchRows = 64;
+
+template <int W, int R, bool Prefetch>
+ETFUSE_ALWAYS_INLINE void packed_rows_block(const Args& g, int64_t i0, int64_t p0, int64_t p1) {
+  typedef typename Vec<W>::type vf;
+  constexpr int NV = kPanel / W;
+  constexpr int U = 8 / (R * NV) > 0 ? 8 / (R * NV) : 1;  // k steps in flight
+  const float* a[R];
+  for (int r = 0; r < R; ++r) a[r] = g.A + (i0 + r) * g.a_rs;
+  const int64_t a_cs = g.a_cs;
+  for (int64_t p = p0; p < p1; ++p) {
+    const float* panel = g.packed_b + p * g.K * kPanel;
+    vf acc[U][R][NV];
+    for (int u = 0; u < U; ++u)
+      for (int r = 0; r < R; ++r)
+        for (int v = 0; v < NV; ++v) acc[u][r][v] = vf{};
+    int64_t k = 0;
+    for (; k + U <= g.K; k += U) {
+      for (int u = 0; u < U; ++u) {
+        if (Prefetch) __builtin_prefetch(panel + (k + u + kPackedPrefetchRows) * kPanel, 0, 0);
+        vf bv[NV];
+        for (int v = 0; v < NV; ++v) bv[v] = load<W>(panel + (k + u) * kPanel + v * W);
+        for (int r = 0; r < R; ++r) {
+          const float s = a[r][(k + u) * a_cs];
+          for (int v = 0; v < NV; ++v) acc[u][r][v] += s * bv[v];
+        }
+      }
+    }
+    for (; k < g.K; ++k) {
+      vf bv[NV];
+      for (int v = 0; v < NV; ++v) bv[v] = load<W>(panel + k * kPanel + v * W);
+      for (int r = 0; r < R; ++r) {
+        const float s = a[r][k * a_cs];
+        for (int v = 0; v < NV; ++v) acc[0][r][v] += s * bv[v];
+      }
+    }
+    const int64_t j0 = p * kPanel, cols = (g.N - j0) < kPanel ? (g.N - j0) : kPanel;
+    for (int r = 0; r < R; ++r) {
+      alignas(64) float sums[kPanel];
+      for (int v = 0; v < NV; ++v) {
+        vf t = acc[0][r][v];
+        for (int u = 1; u < U; ++u) t += acc[u][r][v];
+        store<W>(sums + v * W, t);
+      }
+      store_packed_row(g, i0 + r, j0, cols, sums);
+    }
+  }
+}
+
+// Every row (M <= kPackedFewRows) x panels [p0, p1): rows in pairs, an odd last one alone.
+template <int W>
+ETFUSE_ALWAYS_INLINE void packed_rows_impl(const Args& g, int64_t p0, int64_t p1) {
+  const bool prefetch = g.K * g.N * int64_t(sizeof(float)) >= kPrefetchMinBytes;
+  int64_t i = 0;
+  for (; i + 2 <= g.M; i += 2)
+    prefetch ? packed_rows_block<W, 2, true>(g, i, p0, p1) : packed_rows_block<W, 2, false>(g, i, p0, p1);
+  if (i < g.M) prefetch ? packed_rows_block<W, 1, true>(g, i, p0, p1) : packed_rows_block<W, 1, false>(g, i, p0, p1);
+}
+
 }  // namespace detail
 }  // namespace gemm
 }  // namespace core
@@ -748,24 +834,53 @@ ETFUSE_TARGET_AVX512 void dot_cols_avx512(const Args& g, int64_t j0, int64_t j1)
 #endif
 #endif
 
+// Compiled once per library in core/kernels.cpp.
+void packed_rows_baseline(const Args& g, int64_t p0, int64_t p1);
+#if ETFUSE_HAVE_X86_DISPATCH
+ETFUSE_TARGET_AVX2 void packed_rows_avx2(const Args& g, int64_t p0, int64_t p1);
+ETFUSE_TARGET_AVX512 void packed_rows_avx512(const Args& g, int64_t p0, int64_t p1);
+#endif
+#if ETFUSE_HAVE_ARM_NEON
+void packed_rows_neon(const Args& g, int64_t p0, int64_t p1);
+#endif
+#if defined(ETFUSE_CORE_KERNELS)
+void packed_rows_baseline(const Args& g, int64_t p0, int64_t p1) {
+  packed_rows_impl<4>(g, p0, p1);
+}
+#if ETFUSE_HAVE_X86_DISPATCH
+ETFUSE_TARGET_AVX2 void packed_rows_avx2(const Args& g, int64_t p0, int64_t p1) {
+  packed_rows_impl<8>(g, p0, p1);
+}
+ETFUSE_TARGET_AVX512 void packed_rows_avx512(const Args& g, int64_t p0, int64_t p1) {
+  packed_rows_impl<16>(g, p0, p1);
+}
+#endif
+#if ETFUSE_HAVE_ARM_NEON
+void packed_rows_neon(const Args& g, int64_t p0, int64_t p1) {
+  arm::packed_rows_neon_impl(g, p0, p1);
+}
+#endif
+#endif
+
 // The GEMM's kernels on one ISA: the one place they are chosen.
 struct Kernels {
   Kernel tiles;
   void (*dot_cols)(const Args&, int64_t, int64_t);  // the GEMV-like problems (use_dot)
+  void (*packed_rows)(const Args&, int64_t, int64_t);  // a few rows on a prepacked B (use_packed_rows), panels [p0, p1)
 };
 
 inline Kernels kernels(Isa isa) {
   switch (isa) {
 #if ETFUSE_HAVE_X86_DISPATCH
     case Isa::kAvx512Vnni:
-    case Isa::kAvx512: return {{12, 32, &tiles_avx512}, &dot_cols_avx512};
-    case Isa::kAvx2: return {{6, 16, &tiles_avx2}, &dot_cols_avx2};
+    case Isa::kAvx512: return {{12, 32, &tiles_avx512}, &dot_cols_avx512, &packed_rows_avx512};
+    case Isa::kAvx2: return {{6, 16, &tiles_avx2}, &dot_cols_avx2, &packed_rows_avx2};
 #endif
 #if ETFUSE_HAVE_ARM_NEON
     case Isa::kNeonDot:
-    case Isa::kNeon: return {{4, 16, &tiles_neon}, &dot_cols_baseline};
+    case Isa::kNeon: return {{4, 16, &tiles_neon}, &dot_cols_baseline, &packed_rows_neon};
 #endif
-    default: return {{4, 8, &tiles_baseline}, &dot_cols_baseline};
+    default: return {{4, 8, &tiles_baseline}, &dot_cols_baseline, &packed_rows_baseline};
   }
 }
 
@@ -786,6 +901,20 @@ inline void run(const Args& g, Par&& par) {
       dot(g, 0, g.N);
     } else {
       par(0, g.N, grain, [&](int64_t begin, int64_t end) { dot(g, begin, end); });
+    }
+    return;
+  }
+  if (detail::use_packed_rows(g)) {
+    const auto rows = detail::kernels(selected_isa()).packed_rows;
+    // blocks of panels of ~256 KFLOP, each panel's weight read costed as 8 rows' multiply-adds
+    // (use_dot's grain in panels)
+    int64_t grain = (int64_t(1) << 18) / (2 * g.K * (g.M + 8) * kPanel);
+    if (grain < 1) grain = 1;
+    const int64_t panels = packed_panels(g.N);
+    if (panels <= grain) {
+      rows(g, 0, panels);
+    } else {
+      par(0, panels, grain, [&](int64_t begin, int64_t end) { rows(g, begin, end); });
     }
     return;
   }

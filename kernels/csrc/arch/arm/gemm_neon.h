@@ -164,6 +164,75 @@ struct NeonAccumulate {
   }
 };
 
+
+// gemm::detail::packed_rows_impl's NEON copy (a few rows on a prepacked B): each row's next four
+// k values in one q register, each of the four k steps multiplied in by lane (fmla by element, as
+// the tiles) into its own set of the panel's 4 vectors of sums while U = 4 / R sets are in flight
+// (16 independent fmla chains at one row, of the 32 registers).
+template <int L, int R, int U>
+ETFUSE_ALWAYS_INLINE void packed_fma_lane(float32x4_t (&acc)[U][R][4], const float32x4_t (&a)[R], const float* b) {
+  float32x4_t bv[4];
+  for (int v = 0; v < 4; ++v) bv[v] = vld1q_f32(b + 4 * v);
+  for (int r = 0; r < R; ++r)
+    for (int v = 0; v < 4; ++v) acc[L % U][r][v] = vfmaq_laneq_f32(acc[L % U][r][v], bv[v], a[r], L);
+}
+
+template <int R>
+ETFUSE_ALWAYS_INLINE void packed_rows_block_neon(const Args& g, int64_t i0, int64_t p0, int64_t p1) {
+  constexpr int U = 4 / R;
+  constexpr int64_t P = kPanel;
+  static_assert(P == 16, "a panel row is 4 q registers");
+  const float* a[R];
+  for (int r = 0; r < R; ++r) a[r] = g.A + (i0 + r) * g.a_rs;
+  const int64_t a_cs = g.a_cs;
+  for (int64_t p = p0; p < p1; ++p) {
+    const float* panel = g.packed_b + p * g.K * P;
+    float32x4_t acc[U][R][4];
+    for (int u = 0; u < U; ++u)
+      for (int r = 0; r < R; ++r)
+        for (int v = 0; v < 4; ++v) acc[u][r][v] = vdupq_n_f32(0.0f);
+    int64_t k = 0;
+    for (; k + 4 <= g.K; k += 4) {
+      float32x4_t av[R];
+      for (int r = 0; r < R; ++r) {
+        if (a_cs == 1) {
+          av[r] = vld1q_f32(a[r] + k);
+        } else {
+          const float t[4] = {a[r][k * a_cs], a[r][(k + 1) * a_cs], a[r][(k + 2) * a_cs], a[r][(k + 3) * a_cs]};
+          av[r] = vld1q_f32(t);
+        }
+      }
+      const float* b = panel + k * P;
+      packed_fma_lane<0, R, U>(acc, av, b);
+      packed_fma_lane<1, R, U>(acc, av, b + P);
+      packed_fma_lane<2, R, U>(acc, av, b + 2 * P);
+      packed_fma_lane<3, R, U>(acc, av, b + 3 * P);
+    }
+    for (; k < g.K; ++k) {  // the last K % 4 rows of the panel, A by value
+      for (int v = 0; v < 4; ++v) {
+        const float32x4_t bv = vld1q_f32(panel + k * P + 4 * v);
+        for (int r = 0; r < R; ++r) acc[0][r][v] = vfmaq_n_f32(acc[0][r][v], bv, a[r][k * a_cs]);
+      }
+    }
+    const int64_t j0 = p * P, cols = (g.N - j0) < P ? (g.N - j0) : P;
+    for (int r = 0; r < R; ++r) {
+      float sums[P];
+      for (int v = 0; v < 4; ++v) {
+        float32x4_t t = acc[0][r][v];
+        for (int u = 1; u < U; ++u) t = vaddq_f32(t, acc[u][r][v]);
+        vst1q_f32(sums + 4 * v, t);
+      }
+      detail::store_packed_row(g, i0 + r, j0, cols, sums);
+    }
+  }
+}
+
+inline void packed_rows_neon_impl(const Args& g, int64_t p0, int64_t p1) {
+  int64_t i = 0;
+  for (; i + 2 <= g.M; i += 2) packed_rows_block_neon<2>(g, i, p0, p1);
+  if (i < g.M) packed_rows_block_neon<1>(g, i, p0, p1);
+}
+
 }  // namespace arm
 }  // namespace gemm
 }  // namespace core
