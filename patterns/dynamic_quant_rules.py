@@ -34,87 +34,23 @@ from typing import Optional
 
 import torch
 
-from etfuse.backend_ops import LINEAR_DQ, PACK_INT4
+from etfuse.backend_ops import LINEAR_DQ
 
-from .constraints import all_of, output_dtype, tensors
-from .linear_rank_rules import linear_nd_shapes as _nd_shapes
-from .linear_residual_rules import _residual_shape
-from .rule import Match, Rule
-from .weight_only_rules import _int8_arguments, _quantized_weight, _rank2, _weight
+from .rule import Match
+from .weight_only_rules import quantized_weight_linear_rules
 
 aten = torch.ops.aten
 torchao = torch.ops.torchao
 
 
-def _quantized_per_token(input, in_features, nd: bool):
+def _quantized_per_token(a: dict, nd: bool):
+    """The input's rows quantized and dequantized per token: torchao's chain before each linear."""
+    input, in_features = a["input"], a["in_features"]
     block = [1, 1, in_features] if nd else [1, in_features]
     scale, zero_point = torchao.choose_qparams_affine.default(input, "ASYMMETRIC", block, torch.int8, -128, 127,
                                                               None, None, torch.int8)
     q = torchao.quantize_affine.default(input, block, scale, zero_point, torch.int8, -128, 127)
     return torchao.dequantize_affine.default(q, block, scale, zero_point, torch.int8, -128, 127)
-
-
-def _pattern(nd: bool, bias: bool, silu: bool, residual: bool = False):
-    def linear(input, in_features, w, b, r):
-        x = _quantized_per_token(input, in_features, nd)
-        flat = aten.view.default(x, [15, 32]) if nd else x
-        y = aten.addmm.default(b, flat, w) if bias else aten.mm.default(flat, w)
-        y = aten.view.default(y, [3, 5, 6]) if nd else y
-        if residual:
-            return aten.add.Tensor(y, r)
-        return aten.mul.Tensor(y, aten.sigmoid.default(y)) if silu else y
-
-    # one signature per combination: the engine binds a pattern's inputs by their names
-    if bias and residual:
-        def pattern(input, in_features, weight, group_size, scale, zero_point, quant_min, quant_max, bias, residual):
-            return linear(input, in_features, _weight(weight, group_size, scale, zero_point, quant_min, quant_max),
-                          bias, residual)
-    elif bias:
-        def pattern(input, in_features, weight, group_size, scale, zero_point, quant_min, quant_max, bias):
-            return linear(input, in_features, _weight(weight, group_size, scale, zero_point, quant_min, quant_max),
-                          bias, None)
-    elif residual:
-        def pattern(input, in_features, weight, group_size, scale, zero_point, quant_min, quant_max, residual):
-            return linear(input, in_features, _weight(weight, group_size, scale, zero_point, quant_min, quant_max),
-                          None, residual)
-    else:
-        def pattern(input, in_features, weight, group_size, scale, zero_point, quant_min, quant_max):
-            return linear(input, in_features, _weight(weight, group_size, scale, zero_point, quant_min, quant_max),
-                          None, None)
-    return pattern
-
-
-def _examples(nd: bool, bias: bool, residual: bool = False):
-    # distinct scalars (export's literals are found by value): 32 features, group 16, range (-8, 7)
-    def examples():
-        x = torch.randn(3, 5, 32) if nd else torch.randn(15, 32)
-        args = (x, 32, torch.zeros(6, 32, dtype=torch.int8), 16, torch.ones(6, 2), torch.zeros(6, 2, dtype=torch.int8),
-                -8, 7)
-        return (*args, *((torch.randn(6),) if bias else ()),
-                *((torch.randn(3, 5, 6) if nd else torch.randn(15, 6),) if residual else ()))
-    return examples
-
-
-def _int4_replacement(bias: bool, silu: bool, residual: bool = False):
-    act = "silu" if silu else "none"
-
-    def dq(input, weight, scale, zero_point, b, r):
-        return LINEAR_DQ.aten(input, PACK_INT4.aten(weight), scale, zero_point, 4, b, act, r)
-
-    if bias and residual:
-        def replacement(input, in_features, weight, group_size, scale, zero_point, quant_min, quant_max, bias,
-                        residual):
-            return dq(input, weight, scale, zero_point, bias, residual)
-    elif bias:
-        def replacement(input, in_features, weight, group_size, scale, zero_point, quant_min, quant_max, bias):
-            return dq(input, weight, scale, zero_point, bias, None)
-    elif residual:
-        def replacement(input, in_features, weight, group_size, scale, zero_point, quant_min, quant_max, residual):
-            return dq(input, weight, scale, zero_point, None, residual)
-    else:
-        def replacement(input, in_features, weight, group_size, scale, zero_point, quant_min, quant_max):
-            return dq(input, weight, scale, zero_point, None, None)
-    return replacement
 
 
 # --- constraints ------------------------------------------------------------------------------
@@ -129,22 +65,6 @@ def _per_token(m: Match) -> Optional[str]:
     return None
 
 
-def _rules():
-    rules = []
-    for nd in (False, True):
-        for bias in (True, False):
-            for epilogue in ("", "_silu", "_residual"):
-                silu, residual = epilogue == "_silu", epilogue == "_residual"
-                for bits in (8, 4):
-                    name = f"linear_dq{bits}{'_nd' if nd else ''}{'' if bias else '_no_bias'}{epilogue}"
-                    check = all_of(tensors(["input"] + (["bias"] if bias else []) + (["residual"] if residual else [])),
-                                   output_dtype(torch.float32), _per_token, _quantized_weight(bits),
-                                   _nd_shapes if nd else _rank2, *((_residual_shape,) if residual else ()))
-                    replacement = LINEAR_DQ if bits == 8 else _int4_replacement(bias, silu, residual)
-                    rules.append(Rule(name, _pattern(nd, bias, silu, residual), replacement,
-                                      _examples(nd, bias, residual), check,
-                                      _int8_arguments(bias, silu, residual) if bits == 8 else None, free_sizes=nd))
-    return rules
-
-
-DYNAMIC_QUANT_RULES = _rules()
+DYNAMIC_QUANT_RULES = quantized_weight_linear_rules(
+    "linear_dq", LINEAR_DQ, lead=("input", "in_features"), activation=_quantized_per_token,
+    lead_examples=lambda x: (x, 32), checks=(_per_token,))

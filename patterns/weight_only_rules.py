@@ -26,6 +26,7 @@ program is the original one; the kernel sums in another order (float32 accumulat
 
 from __future__ import annotations
 
+import inspect
 from typing import Optional
 
 import torch
@@ -43,67 +44,64 @@ WIDTHS = {8: (-128, 127), 4: (-8, 7)}
 _CHUNK = 32  # pack_int4 packs 32-column chunks
 
 
+_WEIGHT = ("weight", "group_size", "scale", "zero_point", "quant_min", "quant_max")
+
+
 def _weight(weight, group_size, scale, zero_point, quant_min, quant_max):
     w = torch.ops.torchao.dequantize_affine.default(weight, [1, group_size], scale, zero_point, torch.int8,
                                                     quant_min, quant_max, torch.float32)
     return aten.permute.default(w, [1, 0])
 
 
-def _pattern(nd: bool, bias: bool, silu: bool, residual: bool = False):
-    def linear(input, w, b, r):
-        flat = aten.view.default(input, [15, 32]) if nd else input
-        y = aten.addmm.default(b, flat, w) if bias else aten.mm.default(flat, w)
+def _named(fn, names: list[str]):
+    """fn(*args) under a signature of these names: the engine binds a pattern's (and a function
+    replacement's) inputs by parameter name, and each combination of operands has its own."""
+    fn.__signature__ = inspect.Signature(
+        [inspect.Parameter(n, inspect.Parameter.POSITIONAL_OR_KEYWORD) for n in names])
+    return fn
+
+
+def _parameters(lead: tuple, bias: bool, residual: bool) -> list[str]:
+    return [*lead, *_WEIGHT, *(["bias"] if bias else []), *(["residual"] if residual else [])]
+
+
+def _pattern(nd: bool, bias: bool, silu: bool, residual: bool, lead: tuple, activation):
+    names = _parameters(lead, bias, residual)
+
+    def pattern(*args):
+        a = dict(zip(names, args))
+        x = activation(a, nd)
+        flat = aten.view.default(x, [15, 32]) if nd else x
+        w = _weight(*(a[n] for n in _WEIGHT))
+        y = aten.addmm.default(a["bias"], flat, w) if bias else aten.mm.default(flat, w)
         y = aten.view.default(y, [3, 5, 6]) if nd else y
         if residual:
-            return aten.add.Tensor(y, r)
+            return aten.add.Tensor(y, a["residual"])
         return aten.mul.Tensor(y, aten.sigmoid.default(y)) if silu else y
-
-    # one signature per combination: the engine binds a pattern's inputs by their names
-    if bias and residual:
-        def pattern(input, weight, group_size, scale, zero_point, quant_min, quant_max, bias, residual):
-            return linear(input, _weight(weight, group_size, scale, zero_point, quant_min, quant_max), bias, residual)
-    elif bias:
-        def pattern(input, weight, group_size, scale, zero_point, quant_min, quant_max, bias):
-            return linear(input, _weight(weight, group_size, scale, zero_point, quant_min, quant_max), bias, None)
-    elif residual:
-        def pattern(input, weight, group_size, scale, zero_point, quant_min, quant_max, residual):
-            return linear(input, _weight(weight, group_size, scale, zero_point, quant_min, quant_max), None, residual)
-    else:
-        def pattern(input, weight, group_size, scale, zero_point, quant_min, quant_max):
-            return linear(input, _weight(weight, group_size, scale, zero_point, quant_min, quant_max), None, None)
-    return pattern
+    return _named(pattern, names)
 
 
-def _examples(nd: bool, bias: bool, residual: bool = False):
+def _examples(nd: bool, bias: bool, residual: bool, lead_examples):
     # distinct scalars (export's literals are found by value): group 16 of 32 columns, range (-8, 7)
     def examples():
         x = torch.randn(3, 5, 32) if nd else torch.randn(15, 32)
-        args = (x, torch.zeros(6, 32, dtype=torch.int8), 16, torch.ones(6, 2), torch.zeros(6, 2, dtype=torch.int8),
-                -8, 7)
+        args = (*lead_examples(x), torch.zeros(6, 32, dtype=torch.int8), 16, torch.ones(6, 2),
+                torch.zeros(6, 2, dtype=torch.int8), -8, 7)
         return (*args, *((torch.randn(6),) if bias else ()),
                 *((torch.randn(3, 5, 6) if nd else torch.randn(15, 6),) if residual else ()))
     return examples
 
 
-def _int4_replacement(bias: bool, silu: bool, residual: bool = False):
+def _int4_replacement(op, bias: bool, silu: bool, residual: bool, lead: tuple):
+    """op(input, pack_int4(weight), ...): the 4-bit rules' replacement function."""
+    names = _parameters(lead, bias, residual)
     act = "silu" if silu else "none"
 
-    def qw(input, weight, scale, zero_point, b, r):
-        return LINEAR_QW.aten(input, PACK_INT4.aten(weight), scale, zero_point, 4, b, act, r)
-
-    if bias and residual:
-        def replacement(input, weight, group_size, scale, zero_point, quant_min, quant_max, bias, residual):
-            return qw(input, weight, scale, zero_point, bias, residual)
-    elif bias:
-        def replacement(input, weight, group_size, scale, zero_point, quant_min, quant_max, bias):
-            return qw(input, weight, scale, zero_point, bias, None)
-    elif residual:
-        def replacement(input, weight, group_size, scale, zero_point, quant_min, quant_max, residual):
-            return qw(input, weight, scale, zero_point, None, residual)
-    else:
-        def replacement(input, weight, group_size, scale, zero_point, quant_min, quant_max):
-            return qw(input, weight, scale, zero_point, None, None)
-    return replacement
+    def replacement(*args):
+        a = dict(zip(names, args))
+        return op.aten(a["input"], PACK_INT4.aten(a["weight"]), a["scale"], a["zero_point"], 4, a.get("bias"), act,
+                       a.get("residual"))
+    return _named(replacement, names)
 
 
 def _int8_arguments(bias: bool, silu: bool, residual: bool = False):
@@ -148,22 +146,28 @@ def _rank2(m: Match) -> Optional[str]:
     return None if x.dim() == 2 else f"input has rank {x.dim()}; the rank-2 rule takes [M, K]"
 
 
-def _rules():
+def quantized_weight_linear_rules(prefix: str, op, lead: tuple = ("input",),
+                                  activation=lambda a, nd: a["input"], lead_examples=lambda x: (x,),
+                                  checks: tuple = ()) -> list[Rule]:
+    """The 24 rules `{prefix}{8,4}[_nd][_no_bias][_silu|_residual]` of a linear over a dequantized
+    int8/int4 weight into `op` (linear_qw's argument list): `activation(bindings, nd)` is what the
+    linear reads of the pattern's leading parameters `lead` (the input itself, or an activation
+    chain), `lead_examples(x)` their example values, `checks` the constraints on them."""
     rules = []
     for nd in (False, True):
         for bias in (True, False):
             for epilogue in ("", "_silu", "_residual"):
                 silu, residual = epilogue == "_silu", epilogue == "_residual"
                 for bits in (8, 4):
-                    name = f"linear_q{bits}{'_nd' if nd else ''}{'' if bias else '_no_bias'}{epilogue}"
+                    name = f"{prefix}{bits}{'_nd' if nd else ''}{'' if bias else '_no_bias'}{epilogue}"
                     check = all_of(tensors(["input"] + (["bias"] if bias else []) + (["residual"] if residual else [])),
-                                   output_dtype(torch.float32), _quantized_weight(bits), _nd_shapes if nd else _rank2,
-                                   *((_residual_shape,) if residual else ()))
-                    replacement = LINEAR_QW if bits == 8 else _int4_replacement(bias, silu, residual)
-                    rules.append(Rule(name, _pattern(nd, bias, silu, residual), replacement,
-                                      _examples(nd, bias, residual), check,
+                                   output_dtype(torch.float32), *checks, _quantized_weight(bits),
+                                   _nd_shapes if nd else _rank2, *((_residual_shape,) if residual else ()))
+                    replacement = op if bits == 8 else _int4_replacement(op, bias, silu, residual, lead)
+                    rules.append(Rule(name, _pattern(nd, bias, silu, residual, lead, activation), replacement,
+                                      _examples(nd, bias, residual, lead_examples), check,
                                       _int8_arguments(bias, silu, residual) if bits == 8 else None, free_sizes=nd))
     return rules
 
 
-WEIGHT_ONLY_RULES = _rules()
+WEIGHT_ONLY_RULES = quantized_weight_linear_rules("linear_q", LINEAR_QW)
