@@ -111,6 +111,26 @@ def example_llama(kv_cache: bool, multiple_of: int = 16, dynamic_shape: bool = F
     return model
 
 
+def llama_edge_program(model, dynamic: bool, kv_cache: bool = True):
+    """example_llama as executorch's llama export writes it (LLMEdgeManager with
+    enable_dynamic_shape): tokens [1, T] with T = Dim("token_dim", max=max_seq_len - 1) or static
+    at its example's 3, and with a KV cache input_pos [1] static; strict export under the math
+    SDPA without grad, decompositions run, then to_edge."""
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+
+    import etfuse
+
+    token_dim = {1: torch.export.Dim("token_dim", max=32 - 1)}  # example_llama's max_seq_len
+    if kv_cache:
+        args = (torch.tensor([[2, 3, 4]]), {"input_pos": torch.tensor([0])})
+        shapes = (token_dim, {"input_pos": {0: 1}}) if dynamic else None
+    else:
+        args, shapes = (torch.tensor([[2, 3, 4]]),), (token_dim,) if dynamic else None
+    with sdpa_kernel([SDPBackend.MATH]), torch.no_grad():
+        ep = torch.export.export(model, args, dynamic_shapes=shapes, strict=True).run_decompositions({})
+    return etfuse.to_edge(ep)
+
+
 def assert_greedy_decoding_matches_eager(method, eager: torch.nn.Module, steps: int, **tol) -> None:
     """A KV-cache llama's `.pte` method and its eager twin decode `steps` tokens greedily from
     token 1: each step's logits close (`tol`), and the same tokens."""
@@ -120,10 +140,17 @@ def assert_greedy_decoding_matches_eager(method, eager: torch.nn.Module, steps: 
         logits = method.execute((torch.tensor([[token]]), torch.tensor([pos])))[0]
         want_logits = eager(torch.tensor([[want_token]]), {"input_pos": torch.tensor([pos])})
         torch.testing.assert_close(logits, want_logits, **tol)
-        token, want_token = int(logits[0, -1].argmax()), int(want_logits[0, -1].argmax())
+        token, want_token = next_token(logits), next_token(want_logits)
         got_tokens.append(token)
         want_tokens.append(want_token)
     assert got_tokens == want_tokens
+    assert len(set(want_tokens)) > 1, f"every step decoded {want_tokens[0]}: the loop checks one input only"
+
+
+def next_token(logits: torch.Tensor) -> int:
+    """Greedy decoding's next token: the argmax of the last row of logits [1, V] (executorch's
+    llama returns the last position's only) or [1, T, V]."""
+    return int(logits.reshape(-1, logits.shape[-1])[-1].argmax())
 
 
 def benchmark_module(name: str):

@@ -13,12 +13,11 @@ from __future__ import annotations
 import pytest
 import torch
 from executorch.exir import to_edge
-from torch.nn.attention import SDPBackend, sdpa_kernel
 
 import etfuse
 from etfuse.runtime import load_method, run
 from deploy_models import TransformerBlock
-from fusion_helpers import example_llama, op_names
+from fusion_helpers import example_llama, llama_edge_program, op_names
 
 
 def _etfuse_ops(fused) -> set[str]:
@@ -72,19 +71,7 @@ def _llama(kv_cache: bool = True):
 
 
 def _fused_llama(model, dynamic: bool, kv_cache: bool = True):
-    """As executorch's llama export (LLMEdgeManager with enable_dynamic_shape): tokens [1, T] with
-    T = Dim("token_dim", max=max_seq_len - 1) or static at its example's 3, and with a KV cache
-    input_pos [1] static; strict export under the math SDPA without grad, decompositions run,
-    then to_edge and fuse."""
-    token_dim = {1: torch.export.Dim("token_dim", max=MAX_SEQ_LEN - 1)}
-    if kv_cache:
-        args = (torch.tensor([[2, 3, 4]]), {"input_pos": torch.tensor([0])})
-        shapes = (token_dim, {"input_pos": {0: 1}}) if dynamic else None
-    else:
-        args, shapes = (torch.tensor([[2, 3, 4]]),), (token_dim,) if dynamic else None
-    with sdpa_kernel([SDPBackend.MATH]), torch.no_grad():
-        ep = torch.export.export(model, args, dynamic_shapes=shapes, strict=True).run_decompositions({})
-    return etfuse.fuse(etfuse.to_edge(ep))
+    return etfuse.fuse(llama_edge_program(model, dynamic, kv_cache))
 
 
 @pytest.fixture(scope="module")

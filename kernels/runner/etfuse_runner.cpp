@@ -4,11 +4,22 @@
 //
 //   etfuse_runner model.pte [--input i.bin ...] [--output-dir d]
 //                 [--iterations N] [--threads T] [--warmup W] [--method forward]
+//   etfuse_runner llm.pte --generate N [--prompt 1,2,3] [--threads T]
 //
 // stdout, one line each:
 //   input <i>: dtype=<name> sizes=[...] source=<file|random>
 //   latency_ms min=<> median=<> mean=<> iterations=<N> threads=<T>
 //   output <i>: dtype=<name> sizes=[...]
+//
+// --generate N decodes N tokens greedily from a KV-cache LLM, as executorch's
+// llama export writes one: forward(tokens int64 [1, T], input_pos int64 [1])
+// -> float logits [1, V] or [1, T, V] (the last row is the next token's). The
+// prompt (token ids, default 1) goes in as one call when T may be its length
+// (a dynamic sequence length), else one token per call; then each step feeds
+// the previous step's argmax at the next position. It prints
+//   prefill tokens=<P> ms=<> tokens_per_s=<> threads=<T>
+//   decode tokens=<N> ms=<> tokens_per_s=<>
+//   generated: <id> <id> ...
 //
 // Any failure is ONE line on stderr, `etfuse_runner: error: ...`, and exit
 // status 2 (usage) or 1 (everything else), also when the runtime aborts.
@@ -97,7 +108,9 @@ using executorch::runtime::TensorInfo;
 constexpr const char* kProgramName = "etfuse_runner";
 constexpr const char* kUsage =
     "usage: etfuse_runner model.pte [--input i.bin ...] [--output-dir d] "
-    "[--iterations N] [--threads T] [--warmup W] [--method forward]";
+    "[--iterations N] [--threads T] [--warmup W] [--method forward]\n"
+    "       etfuse_runner model.pte --generate N [--prompt 1,2,3] "
+    "[--threads T] [--method forward]";
 
 // ---------------------------------------------------------------------------
 // Failures: thrown anywhere, reported once by main().
@@ -266,7 +279,29 @@ struct Options {
   long warmup = 1;
   long threads = 0; // 0: leave the thread pool as it is
   std::string method = "forward";
+  long generate = 0; // > 0: an LLM's greedy decode loop instead of timed runs
+  std::vector<int64_t> prompt = {1};
 };
+
+std::vector<int64_t> parse_tokens(const std::string& value) {
+  std::vector<int64_t> tokens;
+  size_t start = 0;
+  while (start <= value.size()) {
+    size_t comma = value.find(',', start);
+    if (comma == std::string::npos) comma = value.size();
+    const std::string item = value.substr(start, comma - start);
+    errno = 0;
+    char* end = nullptr;
+    long long parsed = std::strtoll(item.c_str(), &end, 10);
+    if (item.empty() || *end != '\0' || errno == ERANGE || parsed < 0) {
+      usage_error("--prompt takes token ids >= 0 separated by commas, got '" +
+                  value + "'");
+    }
+    tokens.push_back(static_cast<int64_t>(parsed));
+    start = comma + 1;
+  }
+  return tokens;
+}
 
 long parse_count(const std::string& option, const std::string& value,
                  long min_value) {
@@ -314,8 +349,8 @@ Options parse_args(int argc, char** argv) {
       inline_value = true;
     }
     static const std::set<std::string> kKnown = {
-        "--input",   "--output-dir", "--iterations",
-        "--threads", "--warmup",     "--method"};
+        "--input",   "--output-dir", "--iterations", "--threads",
+        "--warmup",  "--method",     "--generate",   "--prompt"};
     if (kKnown.count(name) == 0) {
       usage_error("unknown option '" + name + "'");
     }
@@ -343,10 +378,19 @@ Options parse_args(int argc, char** argv) {
         usage_error("option --method needs a value");
       }
       options.method = value;
+    } else if (name == "--generate") {
+      options.generate = parse_count(name, value, 1);
+    } else if (name == "--prompt") {
+      options.prompt = parse_tokens(value);
     }
   }
   if (!have_model) {
     usage_error("no model given");
+  }
+  if (options.generate > 0 &&
+      (!options.inputs.empty() || !options.output_dir.empty())) {
+    usage_error("--generate feeds the tokens itself and writes no outputs: "
+                "it takes no --input or --output-dir");
   }
   return options;
 }
@@ -978,6 +1022,114 @@ void report_and_write_outputs(const Options& options,
 }
 
 // ---------------------------------------------------------------------------
+// --generate: an LLM's greedy decode loop over its KV cache.
+
+// The method must be forward(tokens int64 [1, T], input_pos int64 [1]) ->
+// float logits; returns T, the most tokens one call takes.
+long llm_max_tokens(const Options& options, const MethodMeta& meta) {
+  auto bad = [&](const std::string& why) {
+    fail("--generate: method '" + options.method + "' of " + options.model +
+         " is not an LLM step forward(tokens int64 [1, T], input_pos int64 "
+         "[1]) -> logits: " + why);
+  };
+  if (meta.num_inputs() != 2) {
+    bad("it takes " + std::to_string(meta.num_inputs()) + " input(s)");
+  }
+  std::vector<std::vector<executorch::aten::SizesType>> sizes;
+  for (size_t i = 0; i < 2; ++i) {
+    auto tag = meta.input_tag(i);
+    auto info = meta.input_tensor_meta(i);
+    if (!tag.ok() || *tag != Tag::Tensor || !info.ok()) {
+      bad("input " + std::to_string(i) + " is not a tensor");
+    }
+    if (info->scalar_type() != ScalarType::Long) {
+      bad("input " + std::to_string(i) + " is " +
+          dtype_name(info->scalar_type()));
+    }
+    sizes.emplace_back(info->sizes().begin(), info->sizes().end());
+  }
+  if (sizes[0].size() != 2 || sizes[0][0] != 1 || sizes[0][1] < 1) {
+    bad("the tokens are " + sizes_string(sizes[0]));
+  }
+  if (sizes[1].size() != 1 || sizes[1][0] != 1) {
+    bad("input_pos is " + sizes_string(sizes[1]));
+  }
+  return sizes[0][1];
+}
+
+// The next token: the argmax of the last row of float logits.
+int64_t next_token(const Options& options, const std::vector<EValue>& outputs) {
+  if (outputs.empty() || !outputs[0].isTensor() ||
+      outputs[0].toTensor().scalar_type() != ScalarType::Float ||
+      outputs[0].toTensor().dim() < 1) {
+    fail("--generate: method '" + options.method + "' of " + options.model +
+         " does not return float logits as its first output");
+  }
+  const auto& logits = outputs[0].toTensor();
+  const int64_t vocab = logits.size(logits.dim() - 1);
+  const float* last = logits.const_data_ptr<float>() + (logits.numel() - vocab);
+  return std::max_element(last, last + vocab) - last;
+}
+
+int generate(const Options& options, Module& module, const MethodMeta& meta,
+             long threads) {
+  const long chunk = llm_max_tokens(options, meta);
+  using Clock = std::chrono::steady_clock;
+  auto ms_since = [](Clock::time_point start) {
+    return std::chrono::duration<double, std::milli>(Clock::now() - start)
+        .count();
+  };
+  // One call: tokens [1, n] at position pos; returns the next token.
+  auto step = [&](const int64_t* tokens, size_t n, int64_t pos,
+                  const char* phase) {
+    auto ids = executorch::extension::make_tensor_ptr(
+        {1, static_cast<executorch::aten::SizesType>(n)},
+        std::vector<int64_t>(tokens, tokens + n));
+    auto position =
+        executorch::extension::make_tensor_ptr({1}, std::vector<int64_t>{pos});
+    auto result = module.execute(options.method,
+                                 std::vector<EValue>{*ids, *position});
+    if (!result.ok()) {
+      fail(std::string("method '") + options.method + "' of " + options.model +
+           " failed during " + phase + " at position " + std::to_string(pos) +
+           ": " + runtime_detail("execute", result.error()));
+    }
+    return next_token(options, *result);
+  };
+
+  LogCapture capture;
+  const std::vector<int64_t>& prompt = options.prompt;
+  const auto prefill_start = Clock::now();
+  int64_t token = 0;
+  for (size_t i = 0; i < prompt.size(); i += static_cast<size_t>(chunk)) {
+    const size_t n = std::min(prompt.size() - i, static_cast<size_t>(chunk));
+    token = step(prompt.data() + i, n, static_cast<int64_t>(i), "the prefill");
+  }
+  const double prefill_ms = ms_since(prefill_start);
+  std::vector<int64_t> generated = {token};
+  const auto decode_start = Clock::now();
+  for (long k = 1; k < options.generate; ++k) {
+    const int64_t pos = static_cast<int64_t>(prompt.size()) + k - 1;
+    token = step(&token, 1, pos, "the decode");
+    generated.push_back(token);
+  }
+  const double decode_ms = ms_since(decode_start);
+  capture.release();
+
+  const long steps = options.generate - 1;
+  std::printf("prefill tokens=%zu ms=%.4f tokens_per_s=%.3f threads=%ld\n",
+              prompt.size(), prefill_ms, 1000.0 * prompt.size() / prefill_ms,
+              threads);
+  std::printf("decode tokens=%ld ms=%.4f tokens_per_s=%.3f\n", steps,
+              decode_ms, steps > 0 ? 1000.0 * steps / decode_ms : 0.0);
+  std::string ids;
+  for (int64_t id : generated) ids += " " + std::to_string(id);
+  std::printf("generated:%s\n", ids.c_str());
+  std::fflush(stdout);
+  return 0;
+}
+
+// ---------------------------------------------------------------------------
 
 int run(const Options& options) {
   check_program_file(options.model);
@@ -1013,7 +1165,10 @@ int run(const Options& options) {
          ": " + executorch::runtime::to_string(meta.error()));
   }
 
-  PreparedInputs inputs = prepare_inputs(options, *meta);
+  PreparedInputs inputs;
+  if (options.generate == 0) {
+    inputs = prepare_inputs(options, *meta);
+  }
 
   {
     LogCapture capture;
@@ -1025,6 +1180,9 @@ int run(const Options& options) {
            " could not be loaded: " + runtime_detail("load_method", error));
     }
     capture.release();
+  }
+  if (options.generate > 0) {
+    return generate(options, module, *meta, threads);
   }
   for (const std::string& line : inputs.lines) {
     std::printf("%s\n", line.c_str());
