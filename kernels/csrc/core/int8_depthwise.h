@@ -275,7 +275,7 @@ namespace int8_depthwise {
 // aarch64: arch/arm/int8_depthwise_neon.h's integer kernel, on where the ISA includes NEON
 // (ETFUSE_KERNELS_ISA=baseline: the float path).
 inline bool available() { return isa_at_least(Isa::kNeon); }
-inline bool uses_channel_blocks(const Problem&) { return false; }
+inline bool uses_channel_blocks(const Problem& pb) { return arm::uses_channel_blocks(pb); }
 // Its weights are int16 (w - w_zp): integral zero points with |w - w_zp| small enough that the
 // int32 sums are exact (the XNNPACK quantizer's are 0); others take the float path.
 inline bool takes_weight_zero_points(const float* w_zp, int64_t C) {
@@ -285,9 +285,8 @@ inline bool takes_weight_zero_points(const float* w_zp, int64_t C) {
   return true;
 }
 inline bool needs_float_weights(const Problem&) { return false; }
-// Its rows fill 8 lanes: on maps of up to 6x6 (MobileNetV2's last stages, rows of 3 or 6) it ran
-// 4-5% more instructions than the float path, on 24x24 and 48x48 27-43% fewer.
-inline bool pays_off(int64_t pixels) { return pixels > 36; }
+// Small maps run 8 channels a vector (arm::uses_channel_blocks), larger ones plane by plane.
+inline bool pays_off(int64_t) { return true; }
 template <class Par>
 inline void run(const Problem& pb, Par&& par) {
   arm::run(pb, par);

@@ -17,6 +17,7 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <cstring>
 #include <vector>
 
 #include "core/common.h"
@@ -32,6 +33,8 @@ namespace detail {
 // Planes [t0, t1) (plane t: image t / C, channel t % C). Compiled once per library in
 // core/kernels.cpp.
 ETFUSE_NEON_NOCONTRACT void planes(const Problem& pb, int64_t t0, int64_t t1);
+// Blocks of 8 channels [b0, b1) (block b: image b / B, channels from b % B * 8; B = C8 / 8).
+ETFUSE_NEON_NOCONTRACT void channel_blocks(const Problem& pb, int64_t b0, int64_t b1);
 
 #if defined(ETFUSE_CORE_KERNELS)
 namespace ep = int8_pointwise::arm::detail;
@@ -155,15 +158,226 @@ ETFUSE_NEON_NOCONTRACT void planes(const Problem& pb, int64_t t0, int64_t t1) {
     if (++c == pb.C) c = 0;
   }
 }
+// 8 rows of 8 bytes, given as q[j] = [row j | row j + 4] -> q[j] = [column 2j | column 2j + 1]
+// (three rounds of zips).
+ETFUSE_ALWAYS_INLINE void transpose8x8(uint8x16_t (&q)[4]) {
+  const uint16x8_t a0 = vreinterpretq_u16_u8(vzip1q_u8(q[0], q[1])), a1 = vreinterpretq_u16_u8(vzip2q_u8(q[0], q[1]));
+  const uint16x8_t a2 = vreinterpretq_u16_u8(vzip1q_u8(q[2], q[3])), a3 = vreinterpretq_u16_u8(vzip2q_u8(q[2], q[3]));
+  // rows 0-3 of columns 0-3 and 4-7, then rows 4-7
+  const uint32x4_t b0 = vreinterpretq_u32_u16(vzip1q_u16(a0, a2)), b1 = vreinterpretq_u32_u16(vzip2q_u16(a0, a2));
+  const uint32x4_t b2 = vreinterpretq_u32_u16(vzip1q_u16(a1, a3)), b3 = vreinterpretq_u32_u16(vzip2q_u16(a1, a3));
+  q[0] = vreinterpretq_u8_u32(vzip1q_u32(b0, b2));
+  q[1] = vreinterpretq_u8_u32(vzip2q_u32(b0, b2));
+  q[2] = vreinterpretq_u8_u32(vzip1q_u32(b1, b3));
+  q[3] = vreinterpretq_u8_u32(vzip2q_u32(b1, b3));
+}
+
+// 8 rows of 8 bytes from rows[j * pitch] (j < n; rows past n repeat row 0), transposed.
+ETFUSE_ALWAYS_INLINE void load_transposed(const uint8_t* rows, int64_t pitch, int n, uint8x16_t (&q)[4]) {
+#pragma GCC unroll 4
+  for (int j = 0; j < 4; ++j) {
+    const uint8_t* lo = rows + (j < n ? j : 0) * pitch;
+    const uint8_t* hi = rows + (j + 4 < n ? j + 4 : 0) * pitch;
+    q[j] = vcombine_u8(vld1_u8(lo), vld1_u8(hi));
+  }
+  transpose8x8(q);
+}
+
+// The first m (< 8) bytes of v at dst.
+ETFUSE_ALWAYS_INLINE void store_head(uint8_t* dst, uint8x8_t v, int64_t m) {
+  if (m & 4) {
+    vst1_lane_u32(reinterpret_cast<uint32_t*>(dst), vreinterpret_u32_u8(v), 0);
+    v = vext_u8(v, v, 4);
+    dst += 4;
+  }
+  if (m & 2) {
+    vst1_lane_u16(reinterpret_cast<uint16_t*>(dst), vreinterpret_u16_u8(v), 0);
+    v = vext_u8(v, v, 2);
+    dst += 2;
+  }
+  if (m & 1) vst1_lane_u8(dst, v, 0);
+}
+
+// The block's P output pixels: the taps over xb + out_at[q] ([Hp][Wp][8]) -> 8 bytes at
+// ob + 8 q. Taps: the count, or 0 (`taps`). Weights and offsets in locals: the byte stores could
+// alias the buffers they come from.
+template <int Taps>
+ETFUSE_NEON_NOCONTRACT ETFUSE_ALWAYS_INLINE void block_pixels(const int16_t* xb, const int64_t* out_at, int64_t P,
+                                                              const int64_t* off_in, int taps,
+                                                              const int16x8_t* w_in, const float32x4_t (&sb)[4],
+                                                              bool has_bias, const ep::RequantNeon& e, uint8_t* ob) {
+  constexpr bool kFixed = Taps > 0;
+  int16x8_t wl[kFixed ? Taps : 1];
+  int64_t ol[kFixed ? Taps : 1];
+  if (kFixed) {
+    for (int k = 0; k < Taps; ++k) wl[k] = w_in[k], ol[k] = off_in[k];
+  }
+  const int16x8_t* w = kFixed ? wl : w_in;
+  const int64_t* off = kFixed ? ol : off_in;
+  const int n = kFixed ? Taps : taps;
+  for (int64_t q = 0; q < P; ++q) {
+    const int16_t* at = xb + out_at[q];
+    int16x8_t v = vld1q_s16(at + off[0]);
+    int32x4_t a0 = vmull_s16(vget_low_s16(v), vget_low_s16(w[0])), a1 = vmull_high_s16(v, w[0]);
+#pragma GCC unroll 25
+    for (int k = 1; k < n; ++k) {
+      v = vld1q_s16(at + off[k]);
+      a0 = vmlal_s16(a0, vget_low_s16(v), vget_low_s16(w[k]));
+      a1 = vmlal_high_s16(a1, v, w[k]);
+    }
+    float32x4_t y0 = vmulq_f32(vcvtq_f32_s32(a0), sb[0]), y1 = vmulq_f32(vcvtq_f32_s32(a1), sb[1]);
+    if (has_bias) {
+      y0 = vaddq_f32(y0, sb[2]);
+      y1 = vaddq_f32(y1, sb[3]);
+    }
+    vst1_u8(ob + 8 * q, core::arm::requant8(e, y0, y1));
+  }
+}
+
+// Small maps (MobileNetV2's 960 channels on 3x3: rows of 3 fill 3 of a plane's 8 lanes), 8
+// channels a vector: the block's 8 planes are transposed 8 x 8 bytes at a time into pixels of 8
+// channels, as int16 x - x_zp, in a zero-padded [Hp][Wp][8] buffer; an output pixel is one load
+// and two smlal a tap for the 8 channels, requantized with the channels' scales in lanes; the
+// 8-channel bytes go back to their planes by the same transpose. Reads and writes stay inside
+// the block's planes (contiguous: channels c0 .. c0 + nc), or copies where a read would pass
+// the input's end.
+ETFUSE_NEON_NOCONTRACT void channel_blocks(const Problem& pb, int64_t b0, int64_t b1) {
+  const int64_t s = pb.stride[0], KW = pb.KW, taps = pb.KH * KW, HW = pb.H * pb.W, P = pb.OH * pb.OW;
+  const int64_t Wp = pb.W + 2 * pb.padding[1], Hp = pb.H + 2 * pb.padding[0], B = (pb.C + 7) / 8;
+  const int64_t HW8 = (HW + 7) / 8 * 8, P8 = (P + 7) / 8 * 8, taps8 = (taps + 7) / 8 * 8;
+  thread_local std::vector<int16_t> xbuf;
+  thread_local std::vector<int16x8_t> wbuf;
+  thread_local std::vector<uint8_t> obuf, copy;
+  thread_local std::vector<int64_t> offsets;
+  // the padding stays 0: only interiors are written; 8 more: where pixels past the map go
+  xbuf.assign(static_cast<size_t>(Hp * Wp * 8 + 8), 0);
+  wbuf.resize(static_cast<size_t>(taps8));
+  obuf.resize(static_cast<size_t>(P8 * 8));
+  copy.resize(std::max(copy.size(), static_cast<size_t>(8 * std::max(HW, taps) + 16)));
+  // where input pixel p goes, where output pixel q reads, where tap k is (int16 elements), in
+  // one array: no division in the loops
+  offsets.resize(static_cast<size_t>(HW8 + P + taps));
+  int64_t* const in_to = offsets.data();
+  int64_t* const out_at = in_to + HW8;
+  int64_t* const off = out_at + P;
+  for (int64_t ih = 0, p = 0; ih < pb.H; ++ih)
+    for (int64_t iw = 0; iw < pb.W; ++iw, ++p) in_to[p] = ((ih + pb.padding[0]) * Wp + iw + pb.padding[1]) * 8;
+  for (int64_t p = HW; p < HW8; ++p) in_to[p] = Hp * Wp * 8;  // past the map: a slot no tap reads
+  for (int64_t oh = 0, q = 0; oh < pb.OH; ++oh)
+    for (int64_t ow = 0; ow < pb.OW; ++ow, ++q) out_at[q] = (oh * s * Wp + ow * s) * 8;
+  for (int64_t kh = 0; kh < pb.KH; ++kh)
+    for (int64_t kw = 0; kw < KW; ++kw) off[kh * KW + kw] = (kh * Wp + kw) * 8;
+  const ep::RequantNeon e = core::arm::requant_neon(pb.requant);
+  const bool has_bias = pb.requant.bias != nullptr;
+  const uint8_t* const x_end = pb.x + pb.N * pb.C * HW;
+  const int8_t* const w_end = pb.wq + pb.C * taps;
+  const uint8x16_t zp8 = vdupq_n_u8(static_cast<uint8_t>(static_cast<int32_t>(pb.x_zero_point)));
+  int16_t* const xb = xbuf.data();
+  for (int64_t blk = b0; blk < b1; ++blk) {
+    const int64_t n = blk / B, c0 = blk % B * 8;
+    const int nc = static_cast<int>(std::min<int64_t>(8, pb.C - c0));
+    // in: 8 pixels of the 8 planes at a time; the last row's last vector may read past its plane
+    // (into the next, unused), but not past the input
+    const uint8_t* x = pb.x + (n * pb.C + c0) * HW;
+    if (x + (nc - 1) * HW + HW8 > x_end) {
+      std::memcpy(copy.data(), x, static_cast<size_t>(nc * HW));
+      x = copy.data();
+    }
+    for (int64_t p0 = 0; p0 < HW; p0 += 8) {
+      uint8x16_t q[4];
+      load_transposed(x + p0, HW, nc, q);
+      const int64_t* to = in_to + p0;
+#pragma GCC unroll 4
+      for (int j = 0; j < 4; ++j) {  // pixels 2j, 2j + 1: x - x_zp wraps to the right int16
+        int16x8_t lo, hi;
+        if (pb.x_signed) {
+          const int8x16_t v = vreinterpretq_s8_u8(q[j]), z = vreinterpretq_s8_u8(zp8);
+          lo = vsubl_s8(vget_low_s8(v), vget_low_s8(z));
+          hi = vsubl_high_s8(v, z);
+        } else {
+          lo = vreinterpretq_s16_u16(vsubl_u8(vget_low_u8(q[j]), vget_low_u8(zp8)));
+          hi = vreinterpretq_s16_u16(vsubl_high_u8(q[j], zp8));
+        }
+        vst1q_s16(xb + to[2 * j], lo);
+        vst1q_s16(xb + to[2 * j + 1], hi);
+      }
+    }
+    // the block's weights [taps][8 channels] as int16 w - w_zp, 8 taps at a time transposed as the input
+    const int8_t* w = pb.wq + c0 * taps;
+    if (w + (nc - 1) * taps + taps8 > w_end) {
+      std::memcpy(copy.data(), w, static_cast<size_t>(nc * taps));
+      w = reinterpret_cast<const int8_t*>(copy.data());
+    }
+    int16_t zw[8] = {};
+    for (int j = 0; pb.w_zp && j < nc; ++j) zw[j] = static_cast<int16_t>(pb.w_zp[c0 + j]);  // integral
+    const int16x8_t zwv = vld1q_s16(zw);
+    for (int64_t k0 = 0; k0 < taps; k0 += 8) {
+      uint8x16_t q[4];
+      load_transposed(reinterpret_cast<const uint8_t*>(w) + k0, taps, nc, q);
+#pragma GCC unroll 4
+      for (int j = 0; j < 4; ++j) {
+        const int8x16_t v = vreinterpretq_s8_u8(q[j]);
+        wbuf[k0 + 2 * j] = vsubq_s16(vmovl_s8(vget_low_s8(v)), zwv);
+        wbuf[k0 + 2 * j + 1] = vsubq_s16(vmovl_high_s8(v), zwv);
+      }
+    }
+    // the channels' scales and biases by lane (zero past nc)
+    float sb[4][4] = {};
+    std::memcpy(sb[0], pb.requant.scale + c0, sizeof(float) * static_cast<size_t>(nc));
+    if (has_bias) std::memcpy(sb[2], pb.requant.bias + c0, sizeof(float) * static_cast<size_t>(nc));
+    const float32x4_t sv[4] = {vld1q_f32(sb[0]), vld1q_f32(sb[1]), vld1q_f32(sb[2]), vld1q_f32(sb[3])};
+    uint8_t* const ob = obuf.data();
+    const int16x8_t* const wv = wbuf.data();
+    if (taps == 9) {
+      block_pixels<9>(xb, out_at, P, off, 9, wv, sv, has_bias, e, ob);
+    } else {
+      block_pixels<0>(xb, out_at, P, off, static_cast<int>(taps), wv, sv, has_bias, e, ob);
+    }
+    // out: 8 pixels of the 8 channels at a time, the last (partial) 8 first: its 8-byte stores
+    // run into the next plane's first pixels, which the later ones write; inside the block only
+    uint8_t* const out = pb.out + (n * pb.C + c0) * P;
+    for (int64_t p0 = (P - 1) / 8 * 8; p0 >= 0; p0 -= 8) {
+      uint8x16_t q[4];
+      for (int j = 0; j < 4; ++j) q[j] = vcombine_u8(vld1_u8(ob + 8 * (p0 + j)), vld1_u8(ob + 8 * (p0 + j + 4)));
+      transpose8x8(q);
+#pragma GCC unroll 8
+      for (int c = 0; c < 8; ++c) {
+        if (c >= nc) break;
+        const uint8x8_t v = c % 2 ? vget_high_u8(q[c / 2]) : vget_low_u8(q[c / 2]);
+        uint8_t* dst = out + c * P + p0;
+        if (c * P + p0 + 8 <= nc * P) {
+          vst1_u8(dst, v);
+        } else {
+          store_head(dst, v, std::min<int64_t>(8, P - p0));
+        }
+      }
+    }
+  }
+}
 #endif  // ETFUSE_CORE_KERNELS
 
 }  // namespace detail
 
-// The whole conv; `par` a parallel_for over planes.
+// Output maps up to this many pixels run 8 channels a vector (detail::channel_blocks), larger
+// ones plane by plane (detail::planes, whose rows fill 8 lanes).
+constexpr int64_t kChannelBlockMaxPixels = 36;
+inline bool uses_channel_blocks(const Problem& pb) { return pb.OH * pb.OW <= kChannelBlockMaxPixels; }
+
+// The whole conv; `par` a parallel_for over planes (or blocks of 8 channels).
 template <class Par>
 inline void run(const Problem& pb, Par&& par) {
   const int64_t planes = pb.N * pb.C;
   if (planes == 0 || pb.OH == 0 || pb.OW == 0) return;
+  if (uses_channel_blocks(pb)) {
+    const int64_t blocks = pb.N * ((pb.C + 7) / 8);
+    // in the float GEMM's multiply-adds (kParallelMinMacs): per output pixel of 8 channels a
+    // load and two smlal a tap, the epilogue about 16; the transposes about 1 an input
+    const int64_t per_block = pb.OH * pb.OW * (3 * pb.KH * pb.KW + 16) + 8 * pb.H * pb.W;
+    SerialBelow<Par>{par, blocks * per_block < kParallelMinMacs}(
+        int64_t(0), blocks, std::max<int64_t>(1, (int64_t(1) << 15) / std::max<int64_t>(1, per_block)),
+        [&](int64_t b, int64_t e) { detail::channel_blocks(pb, b, e); });
+    return;
+  }
   // in the float GEMM's multiply-adds (kParallelMinMacs): 8 outputs a vector, a tap 2 smlal and
   // a load, the epilogue about 16 a vector, the conversion about 1 an input
   const int64_t per_plane = pb.OH * ((pb.OW + 7) / 8) * (3 * pb.KH * pb.KW + 16) + pb.H * pb.W;
