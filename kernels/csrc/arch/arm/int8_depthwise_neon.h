@@ -172,15 +172,16 @@ ETFUSE_ALWAYS_INLINE void transpose8x8(uint8x16_t (&q)[4]) {
   q[3] = vreinterpretq_u8_u32(vzip2q_u32(b1, b3));
 }
 
-// 8 rows of 8 bytes from rows[j * pitch] (j < n; rows past n repeat row 0), transposed.
-ETFUSE_ALWAYS_INLINE void load_transposed(const uint8_t* rows, int64_t pitch, int n, uint8x16_t (&q)[4]) {
+// 8 rows of 8 bytes at row[j] + at, transposed.
+ETFUSE_ALWAYS_INLINE void load_transposed(const uint8_t* const (&row)[8], int64_t at, uint8x16_t (&q)[4]) {
 #pragma GCC unroll 4
-  for (int j = 0; j < 4; ++j) {
-    const uint8_t* lo = rows + (j < n ? j : 0) * pitch;
-    const uint8_t* hi = rows + (j + 4 < n ? j + 4 : 0) * pitch;
-    q[j] = vcombine_u8(vld1_u8(lo), vld1_u8(hi));
-  }
+  for (int j = 0; j < 4; ++j) q[j] = vcombine_u8(vld1_u8(row[j] + at), vld1_u8(row[j + 4] + at));
   transpose8x8(q);
+}
+
+// Where the 8 rows of a block of nc (<= 8) start, `pitch` apart; rows past nc repeat row 0.
+ETFUSE_ALWAYS_INLINE void block_rows(const uint8_t* first, int64_t pitch, int nc, const uint8_t* (&row)[8]) {
+  for (int j = 0; j < 8; ++j) row[j] = first + (j < nc ? j : 0) * pitch;
 }
 
 // The first m (< 8) bytes of v at dst.
@@ -201,11 +202,11 @@ ETFUSE_ALWAYS_INLINE void store_head(uint8_t* dst, uint8x8_t v, int64_t m) {
 // The block's P output pixels: the taps over xb + out_at[q] ([Hp][Wp][8]) -> 8 bytes at
 // ob + 8 q. Taps: the count, or 0 (`taps`). Weights and offsets in locals: the byte stores could
 // alias the buffers they come from.
-template <int Taps>
+template <int Taps, core::arm::Range R>
 ETFUSE_NEON_NOCONTRACT ETFUSE_ALWAYS_INLINE void block_pixels(const int16_t* xb, const int64_t* out_at, int64_t P,
                                                               const int64_t* off_in, int taps,
                                                               const int16x8_t* w_in, const float32x4_t (&sb)[4],
-                                                              bool has_bias, const ep::RequantNeon& e, uint8_t* ob) {
+                                                              const ep::RequantNeon& e, uint8_t* ob) {
   constexpr bool kFixed = Taps > 0;
   int16x8_t wl[kFixed ? Taps : 1];
   int64_t ol[kFixed ? Taps : 1];
@@ -225,12 +226,10 @@ ETFUSE_NEON_NOCONTRACT ETFUSE_ALWAYS_INLINE void block_pixels(const int16_t* xb,
       a0 = vmlal_s16(a0, vget_low_s16(v), vget_low_s16(w[k]));
       a1 = vmlal_high_s16(a1, v, w[k]);
     }
-    float32x4_t y0 = vmulq_f32(vcvtq_f32_s32(a0), sb[0]), y1 = vmulq_f32(vcvtq_f32_s32(a1), sb[1]);
-    if (has_bias) {
-      y0 = vaddq_f32(y0, sb[2]);
-      y1 = vaddq_f32(y1, sb[3]);
-    }
-    vst1_u8(ob + 8 * q, core::arm::requant8(e, y0, y1));
+    // the biases are 0 without: y + 0 is y
+    const float32x4_t y0 = vaddq_f32(vmulq_f32(vcvtq_f32_s32(a0), sb[0]), sb[2]);
+    const float32x4_t y1 = vaddq_f32(vmulq_f32(vcvtq_f32_s32(a1), sb[1]), sb[3]);
+    vst1_u8(ob + 8 * q, core::arm::requant8<R>(e, y0, y1));
   }
 }
 
@@ -249,30 +248,35 @@ ETFUSE_NEON_NOCONTRACT void channel_blocks(const Problem& pb, int64_t b0, int64_
   thread_local std::vector<int16x8_t> wbuf;
   thread_local std::vector<uint8_t> obuf, copy;
   thread_local std::vector<int64_t> offsets;
+  thread_local std::vector<int16_t*> to_buf;
   // the padding stays 0: only interiors are written; 8 more: where pixels past the map go
   xbuf.assign(static_cast<size_t>(Hp * Wp * 8 + 8), 0);
   wbuf.resize(static_cast<size_t>(taps8));
   obuf.resize(static_cast<size_t>(P8 * 8));
   copy.resize(std::max(copy.size(), static_cast<size_t>(8 * std::max(HW, taps) + 16)));
-  // where input pixel p goes, where output pixel q reads, where tap k is (int16 elements), in
-  // one array: no division in the loops
-  offsets.resize(static_cast<size_t>(HW8 + P + taps));
-  int64_t* const in_to = offsets.data();
-  int64_t* const out_at = in_to + HW8;
-  int64_t* const off = out_at + P;
+  int16_t* const xb = xbuf.data();
+  // where input pixel p goes (past the map: a slot no tap reads); where output pixel q reads and
+  // where tap k is (int16 elements): no division in the loops
+  to_buf.resize(static_cast<size_t>(HW8));
+  int16_t** const in_to = to_buf.data();
   for (int64_t ih = 0, p = 0; ih < pb.H; ++ih)
-    for (int64_t iw = 0; iw < pb.W; ++iw, ++p) in_to[p] = ((ih + pb.padding[0]) * Wp + iw + pb.padding[1]) * 8;
-  for (int64_t p = HW; p < HW8; ++p) in_to[p] = Hp * Wp * 8;  // past the map: a slot no tap reads
+    for (int64_t iw = 0; iw < pb.W; ++iw, ++p) in_to[p] = xb + ((ih + pb.padding[0]) * Wp + iw + pb.padding[1]) * 8;
+  for (int64_t p = HW; p < HW8; ++p) in_to[p] = xb + Hp * Wp * 8;
+  offsets.resize(static_cast<size_t>(P + taps));
+  int64_t* const out_at = offsets.data();
+  int64_t* const off = out_at + P;
   for (int64_t oh = 0, q = 0; oh < pb.OH; ++oh)
     for (int64_t ow = 0; ow < pb.OW; ++ow, ++q) out_at[q] = (oh * s * Wp + ow * s) * 8;
   for (int64_t kh = 0; kh < pb.KH; ++kh)
     for (int64_t kw = 0; kw < KW; ++kw) off[kh * KW + kw] = (kh * Wp + kw) * 8;
   const ep::RequantNeon e = core::arm::requant_neon(pb.requant);
+  const core::arm::Range range = core::arm::range_of(pb.requant, pb.x_signed);
   const bool has_bias = pb.requant.bias != nullptr;
   const uint8_t* const x_end = pb.x + pb.N * pb.C * HW;
   const int8_t* const w_end = pb.wq + pb.C * taps;
-  const uint8x16_t zp8 = vdupq_n_u8(static_cast<uint8_t>(static_cast<int32_t>(pb.x_zero_point)));
-  int16_t* const xb = xbuf.data();
+  // x - x_zp as an unsigned difference: int8 bytes flipped to x + 128, the zero point moved alike
+  const uint8x16_t flip = vdupq_n_u8(pb.x_signed ? 0x80 : 0);
+  const uint8x16_t zp8 = vdupq_n_u8(static_cast<uint8_t>(static_cast<int32_t>(pb.x_zero_point) + (pb.x_signed ? 128 : 0)));
   for (int64_t blk = b0; blk < b1; ++blk) {
     const int64_t n = blk / B, c0 = blk % B * 8;
     const int nc = static_cast<int>(std::min<int64_t>(8, pb.C - c0));
@@ -283,23 +287,17 @@ ETFUSE_NEON_NOCONTRACT void channel_blocks(const Problem& pb, int64_t b0, int64_
       std::memcpy(copy.data(), x, static_cast<size_t>(nc * HW));
       x = copy.data();
     }
+    const uint8_t* row[8];
+    block_rows(x, HW, nc, row);
     for (int64_t p0 = 0; p0 < HW; p0 += 8) {
       uint8x16_t q[4];
-      load_transposed(x + p0, HW, nc, q);
-      const int64_t* to = in_to + p0;
+      load_transposed(row, p0, q);
+      int16_t* const* to = in_to + p0;
 #pragma GCC unroll 4
-      for (int j = 0; j < 4; ++j) {  // pixels 2j, 2j + 1: x - x_zp wraps to the right int16
-        int16x8_t lo, hi;
-        if (pb.x_signed) {
-          const int8x16_t v = vreinterpretq_s8_u8(q[j]), z = vreinterpretq_s8_u8(zp8);
-          lo = vsubl_s8(vget_low_s8(v), vget_low_s8(z));
-          hi = vsubl_high_s8(v, z);
-        } else {
-          lo = vreinterpretq_s16_u16(vsubl_u8(vget_low_u8(q[j]), vget_low_u8(zp8)));
-          hi = vreinterpretq_s16_u16(vsubl_high_u8(q[j], zp8));
-        }
-        vst1q_s16(xb + to[2 * j], lo);
-        vst1q_s16(xb + to[2 * j + 1], hi);
+      for (int j = 0; j < 4; ++j) {  // pixels 2j, 2j + 1: the difference wraps to the right int16
+        const uint8x16_t v = veorq_u8(q[j], flip);
+        vst1q_s16(to[2 * j], vreinterpretq_s16_u16(vsubl_u8(vget_low_u8(v), vget_low_u8(zp8))));
+        vst1q_s16(to[2 * j + 1], vreinterpretq_s16_u16(vsubl_high_u8(v, zp8)));
       }
     }
     // the block's weights [taps][8 channels] as int16 w - w_zp, 8 taps at a time transposed as the input
@@ -308,12 +306,13 @@ ETFUSE_NEON_NOCONTRACT void channel_blocks(const Problem& pb, int64_t b0, int64_
       std::memcpy(copy.data(), w, static_cast<size_t>(nc * taps));
       w = reinterpret_cast<const int8_t*>(copy.data());
     }
+    block_rows(reinterpret_cast<const uint8_t*>(w), taps, nc, row);
     int16_t zw[8] = {};
     for (int j = 0; pb.w_zp && j < nc; ++j) zw[j] = static_cast<int16_t>(pb.w_zp[c0 + j]);  // integral
     const int16x8_t zwv = vld1q_s16(zw);
     for (int64_t k0 = 0; k0 < taps; k0 += 8) {
       uint8x16_t q[4];
-      load_transposed(reinterpret_cast<const uint8_t*>(w) + k0, taps, nc, q);
+      load_transposed(row, k0, q);
 #pragma GCC unroll 4
       for (int j = 0; j < 4; ++j) {
         const int8x16_t v = vreinterpretq_s8_u8(q[j]);
@@ -322,20 +321,37 @@ ETFUSE_NEON_NOCONTRACT void channel_blocks(const Problem& pb, int64_t b0, int64_
       }
     }
     // the channels' scales and biases by lane (zero past nc)
-    float sb[4][4] = {};
-    std::memcpy(sb[0], pb.requant.scale + c0, sizeof(float) * static_cast<size_t>(nc));
-    if (has_bias) std::memcpy(sb[2], pb.requant.bias + c0, sizeof(float) * static_cast<size_t>(nc));
-    const float32x4_t sv[4] = {vld1q_f32(sb[0]), vld1q_f32(sb[1]), vld1q_f32(sb[2]), vld1q_f32(sb[3])};
+    float32x4_t sv[4];
+    if (nc == 8) {
+      sv[0] = vld1q_f32(pb.requant.scale + c0), sv[1] = vld1q_f32(pb.requant.scale + c0 + 4);
+      sv[2] = sv[3] = vdupq_n_f32(0.0f);
+      if (has_bias) sv[2] = vld1q_f32(pb.requant.bias + c0), sv[3] = vld1q_f32(pb.requant.bias + c0 + 4);
+    } else {
+      float sb[4][4] = {};
+      std::memcpy(sb[0], pb.requant.scale + c0, sizeof(float) * static_cast<size_t>(nc));
+      if (has_bias) std::memcpy(sb[2], pb.requant.bias + c0, sizeof(float) * static_cast<size_t>(nc));
+      for (int j = 0; j < 4; ++j) sv[j] = vld1q_f32(sb[j]);
+    }
     uint8_t* const ob = obuf.data();
     const int16x8_t* const wv = wbuf.data();
-    if (taps == 9) {
-      block_pixels<9>(xb, out_at, P, off, 9, wv, sv, has_bias, e, ob);
-    } else {
-      block_pixels<0>(xb, out_at, P, off, static_cast<int>(taps), wv, sv, has_bias, e, ob);
+    const int tp = static_cast<int>(taps);
+    switch (range) {
+      case core::arm::Range::kInt8:
+        if (taps == 9) block_pixels<9, core::arm::Range::kInt8>(xb, out_at, P, off, tp, wv, sv, e, ob);
+        else block_pixels<0, core::arm::Range::kInt8>(xb, out_at, P, off, tp, wv, sv, e, ob);
+        break;
+      case core::arm::Range::kUint8:
+        if (taps == 9) block_pixels<9, core::arm::Range::kUint8>(xb, out_at, P, off, tp, wv, sv, e, ob);
+        else block_pixels<0, core::arm::Range::kUint8>(xb, out_at, P, off, tp, wv, sv, e, ob);
+        break;
+      default:
+        if (taps == 9) block_pixels<9, core::arm::Range::kClamp>(xb, out_at, P, off, tp, wv, sv, e, ob);
+        else block_pixels<0, core::arm::Range::kClamp>(xb, out_at, P, off, tp, wv, sv, e, ob);
     }
     // out: 8 pixels of the 8 channels at a time, the last (partial) 8 first: its 8-byte stores
     // run into the next plane's first pixels, which the later ones write; inside the block only
     uint8_t* const out = pb.out + (n * pb.C + c0) * P;
+    const int64_t region = nc * P;
     for (int64_t p0 = (P - 1) / 8 * 8; p0 >= 0; p0 -= 8) {
       uint8x16_t q[4];
       for (int j = 0; j < 4; ++j) q[j] = vcombine_u8(vld1_u8(ob + 8 * (p0 + j)), vld1_u8(ob + 8 * (p0 + j + 4)));
@@ -345,7 +361,7 @@ ETFUSE_NEON_NOCONTRACT void channel_blocks(const Problem& pb, int64_t b0, int64_
         if (c >= nc) break;
         const uint8x8_t v = c % 2 ? vget_high_u8(q[c / 2]) : vget_low_u8(q[c / 2]);
         uint8_t* dst = out + c * P + p0;
-        if (c * P + p0 + 8 <= nc * P) {
+        if (c * P + p0 + 8 <= region) {
           vst1_u8(dst, v);
         } else {
           store_head(dst, v, std::min<int64_t>(8, P - p0));
@@ -359,8 +375,9 @@ ETFUSE_NEON_NOCONTRACT void channel_blocks(const Problem& pb, int64_t b0, int64_
 }  // namespace detail
 
 // Output maps up to this many pixels run 8 channels a vector (detail::channel_blocks), larger
-// ones plane by plane (detail::planes, whose rows fill 8 lanes).
-constexpr int64_t kChannelBlockMaxPixels = 36;
+// ones plane by plane (detail::planes): the blocks ran fewer instructions on MobileNetV2's maps
+// up to 24x24 (half on 12x12, 5% on 24x24), 10% more on 48x48 (docs/performance.md).
+constexpr int64_t kChannelBlockMaxPixels = 576;
 inline bool uses_channel_blocks(const Problem& pb) { return pb.OH * pb.OW <= kChannelBlockMaxPixels; }
 
 // The whole conv; `par` a parallel_for over planes (or blocks of 8 channels).
