@@ -12,7 +12,7 @@ import pytest
 
 import isa_checks
 
-FLOAT_CASES, KERNEL_CASES, DW_CASES = 2248, 1544, 1000
+FLOAT_CASES, KERNEL_CASES, DW_CASES = 2252, 1552, 1000
 
 
 @pytest.mark.parametrize("optimize", ["-O3", "-O0"])

@@ -296,7 +296,9 @@ std::vector<Conv> conv_cases() {
   const int64_t spatial[][9] = {// Cin, H, W, Cout, KH, KW, stride, pad, dil
                                 {3, 9, 11, 8, 3, 3, 2, 1, 1},  {5, 7, 7, 17, 3, 3, 1, 1, 1}, {4, 12, 10, 24, 3, 3, 2, 1, 1},
                                 {2, 6, 9, 5, 1, 3, 1, 0, 1},   {3, 10, 10, 9, 3, 3, 1, 2, 2}, {7, 5, 6, 3, 2, 2, 2, 0, 1},
-                                {16, 8, 8, 16, 1, 1, 2, 0, 1}, {6, 13, 17, 40, 5, 5, 3, 2, 1}};
+                                {16, 8, 8, 16, 1, 1, 2, 0, 1}, {6, 13, 17, 40, 5, 5, 3, 2, 1},
+                                // stride 2 over rows of 16 outputs and more (aarch64's im2col: a vld2 per 16)
+                                {3, 5, 37, 8, 3, 3, 2, 1, 1},  {3, 4, 64, 9, 3, 3, 2, 1, 1}};
   for (const auto& s : spatial) {
     Conv c;
     c.Cin = s[0], c.H = s[1], c.W = s[2], c.Cout = s[3], c.KH = s[4], c.KW = s[5], c.stride = s[6], c.pad = s[7],

@@ -387,6 +387,8 @@ inline void im2col_base(const Geometry& g, const uint8_t* x, uint8_t pad, uint8_
 inline void im2col(const Geometry& g, const uint8_t* x, uint8_t pad, uint8_t* padded, uint8_t* col) {
 #if ETFUSE_HAVE_X86_DISPATCH
   detail::im2col(g, x, pad, padded, col);
+#elif ETFUSE_HAVE_ARM_NEON
+  arm::im2col(g, x, pad, padded, col);
 #else
   detail::im2col_base(g, x, pad, padded, col);
 #endif

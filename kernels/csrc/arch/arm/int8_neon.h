@@ -62,6 +62,7 @@ void quads_from_rows(const int8_t* rows, int64_t C, int64_t K, int8_t* quads, in
 void wide_from_panels(const int8_t* panels, int64_t C, int64_t K, int16_t* wide);
 
 #if defined(ETFUSE_CORE_KERNELS)
+using core::arm::Range;
 using core::arm::requant8;
 using core::arm::RequantNeon;
 
@@ -109,30 +110,33 @@ inline const uint8_t* tile_rows(const Problem& pb, const uint8_t* x, int64_t p0,
   acc[6][v] = vdotq_laneq_s32(acc[6][v], x, w1, 2);          \
   acc[7][v] = vdotq_laneq_s32(acc[7][v], x, w1, 3)
 
-// Channel m's 8 sums -> 8 bytes: requant_store8's steps, with the block's scales and biases in
-// registers (sv, bv: lanes by channel) instead of reloaded per channel past the byte stores.
+// Channel m's 8 sums -> 8 bytes q_: requant_store8's steps, with the block's scales and biases in
+// registers (sv, bv: lanes by channel, biases 0 without: y + 0 is y) instead of reloaded per
+// channel past the byte stores.
 #define ETFUSE_REQUANT_DOT(m)                                                                        \
-  if (m < rows) {                                                                                    \
-    float32x4_t y0 = vmulq_laneq_f32(vcvtq_f32_s32(acc[m][0]), sv[m / 4], m % 4);                    \
-    float32x4_t y1 = vmulq_laneq_f32(vcvtq_f32_s32(acc[m][1]), sv[m / 4], m % 4);                    \
-    if (has_bias) {                                                                                  \
-      const float32x4_t b_ = vdupq_laneq_f32(bv[m / 4], m % 4);                                      \
-      y0 = vaddq_f32(y0, b_);                                                                        \
-      y1 = vaddq_f32(y1, b_);                                                                        \
-    }                                                                                                \
-    const uint8x8_t q_ = requant8(e, y0, y1);                                                        \
-    uint8_t* dst_ = o + (m) * P;                                                                     \
-    if (full) {                                                                                      \
-      vst1_u8(dst_, q_);                                                                             \
-    } else {                                                                                         \
-      uint8_t t_[8];                                                                                 \
-      vst1_u8(t_, q_);                                                                               \
-      std::memcpy(dst_, t_, static_cast<size_t>(npx - s));                                          \
-    }                                                                                                \
+  float32x4_t y0 = vmulq_laneq_f32(vcvtq_f32_s32(acc[m][0]), sv[m / 4], m % 4);                      \
+  float32x4_t y1 = vmulq_laneq_f32(vcvtq_f32_s32(acc[m][1]), sv[m / 4], m % 4);                      \
+  y0 = vaddq_f32(y0, vdupq_laneq_f32(bv[m / 4], m % 4));                                             \
+  y1 = vaddq_f32(y1, vdupq_laneq_f32(bv[m / 4], m % 4));                                             \
+  const uint8x8_t q_ = requant8<R>(e, y0, y1)
+
+// Channel m of a whole micro tile (8 channels, 8 pixels), or of a partial one.
+#define ETFUSE_STORE_DOT(m)     \
+  {                             \
+    ETFUSE_REQUANT_DOT(m);      \
+    vst1_u8(o + (m) * P, q_);   \
+  }
+#define ETFUSE_STORE_DOT_PART(m)                                           \
+  if (m < rows) {                                                          \
+    ETFUSE_REQUANT_DOT(m);                                                 \
+    uint8_t t_[8];                                                         \
+    vst1_u8(t_, q_);                                                       \
+    std::memcpy(o + (m) * P, t_, static_cast<size_t>(std::min<int64_t>(kPx, npx - s))); \
   }
 
-ETFUSE_NEON_DOT void tile_dot(const Problem& pb, const Weights& w, int64_t n, int64_t t, int64_t c_begin,
-                              int64_t c_end) {
+template <Range R>
+ETFUSE_NEON_DOT ETFUSE_ALWAYS_INLINE void tile_dot_range(const Problem& pb, const Weights& w, int64_t n, int64_t t,
+                                                         int64_t c_begin, int64_t c_end) {
   thread_local std::vector<int8_t> xq_buf;
   const int64_t K4 = k_padded(pb.K), p0 = t * kTile, npx = std::min(kTile, pb.P - p0);
   if (static_cast<int64_t>(xq_buf.size()) < K4 * kTile) xq_buf.resize(static_cast<size_t>(K4 * kTile));
@@ -174,7 +178,6 @@ ETFUSE_NEON_DOT void tile_dot(const Problem& pb, const Weights& w, int64_t n, in
   const RequantNeon e = core::arm::requant_neon(pb.requant);
   const float* const scale = pb.requant.scale;
   const float* const bias = pb.requant.bias;
-  const bool has_bias = bias != nullptr;
   uint8_t* const out = pb.out + n * pb.C * pb.P + p0;
   const int64_t P = pb.P;  // in a register: the byte stores may alias pb
   for (int64_t c0 = c_begin; c0 < c_end; c0 += kCh) {
@@ -182,7 +185,7 @@ ETFUSE_NEON_DOT void tile_dot(const Problem& pb, const Weights& w, int64_t n, in
     const int rows = static_cast<int>(std::min<int64_t>(kCh, pb.C - c0));
     float sb[2][kCh] = {};  // the block's scales and biases, zero past C
     std::memcpy(sb[0], scale + c0, sizeof(float) * static_cast<size_t>(rows));
-    if (has_bias) std::memcpy(sb[1], bias + c0, sizeof(float) * static_cast<size_t>(rows));
+    if (bias) std::memcpy(sb[1], bias + c0, sizeof(float) * static_cast<size_t>(rows));
     const float32x4_t sv[2] = {vld1q_f32(sb[0]), vld1q_f32(sb[0] + 4)};
     const float32x4_t bv[2] = {vld1q_f32(sb[1]), vld1q_f32(sb[1] + 4)};
     const int32x4_t z0 = vld1q_s32(w.starts + c0), z1 = vld1q_s32(w.starts + c0 + 4);
@@ -220,19 +223,40 @@ ETFUSE_NEON_DOT void tile_dot(const Problem& pb, const Weights& w, int64_t n, in
         ETFUSE_DOT8(0, x0);
         ETFUSE_DOT8(1, x1);
       }
-      const bool full = npx - s >= kPx;
-      ETFUSE_REQUANT_DOT(0)
-      ETFUSE_REQUANT_DOT(1)
-      ETFUSE_REQUANT_DOT(2)
-      ETFUSE_REQUANT_DOT(3)
-      ETFUSE_REQUANT_DOT(4)
-      ETFUSE_REQUANT_DOT(5)
-      ETFUSE_REQUANT_DOT(6)
-      ETFUSE_REQUANT_DOT(7)
+      if (npx - s >= kPx && rows == kCh) {
+        ETFUSE_STORE_DOT(0)
+        ETFUSE_STORE_DOT(1)
+        ETFUSE_STORE_DOT(2)
+        ETFUSE_STORE_DOT(3)
+        ETFUSE_STORE_DOT(4)
+        ETFUSE_STORE_DOT(5)
+        ETFUSE_STORE_DOT(6)
+        ETFUSE_STORE_DOT(7)
+      } else {
+        ETFUSE_STORE_DOT_PART(0)
+        ETFUSE_STORE_DOT_PART(1)
+        ETFUSE_STORE_DOT_PART(2)
+        ETFUSE_STORE_DOT_PART(3)
+        ETFUSE_STORE_DOT_PART(4)
+        ETFUSE_STORE_DOT_PART(5)
+        ETFUSE_STORE_DOT_PART(6)
+        ETFUSE_STORE_DOT_PART(7)
+      }
     }
   }
 }
+#undef ETFUSE_STORE_DOT_PART
+#undef ETFUSE_STORE_DOT
 #undef ETFUSE_REQUANT_DOT
+
+ETFUSE_NEON_DOT void tile_dot(const Problem& pb, const Weights& w, int64_t n, int64_t t, int64_t c_begin,
+                              int64_t c_end) {
+  switch (core::arm::range_of(pb.requant, pb.x_signed)) {
+    case Range::kInt8: return tile_dot_range<Range::kInt8>(pb, w, n, t, c_begin, c_end);
+    case Range::kUint8: return tile_dot_range<Range::kUint8>(pb, w, n, t, c_begin, c_end);
+    default: return tile_dot_range<Range::kClamp>(pb, w, n, t, c_begin, c_end);
+  }
+}
 #undef ETFUSE_DOT8
 
 #define ETFUSE_MLAL(m, lane)                                  \
@@ -294,27 +318,46 @@ static void quad_sums(const int8_t* quads, int64_t C8, int64_t K4, int32_t* sums
 }
 
 // The packed ops' panels [C16 / 16][K][16] (zero past C) -> quads: 4 rows of a panel's 16
-// channels are one k-quad of two 8-channel blocks, a 4 x 16 byte transpose in two rounds of zips.
+// channels are one k-quad of two 8-channel blocks, a 4 x 16 byte transpose in two rounds of zips;
+// the channels' sums taken from the transposed vectors in the same pass (pairwise adds).
 void quads_from_panels(const int8_t* panels, int64_t C, int64_t K, int8_t* quads, int32_t* sums) {
-  const int64_t C8 = (C + kCh - 1) / kCh * kCh, K4 = k_padded(K);
+  const int64_t C8 = (C + kCh - 1) / kCh * kCh, K4 = k_padded(K), whole = K / 4 * 4;
   for (int64_t p = 0; p < (C + 15) / 16; ++p) {
     const int8_t* panel = panels + p * K * 16;
     int8_t* lo = quads + 2 * p * K4 * kCh;
-    int8_t* hi = 16 * p + kCh < C8 ? lo + K4 * kCh : nullptr;  // no second block past C8
-    for (int64_t k = 0; k < K4; k += 4) {
-      int8x16_t r[4];
-      for (int j = 0; j < 4; ++j) r[j] = k + j < K ? vld1q_s8(panel + (k + j) * 16) : vdupq_n_s8(0);
+    const bool two = 16 * p + kCh < C8;  // no second block past C8
+    int8_t* hi = two ? lo + K4 * kCh : lo;  // (one block: its stores go to the first block's, rewritten after)
+    int32x4_t s[4] = {vdupq_n_s32(0), vdupq_n_s32(0), vdupq_n_s32(0), vdupq_n_s32(0)};
+    const auto quad = [&](const int8x16_t (&r)[4], int64_t k) {
       const int16x8_t a = vreinterpretq_s16_s8(vzip1q_s8(r[0], r[1])), b = vreinterpretq_s16_s8(vzip2q_s8(r[0], r[1]));
       const int16x8_t c = vreinterpretq_s16_s8(vzip1q_s8(r[2], r[3])), d = vreinterpretq_s16_s8(vzip2q_s8(r[2], r[3]));
-      vst1q_s8(lo + k * kCh, vreinterpretq_s8_s16(vzip1q_s16(a, c)));
-      vst1q_s8(lo + k * kCh + 16, vreinterpretq_s8_s16(vzip2q_s16(a, c)));
-      if (hi) {
-        vst1q_s8(hi + k * kCh, vreinterpretq_s8_s16(vzip1q_s16(b, d)));
-        vst1q_s8(hi + k * kCh + 16, vreinterpretq_s8_s16(vzip2q_s16(b, d)));
-      }
+      const int8x16_t q[4] = {vreinterpretq_s8_s16(vzip1q_s16(b, d)), vreinterpretq_s8_s16(vzip2q_s16(b, d)),
+                              vreinterpretq_s8_s16(vzip1q_s16(a, c)), vreinterpretq_s8_s16(vzip2q_s16(a, c))};
+      // the high block first: with one block, `hi` is `lo` and the low block's stores win
+      vst1q_s8(hi + k * kCh, q[0]);
+      vst1q_s8(hi + k * kCh + 16, q[1]);
+      vst1q_s8(lo + k * kCh, q[2]);
+      vst1q_s8(lo + k * kCh + 16, q[3]);
+      for (int j = 0; j < 4; ++j) s[j] = vpadalq_s16(s[j], vpaddlq_s8(q[j]));
+    };
+    int64_t k = 0;
+    for (; k < whole; k += 4) {
+      const int8x16_t r[4] = {vld1q_s8(panel + k * 16), vld1q_s8(panel + k * 16 + 16), vld1q_s8(panel + k * 16 + 32),
+                              vld1q_s8(panel + k * 16 + 48)};
+      quad(r, k);
+    }
+    if (k < K4) {  // the last rows, zero past K
+      int8x16_t r[4];
+      for (int j = 0; j < 4; ++j) r[j] = k + j < K ? vld1q_s8(panel + (k + j) * 16) : vdupq_n_s8(0);
+      quad(r, k);
+    }
+    vst1q_s32(sums + 16 * p, s[2]);
+    vst1q_s32(sums + 16 * p + 4, s[3]);
+    if (two) {
+      vst1q_s32(sums + 16 * p + 8, s[0]);
+      vst1q_s32(sums + 16 * p + 12, s[1]);
     }
   }
-  quad_sums(quads, C8, K4, sums);
 }
 
 // Rows [C][K] -> quads (`quads` zeroed by the caller): 16 k of a row are 4 quads' words.
@@ -353,6 +396,35 @@ void wide_from_panels(const int8_t* panels, int64_t C, int64_t K, int16_t* wide)
 #endif  // ETFUSE_CORE_KERNELS
 
 }  // namespace detail
+
+// The spatial convs' im2col (core/int8_pointwise.h's im2col_base), with the stride-2 rows one
+// vld2 per 16 outputs: its even bytes (the first conv of MobileNetV2, 3x3 stride 2 over 96x96: 27
+// rows of 48 bytes an output row, copied byte by byte). The last vector of a row reads one byte
+// past its last tap: inside `padded`'s 64 spare bytes.
+inline void im2col(const int8_epilogue::Geometry& g, const uint8_t* x, uint8_t pad, uint8_t* padded, uint8_t* col) {
+  const int64_t Hp = g.H + 2 * g.padding[0], Wp = g.W + 2 * g.padding[1], P = g.OH * g.OW;
+  std::memset(padded, pad, static_cast<size_t>(g.C * Hp * Wp));
+  for (int64_t c = 0; c < g.C; ++c)
+    for (int64_t y = 0; y < g.H; ++y)
+      std::memcpy(padded + (c * Hp + y + g.padding[0]) * Wp + g.padding[1], x + (c * g.H + y) * g.W, static_cast<size_t>(g.W));
+  for (int64_t c = 0; c < g.C; ++c)
+    for (int64_t kh = 0; kh < g.KH; ++kh)
+      for (int64_t kw = 0; kw < g.KW; ++kw) {
+        uint8_t* dst = col + ((c * g.KH + kh) * g.KW + kw) * P;
+        for (int64_t oh = 0; oh < g.OH; ++oh, dst += g.OW) {
+          const uint8_t* src = padded + (c * Hp + oh * g.stride[0] + kh * g.dilation[0]) * Wp + kw * g.dilation[1];
+          if (g.stride[1] == 1) {
+            std::memcpy(dst, src, static_cast<size_t>(g.OW));
+          } else if (g.stride[1] == 2) {
+            int64_t ow = 0;
+            for (; ow + 16 <= g.OW; ow += 16) vst1q_u8(dst + ow, vld2q_u8(src + 2 * ow).val[0]);
+            for (; ow < g.OW; ++ow) dst[ow] = src[2 * ow];
+          } else {
+            for (int64_t ow = 0; ow < g.OW; ++ow) dst[ow] = src[ow * g.stride[1]];
+          }
+        }
+      }
+}
 
 // The kernel's weight layout, in buffers of the calling thread kept between calls.
 inline Weights prepare(const Problem& pb, bool dot) {
