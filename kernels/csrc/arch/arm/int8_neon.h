@@ -145,18 +145,37 @@ ETFUSE_NEON_DOT ETFUSE_ALWAYS_INLINE void tile_dot_range(const Problem& pb, cons
   const uint8_t* const x_end = pb.x + pb.N * pb.K * pb.P;
   // interleave: 4 rows of 16 pixels -> 16 groups of 4 k (two rounds of zips), flipped for uint8.
   // Past the tile's pixels a load reads the next row's (their sums are never stored); only past
-  // the input's end it copies the row's last pixels.
-  const int8x16_t flip = vdupq_n_s8(pb.x_signed ? 0 : static_cast<int8_t>(0x80));
+  // the input's end it copies the row's last pixels. K and P in locals: the stores may alias pb.
+  const int64_t K = pb.K, P = pb.P;
+  const bool flips = !pb.x_signed;
+  const int8x16_t flip = vdupq_n_s8(flips ? static_cast<int8_t>(0x80) : 0);
   const int64_t groups = (npx + 15) / 16;
-  for (int64_t k = 0; k < K4; k += 4) {
-    const bool whole = k + 4 <= pb.K && x + (k + 3) * pb.P + 16 * groups <= x_end;  // no row to check
+  const auto zip_store = [](const int8x16_t (&r)[4], int8_t* dst) {
+    const int16x8_t a = vreinterpretq_s16_s8(vzip1q_s8(r[0], r[1])), b = vreinterpretq_s16_s8(vzip2q_s8(r[0], r[1]));
+    const int16x8_t c = vreinterpretq_s16_s8(vzip1q_s8(r[2], r[3])), d = vreinterpretq_s16_s8(vzip2q_s8(r[2], r[3]));
+    vst1q_s8(dst, vreinterpretq_s8_s16(vzip1q_s16(a, c)));
+    vst1q_s8(dst + 16, vreinterpretq_s8_s16(vzip2q_s16(a, c)));
+    vst1q_s8(dst + 32, vreinterpretq_s8_s16(vzip1q_s16(b, d)));
+    vst1q_s8(dst + 48, vreinterpretq_s8_s16(vzip2q_s16(b, d)));
+  };
+  int64_t k = 0;
+  for (; k + 4 <= K && x + (k + 3) * P + 16 * groups <= x_end; k += 4) {  // 4 rows, in place
+    const int8_t* src = reinterpret_cast<const int8_t*>(x + k * P);
+    int8_t* dst = xq + k * kTile;
+    for (int64_t g = 0; g < groups; ++g, src += 16, dst += 64) {
+      int8x16_t r[4] = {vld1q_s8(src), vld1q_s8(src + P), vld1q_s8(src + 2 * P), vld1q_s8(src + 3 * P)};
+      if (flips) {
+        for (int j = 0; j < 4; ++j) r[j] = veorq_s8(r[j], flip);
+      }
+      zip_store(r, dst);
+    }
+  }
+  for (; k < K4; k += 4) {  // rows past K (zero) or near the input's end
     for (int64_t g = 0; g < groups; ++g) {
       int8x16_t r[4];
       for (int j = 0; j < 4; ++j) {
-        const uint8_t* src = x + (k + j) * pb.P + 16 * g;
-        if (whole) {
-          r[j] = veorq_s8(vld1q_s8(reinterpret_cast<const int8_t*>(src)), flip);
-        } else if (k + j >= pb.K) {
+        const uint8_t* src = x + (k + j) * P + 16 * g;
+        if (k + j >= K) {
           r[j] = vdupq_n_s8(0);
         } else if (src + 16 <= x_end) {
           r[j] = veorq_s8(vld1q_s8(reinterpret_cast<const int8_t*>(src)), flip);
@@ -166,20 +185,13 @@ ETFUSE_NEON_DOT ETFUSE_ALWAYS_INLINE void tile_dot_range(const Problem& pb, cons
           r[j] = veorq_s8(vld1q_s8(last), flip);
         }
       }
-      const int16x8_t a = vreinterpretq_s16_s8(vzip1q_s8(r[0], r[1])), b = vreinterpretq_s16_s8(vzip2q_s8(r[0], r[1]));
-      const int16x8_t c = vreinterpretq_s16_s8(vzip1q_s8(r[2], r[3])), d = vreinterpretq_s16_s8(vzip2q_s8(r[2], r[3]));
-      int8_t* dst = xq + (k * kTile + 64 * g);
-      vst1q_s8(dst, vreinterpretq_s8_s16(vzip1q_s16(a, c)));
-      vst1q_s8(dst + 16, vreinterpretq_s8_s16(vzip2q_s16(a, c)));
-      vst1q_s8(dst + 32, vreinterpretq_s8_s16(vzip1q_s16(b, d)));
-      vst1q_s8(dst + 48, vreinterpretq_s8_s16(vzip2q_s16(b, d)));
+      zip_store(r, xq + (k * kTile + 64 * g));
     }
   }
   const RequantNeon e = core::arm::requant_neon(pb.requant);
   const float* const scale = pb.requant.scale;
   const float* const bias = pb.requant.bias;
   uint8_t* const out = pb.out + n * pb.C * pb.P + p0;
-  const int64_t P = pb.P;  // in a register: the byte stores may alias pb
   for (int64_t c0 = c_begin; c0 < c_end; c0 += kCh) {
     const int8_t* wb = w.quads + (c0 / kCh) * K4 * kCh;
     const int rows = static_cast<int>(std::min<int64_t>(kCh, pb.C - c0));
