@@ -184,21 +184,6 @@ ETFUSE_ALWAYS_INLINE void block_rows(const uint8_t* first, int64_t pitch, int nc
   for (int j = 0; j < 8; ++j) row[j] = first + (j < nc ? j : 0) * pitch;
 }
 
-// The first m (< 8) bytes of v at dst.
-ETFUSE_ALWAYS_INLINE void store_head(uint8_t* dst, uint8x8_t v, int64_t m) {
-  if (m & 4) {
-    vst1_lane_u32(reinterpret_cast<uint32_t*>(dst), vreinterpret_u32_u8(v), 0);
-    v = vext_u8(v, v, 4);
-    dst += 4;
-  }
-  if (m & 2) {
-    vst1_lane_u16(reinterpret_cast<uint16_t*>(dst), vreinterpret_u16_u8(v), 0);
-    v = vext_u8(v, v, 2);
-    dst += 2;
-  }
-  if (m & 1) vst1_lane_u8(dst, v, 0);
-}
-
 // The block's P output pixels: the taps over xb + out_at[q] ([Hp][Wp][8]) -> 8 bytes at
 // ob + 8 q. Taps: the count, or 0 (`taps`). Weights and offsets in locals: the byte stores could
 // alias the buffers they come from.
@@ -364,7 +349,7 @@ ETFUSE_NEON_NOCONTRACT void channel_blocks(const Problem& pb, int64_t b0, int64_
         if (c * P + p0 + 8 <= region) {
           vst1_u8(dst, v);
         } else {
-          store_head(dst, v, std::min<int64_t>(8, P - p0));
+          core::arm::store_bytes(dst, v, P - p0);
         }
       }
     }

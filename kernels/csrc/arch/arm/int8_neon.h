@@ -76,14 +76,7 @@ ETFUSE_NEON_NOCONTRACT ETFUSE_ALWAYS_INLINE void requant_store8(const Requant& r
     y0 = vaddq_f32(y0, b);
     y1 = vaddq_f32(y1, b);
   }
-  const uint8x8_t b = requant8(e, y0, y1);
-  if (n >= 8) {
-    vst1_u8(dst, b);
-  } else {
-    uint8_t t[8];
-    vst1_u8(t, b);
-    std::memcpy(dst, t, static_cast<size_t>(n));
-  }
+  core::arm::store_bytes(dst, requant8(e, y0, y1), n);
 }
 
 // The task's pixels [p0, p0 + npx) of x[K][P]: in place, or (a tile past P's end) copied into
@@ -126,12 +119,10 @@ inline const uint8_t* tile_rows(const Problem& pb, const uint8_t* x, int64_t p0,
     ETFUSE_REQUANT_DOT(m);      \
     vst1_u8(o + (m) * P, q_);   \
   }
-#define ETFUSE_STORE_DOT_PART(m)                                           \
-  if (m < rows) {                                                          \
-    ETFUSE_REQUANT_DOT(m);                                                 \
-    uint8_t t_[8];                                                         \
-    vst1_u8(t_, q_);                                                       \
-    std::memcpy(o + (m) * P, t_, static_cast<size_t>(std::min<int64_t>(kPx, npx - s))); \
+#define ETFUSE_STORE_DOT_PART(m)                      \
+  if (m < rows) {                                     \
+    ETFUSE_REQUANT_DOT(m);                            \
+    core::arm::store_bytes(o + (m) * P, q_, npx - s); \
   }
 
 template <Range R>

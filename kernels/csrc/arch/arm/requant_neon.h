@@ -48,6 +48,26 @@ ETFUSE_ALWAYS_INLINE uint8x8_t requant8(const RequantNeon& e, float32x4_t y0, fl
   return vmovn_u16(vreinterpretq_u16_s16(vminq_s16(vmaxq_s16(v, e.lo), e.hi)));  // inside [-128, 255]
 }
 
+// The first m bytes of v at dst (all 8 from m = 8) by lane stores: a memcpy of a variable length
+// is a library call, around which the caller's vector registers are spilled.
+ETFUSE_ALWAYS_INLINE void store_bytes(uint8_t* dst, uint8x8_t v, int64_t m) {
+  if (m >= 8) {
+    vst1_u8(dst, v);
+    return;
+  }
+  if (m & 4) {
+    vst1_lane_u32(reinterpret_cast<uint32_t*>(dst), vreinterpret_u32_u8(v), 0);
+    v = vext_u8(v, v, 4);
+    dst += 4;
+  }
+  if (m & 2) {
+    vst1_lane_u16(reinterpret_cast<uint16_t*>(dst), vreinterpret_u16_u8(v), 0);
+    v = vext_u8(v, v, 2);
+    dst += 2;
+  }
+  if (m & 1) vst1_lane_u8(dst, v, 0);
+}
+
 }  // namespace arm
 }  // namespace core
 }  // namespace etfuse
