@@ -10,8 +10,9 @@ import pytest
 
 import isa_checks
 
-CASES = 663  # conv2d_check's cases per ISA
-ROWS = 233  # of them, the depthwise convs that detail::depthwise_rows takes on NEON
+CASES = 683  # conv2d_check's cases per ISA
+ROWS = 4  # of them, the depthwise convs that detail::depthwise_rows takes on NEON
+BLOCKS = 262  # and detail::depthwise_blocks_neon
 
 
 # -O0 too: nothing inlined that need not be (a vector passed between functions of different ISAs)
@@ -27,5 +28,5 @@ def test_x86_convs_match_the_reference_on_every_isa_of_this_cpu(optimize):
 def test_aarch64_convs_match_the_reference_on_the_portable_and_neon_paths(cpu):
     binary = isa_checks.build("conv2d_check.cpp", "aarch64-linux-gnu-g++", "-static")
     out = isa_checks.run(isa_checks.qemu_aarch64(cpu, binary))
-    assert out.splitlines() == [f"isa baseline: {CASES} cases match, 0 on depthwise rows",
-                                f"isa neon: {CASES} cases match, {ROWS} on depthwise rows"], out
+    assert out.splitlines() == [f"isa baseline: {CASES} cases match, 0 on depthwise rows, 0 on depthwise blocks",
+                                f"isa neon: {CASES} cases match, {ROWS} on depthwise rows, {BLOCKS} on depthwise blocks"], out

@@ -2,7 +2,8 @@
 // ("baseline", "avx2", "avx512" on x86-64; "baseline", "neon" on aarch64): depthwise 3x3, 5x5 and
 // 7x7 at stride 1 and 2 with padding 0-3 (also unequal), odd map sizes from 1 to 37 wide, channel
 // counts not multiples of 4, two images, strided input and output planes; the direct conv of a
-// stem (groups 1, 1-3 input channels, 1-17 output channels) and a grouped one; each with and
+// stem (groups 1, 1-3 input channels, 1-17 output channels), a grouped one and wider convs
+// (5-16 input channels, 13-24 output channels, output rows 12-30 wide); each with and
 // without bias, per-channel scale (a folded batch norm) and the clamp (none, min, both). The
 // work is split into ranges of tasks as a thread pool would. tests/test_conv2d_isa.py builds it
 // natively and for aarch64 (run under qemu-aarch64). Prints one line per ISA checked, with how
@@ -39,7 +40,7 @@ Layout make_layout(int64_t n, int64_t c, int64_t h, int64_t w, int64_t row) {
   return l;
 }
 
-int rows_cases = 0;
+int rows_cases = 0, blocks_cases = 0;
 
 bool check(const Case& c, const char* isa) {
   conv::Params p;
@@ -76,7 +77,11 @@ bool check(const Case& c, const char* isa) {
     return false;
   }
   if (c.epilogue & 2) pb.scale = scale.data(), pb.scale_s = 1;
-  if (conv::uses_depthwise_rows(pb)) ++rows_cases;
+  if (conv::uses_depthwise_blocks(pb)) {
+    ++blocks_cases;
+  } else if (conv::uses_depthwise_rows(pb)) {
+    ++rows_cases;
+  }
   // tasks in ranges of `grain`, as the thread pool hands them out
   conv::run(pb, [](int64_t begin, int64_t end, int64_t grain, auto&& fn) {
     for (int64_t b = begin; b < end; b += grain) fn(b, b + grain < end ? b + grain : end);
@@ -134,7 +139,7 @@ int main() {
   for (const char* isa : isas) {
     if (!etfuse::core::set_isa(isa) || std::strcmp(etfuse::core::current_isa_name(), isa) != 0) continue;
     int cases = 0;
-    rows_cases = 0;
+    rows_cases = blocks_cases = 0;
     int variant = 0;  // cycles through the epilogues, clamps and layouts
     // depthwise
     for (int64_t K : {3, 5, 7})
@@ -150,6 +155,15 @@ int main() {
               if (!check(c, isa)) return 1;
               ++cases;
             }
+    // depthwise maps past the NEON blocks kernel's pixels (its rows kernel's)
+    for (int64_t K : {3, 5})
+      for (int64_t s : {1, 2}) {
+        const Case c{1, 5, 5, 5, s == 1 ? 52 : 100, s == 1 ? 50 : 98, K, K, s, s, K / 2, K / 2, variant % 4, variant % 3,
+                     variant % 5 == 0};
+        ++variant;
+        if (!check(c, isa)) return 1;
+        ++cases;
+      }
     // the direct conv: a stem (groups 1) and a grouped conv, 3x3
     for (int64_t s : {1, 2})
       for (int64_t Cin : {1, 3})
@@ -163,7 +177,20 @@ int main() {
               if (!check(c, isa)) return 1;
               ++cases;
             }
-    std::printf("isa %s: %d cases match, %d on depthwise rows\n", isa, cases, rows_cases);
+    // wide output rows with more channels (groups 1): NEON's direct kernel takes them whatever
+    // the channels (Kernels::direct_rows), 8 planes a block and the remainder
+    for (int64_t s : {1, 2})
+      for (int64_t Cin : {5, 16})
+        for (int64_t Cout : {13, 24})
+          for (const auto& hw : {std::array<int64_t, 2>{14, 25}, std::array<int64_t, 2>{27, 30}}) {
+            const Case c{1 + variant % 2, Cin, Cout, 1, hw[0], hw[1], 3, 3, s, s, 1, variant % 2, variant % 4,
+                         variant % 3, variant % 5 == 0};
+            ++variant;
+            if (!check(c, isa)) return 1;
+            ++cases;
+          }
+    std::printf("isa %s: %d cases match, %d on depthwise rows, %d on depthwise blocks\n", isa, cases, rows_cases,
+                blocks_cases);
     ++checked;
   }
   return checked > 0 ? 0 : 1;

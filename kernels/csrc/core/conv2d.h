@@ -613,10 +613,12 @@ ETFUSE_TARGET_AVX512 void split_rows_avx512(const Problem& pb, const PhaseGeom& 
 // input vector for two); x86's 16 hold 2 x 4.
 constexpr int kDirectPlanes = ETFUSE_HAVE_ARM_NEON ? 4 : 2;
 
-// direct_planes' blocks: direct_block, the weights laid out [plane][tap]. An ISA's own (e.g.
-// arm::DirectNeon) may take them [tap][kDirectPlanes] (kLaneWeights).
+// direct_planes' blocks: direct_block, the weights laid out [plane][tap], up to kPlanes planes
+// summed together. An ISA's own (e.g. arm::DirectNeon) may take them [tap][kPlanes]
+// (kLaneWeights), and more planes.
 struct PortableBlocks {
   static constexpr bool kLaneWeights = false;
+  static constexpr int kPlanes = kDirectPlanes;
   template <int W, int U, int P>
   ETFUSE_ALWAYS_INLINE static void block(int64_t q, const float* seed, int64_t taps, const float* const* tap,
                                          const float* wl, float lo, float hi, float* acc, int64_t acc_s) {
@@ -624,13 +626,13 @@ struct PortableBlocks {
   }
 };
 
-// Blocks::block over `np` (2 .. kDirectPlanes) planes
-template <class Blocks, int W, int U>
+// Blocks::block over `np` (2 .. P, P <= Blocks::kPlanes) planes
+template <class Blocks, int W, int U, int P = Blocks::kPlanes>
 ETFUSE_ALWAYS_INLINE void planes_block(int np, int64_t q, const float* seed, int64_t taps, const float* const* tap,
                                        const float* wl, float lo, float hi, float* acc, int64_t acc_s) {
-  if constexpr (kDirectPlanes >= 4) {
-    if (np == 4) return Blocks::template block<W, U, 4>(q, seed, taps, tap, wl, lo, hi, acc, acc_s);
-    if (np == 3) return Blocks::template block<W, U, 3>(q, seed, taps, tap, wl, lo, hi, acc, acc_s);
+  if constexpr (P > 2) {
+    if (np == P) return Blocks::template block<W, U, P>(q, seed, taps, tap, wl, lo, hi, acc, acc_s);
+    return planes_block<Blocks, W, U, P - 1>(np, q, seed, taps, tap, wl, lo, hi, acc, acc_s);
   }
   Blocks::template block<W, U, 2>(q, seed, taps, tap, wl, lo, hi, acc, acc_s);
 }
@@ -638,6 +640,7 @@ ETFUSE_ALWAYS_INLINE void planes_block(int np, int64_t q, const float* seed, int
 template <int W, class Blocks = PortableBlocks>
 ETFUSE_ALWAYS_INLINE void direct_planes(const Problem& pb, int64_t t0, int64_t t1, const float* split) {
   constexpr int U = kDirectBlock;  // the largest block of output vectors (direct_block)
+  constexpr int kPlanes = Blocks::kPlanes;
   const Params& p = pb.p;
   const int64_t Cout = pb.lo.sizes[1], OH = pb.lo.sizes[2], OW = pb.lo.sizes[3];
   const int64_t KH = pb.lw.sizes[2], KW = pb.lw.sizes[3];
@@ -650,15 +653,15 @@ ETFUSE_ALWAYS_INLINE void direct_planes(const Problem& pb, int64_t t0, int64_t t
   const int64_t LP = (L + W - 1) / W * W;  // rounded up to whole vectors
   const int64_t taps = Cg * KH * KW;
   // The phase planes of the group's Cg channels, zero slack for the last block's over-read,
-  // then the flat sums of up to kDirectPlanes output planes.
+  // then the flat sums of up to kPlanes output planes.
   const int64_t own = split ? 0 : Cg * channel + W * U, acc_s = LP + W * U;
-  std::vector<float> buf(static_cast<size_t>(own + kDirectPlanes * acc_s), 0.0f);
+  std::vector<float> buf(static_cast<size_t>(own + kPlanes * acc_s), 0.0f);
   const float* phases = split ? split : buf.data();
   float* __restrict acc = buf.data() + own;
   std::vector<const float*> tap(static_cast<size_t>(taps));
-  std::vector<float> wl(static_cast<size_t>(kDirectPlanes * taps));
+  std::vector<float> wl(static_cast<size_t>(kPlanes * taps));
   // weight k of plane p at wl[wk_at(p, k)]
-  const auto wk_at = [taps](int p, int64_t k) { return Blocks::kLaneWeights ? k * kDirectPlanes + p : p * taps + k; };
+  const auto wk_at = [taps](int p, int64_t k) { return Blocks::kLaneWeights ? k * kPlanes + p : p * taps + k; };
   geom.taps(pb, phases, tap.data());
   const bool flat_w = pb.lw.strides[3] == 1 && pb.lw.strides[2] == KW && pb.lw.strides[1] == KH * KW;
   for (int64_t t = t0; t < t1;) {
@@ -670,10 +673,10 @@ ETFUSE_ALWAYS_INLINE void direct_planes(const Problem& pb, int64_t t0, int64_t t
     // together: every input vector loaded then feeds np multiply-adds. One at a time, the
     // loads bound the loop (one a multiply-add, half of them across a cache line).
     int np = 1;
-    while (np < kDirectPlanes && t + np < t1 && co + np < Cout && (split || (co + np) / mult == group)) ++np;
+    while (np < kPlanes && t + np < t1 && co + np < Cout && (split || (co + np) / mult == group)) ++np;
     // The per-channel scale is folded into the weights, so clamp(conv * s + b) costs what
     // clamp(conv + b) does; the bias seeds the sums.
-    float seed[kDirectPlanes];
+    float seed[kPlanes];
     for (int p = 0; p < np; ++p) {
       const float* wk = pb.w + (co + p) * pb.lw.strides[0];
       const float s = pb.scale ? pb.scale[(co + p) * pb.scale_s] : 1.0f;
@@ -693,6 +696,18 @@ ETFUSE_ALWAYS_INLINE void direct_planes(const Problem& pb, int64_t t0, int64_t t
     // one block of 2, 4 or 8 (over-reading into the slack), so no sum is a single latency-bound
     // chain of Cg * KH * KW multiply-adds.
     for (int64_t q = 0; q < LP;) {
+      if constexpr (kPlanes > 4) {
+        if (np > 4) {  // 5-8 planes (aarch64): 3 vectors of each, 24 sums in registers
+          if (LP - q > 2 * W) {
+            planes_block<Blocks, W, 3>(np, q, seed, taps, tap.data(), wl.data(), lo_v, hi_v, acc, acc_s);
+            q += 3 * W;
+          } else {
+            planes_block<Blocks, W, 2>(np, q, seed, taps, tap.data(), wl.data(), lo_v, hi_v, acc, acc_s);
+            q += 2 * W;
+          }
+          continue;
+        }
+      }
       if (np >= 2) {
         if (LP - q > 2 * W) {
           planes_block<Blocks, W, 4>(np, q, seed, taps, tap.data(), wl.data(), lo_v, hi_v, acc, acc_s);
@@ -1253,6 +1268,64 @@ void depthwise_rows_neon(const Problem& pb, int64_t t0, int64_t t1) {
   depthwise_rows<arm::DepthwiseNeon>(pb, t0, t1);
 }
 #endif
+
+// A depthwise conv (multiplier 1, arm::ChannelsNeon's K and S, input rows 1 float a step), 4
+// channels a vector. Block t: image t / B, channels [t % B * 4, + 4), B = ceil(C / 4); a last
+// partial block reads its first channel for the missing ones and stores them to scratch.
+void depthwise_blocks_neon(const Problem& pb, int64_t t0, int64_t t1);
+#if defined(ETFUSE_CORE_KERNELS)
+void depthwise_blocks_neon(const Problem& pb, int64_t t0, int64_t t1) {
+  const Params& p = pb.p;
+  const int64_t C = pb.lo.sizes[1], OH = pb.lo.sizes[2], OW = pb.lo.sizes[3], P = OH * OW;
+  const int64_t H = pb.li.sizes[2], Wd = pb.li.sizes[3], K = pb.lw.sizes[2], S = p.stride[0];
+  const int64_t ph = p.padding[0], pw = p.padding[1], PH = H + 2 * ph, PW = Wd + 2 * pw;
+  const int64_t B = (C + 3) / 4;
+  thread_local std::vector<float> buf_v, sums_v, spare_v;
+  buf_v.assign(static_cast<size_t>(PH * PW * 4), 0.0f);  // the border stays 0
+  if (sums_v.size() < static_cast<size_t>(P * 4)) sums_v.resize(static_cast<size_t>(P * 4));
+  if (spare_v.size() < static_cast<size_t>(P)) spare_v.resize(static_cast<size_t>(P));
+  float* const buf = buf_v.data();
+  float* const sums = sums_v.data();
+  float lo_v, hi_v;
+  clamp_bounds(p, lo_v, hi_v);
+  const auto rows = arm::ChannelsNeon::pick(K, S, p.has_max ? 2 : p.has_min ? 1 : 0);
+  const bool flat_out = pb.lo.strides[3] == 1 && pb.lo.strides[2] == OW;
+  alignas(16) float wt[25 * 4], seed[4];
+  for (int64_t t = t0; t < t1; ++t) {
+    const int64_t n = t / B, c0 = t % B * 4, nc = C - c0 < 4 ? C - c0 : 4;
+    const float* src[4];
+    for (int c = 0; c < 4; ++c) src[c] = pb.in + n * pb.li.strides[0] + (c0 + (c < nc ? c : 0)) * pb.li.strides[1];
+    for (int64_t ih = 0; ih < H; ++ih) {
+      const float* row[4] = {src[0] + ih * pb.li.strides[2], src[1] + ih * pb.li.strides[2],
+                             src[2] + ih * pb.li.strides[2], src[3] + ih * pb.li.strides[2]};
+      arm::ChannelsNeon::interleave(row, Wd, buf + ((ih + ph) * PW + pw) * 4);
+    }
+    // the per-channel scale folded into the weights, the bias as the sums' seed
+    for (int c = 0; c < 4; ++c) {
+      const int64_t co = c0 + (c < nc ? c : 0);
+      const float sc = pb.scale ? pb.scale[co * pb.scale_s] : 1.0f;
+      const float* wk = pb.w + co * pb.lw.strides[0];
+      for (int64_t kh = 0; kh < K; ++kh)
+        for (int64_t kw = 0; kw < K; ++kw) wt[(kh * K + kw) * 4 + c] = wk[kh * pb.lw.strides[2] + kw * pb.lw.strides[3]] * sc;
+      seed[c] = pb.bias ? pb.bias[co * pb.bias_s] : 0.0f;
+    }
+    rows(buf, PW, wt, seed, lo_v, hi_v, OH, OW, sums);
+    float* dst[4];
+    for (int c = 0; c < 4; ++c) dst[c] = c < nc ? pb.out + n * pb.lo.strides[0] + (c0 + c) * pb.lo.strides[1] : spare_v.data();
+    if (flat_out) {
+      arm::ChannelsNeon::deinterleave(sums, P, dst);
+    } else {
+      for (int64_t oh = 0; oh < OH; ++oh) {
+        float* const d[4] = {dst[0] + (dst[0] == spare_v.data() ? 0 : oh * pb.lo.strides[2]),
+                             dst[1] + (dst[1] == spare_v.data() ? 0 : oh * pb.lo.strides[2]),
+                             dst[2] + (dst[2] == spare_v.data() ? 0 : oh * pb.lo.strides[2]),
+                             dst[3] + (dst[3] == spare_v.data() ? 0 : oh * pb.lo.strides[2])};
+        arm::ChannelsNeon::deinterleave(sums + oh * OW * 4, OW, d);
+      }
+    }
+  }
+}
+#endif
 #endif
 
 // The GEMM's output side for output channels co0... of image n, with the per-channel scale, bias
@@ -1501,6 +1574,8 @@ ETFUSE_TARGET_AVX512 void tap_panels_avx512(const TapTask& t, int64_t b, int64_t
 #endif
 #endif  // ETFUSE_HAVE_X86_DISPATCH
 
+constexpr int64_t kDirectNeonRows = 12;  // Kernels::direct_rows on NEON
+
 // conv2d's kernels on one ISA: the one place they are chosen. A null entry is a path that ISA
 // does not take (run_paths goes on to the next).
 struct Kernels {
@@ -1509,13 +1584,22 @@ struct Kernels {
   void (*depthwise_channels)(const Problem&, int64_t, int64_t);
   int64_t channels_width;                                      // depthwise_channels' vector width
   void (*depthwise_rows)(const Problem&, int64_t, int64_t);    // NEON
-  void (*depthwise_blocks)(const Problem&, int64_t, int64_t);  // AVX-512
+  void (*depthwise_blocks)(const Problem&, int64_t, int64_t);  // AVX-512, NEON
 #if ETFUSE_HAVE_X86_DISPATCH
   // run_phase_gemm's tile loop and phase split, its panel width and rows (AVX2 and up)
   void (*tap_panels)(const TapTask&, int64_t, int64_t) = nullptr;
   void (*split_rows)(const Problem&, const PhaseGeom&, int64_t, int64_t, float*, const PhaseRows&) = nullptr;
   int64_t tap_nr = 0, tap_mr = 0;
 #endif
+  // Spatial convs (groups 1) whose output rows are at least this wide take `direct` whatever
+  // their channels (0: only is_direct's few-channel ones). NEON's 8-plane blocks are a GEMM
+  // tile that reads B in place from the phase planes: no window packing. Measured on
+  // neoverse-n1 (instructions per call, implicit GEMM -> direct): 32 -> 64 stride 2 on 64x64
+  // 8.26 -> 7.19 M, 16 -> 64 on 55x55 12.4 -> 10.4, 32 -> 128 on 27x27 12.8 -> 10.3, 48 -> 192 on
+  // 13x13 6.58 -> 6.32, 64 -> 64 on 24x24 9.28 -> 8.18, 128 -> 128 on 12x12 10.97 -> 9.49, a 7x7
+  // stride-2 stem to 48x48 9.66 -> 8.30; on 8x8 the dropped columns (2 of 10) lose (64 -> 64:
+  // 1.27 -> 1.31), 16x16 is even (64 -> 128: 7.75 vs 7.81).
+  int64_t direct_rows = 0;
 };
 
 inline Kernels kernels(Isa isa) {
@@ -1532,7 +1616,8 @@ inline Kernels kernels(Isa isa) {
 #if ETFUSE_HAVE_ARM_NEON
     case Isa::kNeonDot:
     case Isa::kNeon:
-      return {&direct_neon, &depthwise_flat_baseline, &depthwise_channels_baseline, 4, &depthwise_rows_neon, nullptr};
+      return {&direct_neon, &depthwise_flat_baseline, &depthwise_channels_baseline, 4, &depthwise_rows_neon,
+              &depthwise_blocks_neon, kDirectNeonRows};
 #endif
     default:
       return {&direct_baseline, &depthwise_flat_baseline, &depthwise_channels_baseline, 4, nullptr, nullptr};
@@ -1806,6 +1891,8 @@ inline bool is_direct(const Problem& pb) {
   const int64_t Mg = pb.lo.sizes[1] / pb.p.groups;
   const int64_t K = pb.li.sizes[1] / pb.p.groups * pb.lw.sizes[2] * pb.lw.sizes[3];
   const bool spatial = pb.lw.sizes[2] * pb.lw.sizes[3] > 1;  // a 1x1 packs by memcpy (pack_windows)
+  const int64_t rows = detail::kernels(selected_isa()).direct_rows;
+  if (spatial && pb.p.groups == 1 && rows > 0 && pb.lo.sizes[3] >= rows) return true;
   return is_depthwise(pb) || (spatial && (K <= kDirectShortK || (Mg <= kDirectMaxOutputs && K <= kDirectMaxK)));
 }
 
@@ -1843,11 +1930,24 @@ inline bool uses_depthwise_rows(const Problem& pb) {
 #endif
 }
 
+// On NEON (detail::depthwise_blocks_neon, 4 channels a vector) up to this many output pixels,
+// ahead of the rows kernel. Measured on neoverse-n1 (instructions per call, rows -> blocks):
+// 64 channels on 25x5 180 -> 82 K, 128 on 6x6 101 -> 56, 256 on 3x3 134 -> 63, 128 on 12x12
+// 236 -> 138, 96 on 24x24 506 -> 347, 32 on 48x48 512 -> 434, 64 stride 2 to 12x12 165 -> 99,
+// 120 5x5 on 12x12 356 -> 247, 16 stride 2 to 48x48 527 -> 332.
+constexpr int64_t kBlocksNeonMaxPixels = 48 * 48;
+
 inline bool uses_depthwise_blocks(const Problem& pb) {
 #if ETFUSE_HAVE_X86_DISPATCH
   return detail::kernels(selected_isa()).depthwise_blocks && is_depthwise(pb) && pb.lo.sizes[1] == pb.p.groups &&
       pb.lo.sizes[2] * pb.lo.sizes[3] <= kBlocksMaxPixels && pb.li.strides[3] == 1 &&
       pb.li.strides[2] == pb.li.sizes[3] && pb.lo.strides[3] == 1 && pb.lo.strides[2] == pb.lo.sizes[3];
+#elif ETFUSE_HAVE_ARM_NEON
+  const Params& p = pb.p;
+  return detail::kernels(selected_isa()).depthwise_blocks && is_depthwise(pb) && pb.lo.sizes[1] == p.groups &&
+      pb.lo.sizes[2] * pb.lo.sizes[3] <= kBlocksNeonMaxPixels && pb.lw.sizes[2] == pb.lw.sizes[3] &&
+      p.stride[0] == p.stride[1] && p.dilation[0] == 1 && p.dilation[1] == 1 && pb.li.strides[3] == 1 &&
+      pb.lo.strides[3] == 1 && arm::ChannelsNeon::supports(pb.lw.sizes[2], p.stride[0]);
 #else
   (void)pb;
   return false;
@@ -1892,12 +1992,13 @@ inline void run_paths(const Problem& pb, Par&& par) {
     detail::run_packed(pb, par);
     return;
   }
-#if ETFUSE_HAVE_X86_DISPATCH
+#if ETFUSE_HAVE_X86_DISPATCH || ETFUSE_HAVE_ARM_NEON
   if (uses_depthwise_blocks(pb)) {
-    const int64_t blocks = N * ((Cout + 15) / 16);
-    // per block: a tap is one FMA for 16 channels, the transposes and stores about 16 an output
+    constexpr int64_t bw = ETFUSE_HAVE_ARM_NEON ? 4 : 16;  // channels a block: NEON's vector, AVX-512's
+    const int64_t blocks = N * ((Cout + bw - 1) / bw);
+    // per block: a tap is one FMA for bw channels, the transposes and stores about 16 an output
     // and 8 an input, all about 4 times the GEMM's cost per multiply-add
-    const int64_t per_block = 64 * (OH * OW * (pb.lw.sizes[2] * pb.lw.sizes[3] + 16) + 8 * pb.li.sizes[2] * pb.li.sizes[3]);
+    const int64_t per_block = bw * 4 * (OH * OW * (pb.lw.sizes[2] * pb.lw.sizes[3] + 16) + 8 * pb.li.sizes[2] * pb.li.sizes[3]);
     SerialBelow<Par&>{par, blocks * per_block < kParallelMinMacs}(
         int64_t(0), blocks, 1, [&](int64_t b, int64_t e) { detail::kernels(selected_isa()).depthwise_blocks(pb, b, e); });
     return;
