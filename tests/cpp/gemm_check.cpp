@@ -2,7 +2,8 @@
 // ("baseline", "avx2", "avx512" on x86-64; "baseline", "neon" on aarch64): edge tiles (M, N, K
 // not multiples of the tile), K in several slices, A by rows, by columns (the transposed
 // problems' adjacent rows) and strided, B by rows, transposed, prepacked and read in place, C transposed,
-// and the epilogue (per-row scale, per-column bias, residual, clamp). tests/test_gemm_isa.py
+// and the epilogue (per-row or per-column scale or none, per-column bias, residual, clamp); rows up
+// to 100 (two row blocks) and 70 columns (NEON packs A's tiles from 4 panels on). tests/test_gemm_isa.py
 // builds it natively and for aarch64 (run under qemu-aarch64). Prints one line per ISA checked;
 // exits 1 at the first mismatch, naming the case.
 #define ETFUSE_CORE_KERNELS 1
@@ -25,6 +26,7 @@ struct Case {
   int b_layout;  // 0 rows, 1 transposed ([N, K]), 2 prepacked panels, 3 rows N + 3 apart read in place
   bool c_transposed, epilogue, clamp;
   bool column_scale = false;  // the scale per column (conv2d's transposed problems: per output channel)
+  bool no_scale = false;  // the epilogue without the scale (a linear's bias and residual)
 };
 
 bool check(const Case& c, const char* isa) {
@@ -66,7 +68,7 @@ bool check(const Case& c, const char* isa) {
   g.clamp = c.clamp;
   g.act_min = -0.5f, g.act_max = 0.75f;
   if (c.epilogue) {
-    g.scale = scale.data(), g.scale_rs = c.column_scale ? 0 : 1, g.scale_cs = c.column_scale ? 1 : 0;
+    if (!c.no_scale) g.scale = scale.data(), g.scale_rs = c.column_scale ? 0 : 1, g.scale_cs = c.column_scale ? 1 : 0;
     g.bias = bias.data(), g.bias_rs = 0, g.bias_cs = 1;
     g.residual = residual.data(), g.residual_rs = g.c_rs, g.residual_cs = g.c_cs;
   }
@@ -79,16 +81,16 @@ bool check(const Case& c, const char* isa) {
         magnitude += std::fabs(double(A(i, k)) * double(B(k, j)));
       }
       double want = sum;
-      const float sc = scale[c.column_scale ? j : i];
+      const float sc = c.no_scale ? 1.0f : scale[c.column_scale ? j : i];
       if (c.epilogue) want = want * sc + bias[j] + residual[i * g.c_rs + j * g.c_cs];
       if (c.clamp) want = want < g.act_min ? g.act_min : (want > g.act_max ? g.act_max : want);
       const double got = out[i * g.c_rs + j * g.c_cs];
       const double tol = 1e-5 * (magnitude * (c.epilogue ? std::fabs(sc) + 1 : 1) + 1);
       if (!(std::fabs(got - want) <= tol)) {
         std::printf("MISMATCH isa=%s M=%lld N=%lld K=%lld a_layout=%d b_layout=%d c_transposed=%d epilogue=%d "
-                    "clamp=%d column_scale=%d at (%lld, %lld): got %.7g, want %.7g\n",
+                    "clamp=%d column_scale=%d no_scale=%d at (%lld, %lld): got %.7g, want %.7g\n",
                     isa, (long long)M, (long long)N, (long long)K, c.a_layout, c.b_layout, int(c.c_transposed),
-                    int(c.epilogue), int(c.clamp), int(c.column_scale), (long long)i, (long long)j, got, want);
+                    int(c.epilogue), int(c.clamp), int(c.column_scale), int(c.no_scale), (long long)i, (long long)j, got, want);
         return false;
       }
     }
@@ -100,8 +102,8 @@ bool check(const Case& c, const char* isa) {
 
 int main() {
   const char* isas[] = {"baseline", "avx2", "avx512", "neon"};
-  const int64_t rows[] = {1, 2, 3, 4, 5, 7, 13, 37};
-  const int64_t cols[] = {1, 7, 16, 17, 40};
+  const int64_t rows[] = {1, 2, 3, 4, 5, 7, 13, 37, 100};
+  const int64_t cols[] = {1, 7, 16, 17, 40, 70};
   const int64_t depths[] = {1, 3, 4, 9, 64, 300};
   int checked = 0;
   for (const char* isa : isas) {
@@ -112,9 +114,9 @@ int main() {
         for (int64_t K : depths)
           for (int a_layout = 0; a_layout < 3; ++a_layout)
             for (int b_layout = 0; b_layout < 4; ++b_layout)
-              for (int variant = 0; variant < 4; ++variant) {
+              for (int variant = 0; variant < 5; ++variant) {
                 const Case c{M, N, K, a_layout, b_layout, variant == 1 || variant == 3, variant != 0, variant >= 2,
-                             variant == 3};
+                             variant == 3, variant == 4};
                 if (!check(c, isa)) return 1;
                 ++cases;
               }

@@ -724,6 +724,10 @@ void tiles_baseline(const Args& g, int64_t t0, int64_t t1, int64_t mblocks, int6
 // 4 x 16: 16 of the 32 vector registers hold sums, 4 hold A's values, 4 B's; NR
 // = kPanel reads a prepacked weight in place.
 void tiles_neon(const Args& g, int64_t t0, int64_t t1, int64_t mblocks, int64_t mc) {
+  if (arm::use_packed_a(g, mblocks)) {
+    arm::tiles_packed_a(g, t0, t1, mblocks, mc);
+    return;
+  }
   tiles_impl<4, 16, 4, arm::NeonAccumulate>(g, t0, t1, mblocks, mc);
 }
 #endif

@@ -17,6 +17,7 @@
 
 #include <cstdint>
 #include <cstring>
+#include <vector>
 
 #include "arch/arm/gemm_4x16_asm.h"
 #include "core/common.h"
@@ -231,6 +232,182 @@ inline void packed_rows_neon_impl(const Args& g, int64_t p0, int64_t p1) {
   int64_t i = 0;
   for (; i + 2 <= g.M; i += 2) packed_rows_block_neon<2>(g, i, p0, p1);
   if (i < g.M) packed_rows_block_neon<1>(g, i, p0, p1);
+}
+
+// ---- A packed per 4-row tile (tiles_neon's path for a prepacked B) ------------------------------
+// A linear's rows are read by the tile once per column panel: with each row's four k values in
+// its own register, 4 loads per 64 fmla. Packed once per call as [k][rows] per tile of 4 (or 3)
+// rows, a tile's four k steps are one ld1 of four (three) registers (packed_4x16, packed_3x16),
+// and packing costs 5 instructions per 16 floats (4 loads, one st4), paid back from the second
+// panel on.
+constexpr int64_t kPackAMaxFloats = int64_t(1) << 17;  // 512 KiB: the rows of ViT-B's 37 tokens x 3072
+constexpr int64_t kPackAMinPanels = 4;
+constexpr int64_t kPackAMaxBlocks = 64;  // row blocks: one flag each on the stack
+
+inline bool use_packed_a(const Args& g, int64_t mblocks) {
+  return mblocks > 0 && mblocks <= kPackAMaxBlocks && g.packed_b != nullptr && g.packed_b_i8 == nullptr && g.pack == nullptr && g.a_cs == 1 &&
+      g.c_cs == 1 && g.M >= 3 && g.K >= 4 && g.M * g.K <= kPackAMaxFloats && packed_panels(g.N) >= kPackAMinPanels;
+}
+
+// The accumulation of a tile whose A is packed [k][MR] (MR 4 or 3; arow[0] at its slice's first
+// k); other shapes (never given packed A) take NeonAccumulate's.
+struct PackedANeonAccumulate {
+  template <int MR, int NR, int W>
+  static ETFUSE_ALWAYS_INLINE void rows(int64_t kc, const float* const* arow, int64_t a_cs, const float* pack,
+                                        int64_t ldp, int64_t vstride, typename detail::Vec<W>::type (&acc)[MR][NR / W],
+                                        const char* prefetch) {
+    if constexpr ((MR == 4 || MR == 3) && NR == 16) {
+      float32x4_t sums[MR][4];
+      const float* a = arow[0];
+      const float* b = pack;
+      if constexpr (MR == 4)
+        packed_4x16(sums, a, b, ldp * int64_t(sizeof(float)), kc / 4);
+      else
+        packed_3x16(sums, a, b, ldp * int64_t(sizeof(float)), kc / 4);
+      for (int64_t k = kc / 4 * 4; k < kc; ++k, a += MR, b += ldp) {
+        float32x4_t bv[4];
+        for (int v = 0; v < 4; ++v) bv[v] = vld1q_f32(b + v * vstride);
+        fma_adjacent_rows<0>(sums, a, bv);
+      }
+      std::memcpy(acc, sums, sizeof(sums));
+    } else {
+      NeonAccumulate::rows<MR, NR, W>(kc, arow, a_cs, pack, ldp, vstride, acc, prefetch);
+    }
+  }
+  template <int MR, int NR, int W>
+  static ETFUSE_ALWAYS_INLINE void adjacent(int64_t kc, const float* a0, int64_t a_cs, const float* pack, int64_t ldp,
+                                            int64_t vstride, typename detail::Vec<W>::type (&acc)[MR][NR / W]) {
+    NeonAccumulate::adjacent<MR, NR, W>(kc, a0, a_cs, pack, ldp, vstride, acc);  // not reached: C's rows contiguous
+  }
+};
+
+// The rows [ib, ie) of a block in tiles_impl's near-equal tiles: each tile of mr = 4 or 3 rows
+// packed at p + i0 * K as [K][mr] (st4 / st3 interleave the rows' k values); shorter tiles
+// read A in place.
+inline void pack_a_block(const Args& g, int64_t ib, int64_t ie, float* p) {
+  const int64_t ntiles = (ie - ib + 3) / 4, base = (ie - ib) / ntiles, taller = (ie - ib) % ntiles;
+  for (int64_t t = 0, i0 = ib; t < ntiles; ++t) {
+    const int64_t mr = base + (t < taller ? 1 : 0);
+    const float* r0 = g.A + i0 * g.a_rs;
+    const float *r1 = r0 + g.a_rs, *r2 = r1 + g.a_rs, *r3 = r2 + g.a_rs;
+    float* d = p + i0 * g.K;
+    int64_t k = 0;
+    if (mr == 4) {
+      for (; k + 4 <= g.K; k += 4, d += 16) {
+        const float32x4x4_t v = {{vld1q_f32(r0 + k), vld1q_f32(r1 + k), vld1q_f32(r2 + k), vld1q_f32(r3 + k)}};
+        vst4q_f32(d, v);
+      }
+      for (; k < g.K; ++k, d += 4) d[0] = r0[k], d[1] = r1[k], d[2] = r2[k], d[3] = r3[k];
+    } else if (mr == 3) {
+      for (; k + 4 <= g.K; k += 4, d += 12) {
+        const float32x4x3_t v = {{vld1q_f32(r0 + k), vld1q_f32(r1 + k), vld1q_f32(r2 + k)}};
+        vst3q_f32(d, v);
+      }
+      for (; k < g.K; ++k, d += 3) d[0] = r0[k], d[1] = r1[k], d[2] = r2[k];
+    }
+    i0 += mr;
+  }
+}
+
+// One buffer per thread for every tiles_packed_a_impl.
+inline float* packed_a_buffer(size_t n) {
+  thread_local std::vector<float> buffer;
+  return aligned_floats(buffer, n);
+}
+
+// A packed tile's sums over the whole K (packed_4x16 / packed_3x16, then K % 4 steps by value).
+template <int MR>
+ETFUSE_ALWAYS_INLINE void packed_sums(int64_t K, const float* a, const float* b, float32x4_t (&acc)[MR][4]) {
+  if constexpr (MR == 4)
+    packed_4x16(acc, a, b, kPanel * int64_t(sizeof(float)), K / 4);
+  else
+    packed_3x16(acc, a, b, kPanel * int64_t(sizeof(float)), K / 4);
+  for (int64_t k = K / 4 * 4; k < K; ++k, a += MR, b += kPanel) {
+    float32x4_t bv[4];
+    for (int v = 0; v < 4; ++v) bv[v] = vld1q_f32(b + 4 * v);
+    fma_adjacent_rows<0>(acc, a, bv);
+  }
+}
+
+// A full panel's tile of MR (4 or 3) packed rows into C: + bias (one per column), + residual
+// (rows contiguous), clamp, chosen at compile time. micro_to_c's epilogue decides each of these per
+// vector at run time (with the bias's and the residual's strides): about 25 instructions a
+// vector, a tenth of a K = 256 tile's.
+template <int MR, bool kBias, bool kResidual, bool kClamp>
+ETFUSE_ALWAYS_INLINE void packed_tile_to_c(const Args& g, const float* a, const float* b, int64_t i0, int64_t j0) {
+  float32x4_t acc[MR][4];
+  packed_sums<MR>(g.K, a, b, acc);
+  float32x4_t bias[4];
+  if (kBias)
+    for (int v = 0; v < 4; ++v) bias[v] = vld1q_f32(g.bias + j0 + 4 * v);
+  const float32x4_t lo = vdupq_n_f32(g.act_min), hi = vdupq_n_f32(g.act_max);
+  for (int i = 0; i < MR; ++i) {
+    float* c = g.C + (i0 + i) * g.c_rs + j0;
+    const float* r = kResidual ? g.residual + (i0 + i) * g.residual_rs + j0 : nullptr;
+    for (int v = 0; v < 4; ++v) {
+      float32x4_t x = acc[i][v];
+      if (kBias) x = vaddq_f32(x, bias[v]);
+      if (kResidual) x = vaddq_f32(x, vld1q_f32(r + 4 * v));
+      if (kClamp) x = vminq_f32(vmaxq_f32(x, lo), hi);  // fmax / fmin keep NaN, as clamp_act
+      vst1q_f32(c + 4 * v, x);
+    }
+  }
+}
+
+// tiles_impl<4, 16, 4> for use_packed_a's problems: the same tasks and tiles, B's panels read in
+// place over the whole K (XNNPACK's GEMMs do not slice K either: a slice's epilogue re-read and
+// re-wrote C), A's tiles of 4 and 3 rows from the packed copy (each row block packed once, when
+// this range first reaches it). Full panels with a plain epilogue (`plain`) store straight from
+// the registers; the others go through tiles_impl's rows_tile.
+template <bool kBias, bool kResidual, bool kClamp>
+void tiles_packed_a_impl(const Args& g, int64_t t0, int64_t t1, int64_t mblocks, int64_t mc) {
+  constexpr int MR = 4, NR = 16, W = 4;
+  float* const pa = packed_a_buffer(static_cast<size_t>(g.M * g.K));
+  bool packed[kPackAMaxBlocks] = {};
+  alignas(64) float tile[MR][NR];
+  const bool plain = (!g.scale && (!g.bias || (g.bias_rs == 0 && g.bias_cs == 1)) &&
+                      (!g.residual || g.residual_cs == 1));
+  for (int64_t t = t0; t < t1; ++t) {
+    const int64_t panel = t / mblocks, block = t % mblocks;
+    const int64_t j0 = panel * NR, nr = (g.N - j0) < NR ? (g.N - j0) : NR;
+    const int64_t ib = block * mc, ie = (ib + mc) < g.M ? (ib + mc) : g.M;
+    if (!packed[block]) {
+      pack_a_block(g, ib, ie, pa);
+      packed[block] = true;
+    }
+    const float* b = g.packed_b + panel * g.K * kPanel;
+    const int64_t ntiles = (ie - ib + MR - 1) / MR, base = (ie - ib) / ntiles, taller = (ie - ib) % ntiles;
+    for (int64_t ti = 0, i0 = ib; ti < ntiles; ++ti) {
+      const int64_t mr = base + (ti < taller ? 1 : 0);
+      const float* arow[MR];
+      if (mr >= 3 && plain && nr == NR) {
+        if (mr == 4)
+          packed_tile_to_c<4, kBias, kResidual, kClamp>(g, pa + i0 * g.K, b, i0, j0);
+        else
+          packed_tile_to_c<3, kBias, kResidual, kClamp>(g, pa + i0 * g.K, b, i0, j0);
+      } else if (mr >= 3) {
+        arow[0] = pa + i0 * g.K;
+        detail::rows_tile<MR, NR, W, PackedANeonAccumulate>(g, mr, i0, j0, nr, g.K, arow, b, kPanel, W, tile, true,
+                                                            true, nullptr);
+      } else {
+        for (int i = 0; i < mr; ++i) arow[i] = g.A + (i0 + i) * g.a_rs;
+        detail::rows_tile<MR, NR, W, NeonAccumulate>(g, mr, i0, j0, nr, g.K, arow, b, kPanel, W, tile, true, true,
+                                                     nullptr);
+      }
+      i0 += mr;
+    }
+  }
+}
+
+inline void tiles_packed_a(const Args& g, int64_t t0, int64_t t1, int64_t mblocks, int64_t mc) {
+  const bool bias = g.bias != nullptr, residual = g.residual != nullptr, clamp = g.clamp;
+  const int which = (bias ? 4 : 0) + (residual ? 2 : 0) + (clamp ? 1 : 0);
+  constexpr void (*impl[8])(const Args&, int64_t, int64_t, int64_t, int64_t) = {
+      &tiles_packed_a_impl<false, false, false>, &tiles_packed_a_impl<false, false, true>,
+      &tiles_packed_a_impl<false, true, false>,  &tiles_packed_a_impl<false, true, true>,
+      &tiles_packed_a_impl<true, false, false>,  &tiles_packed_a_impl<true, false, true>,
+      &tiles_packed_a_impl<true, true, false>,   &tiles_packed_a_impl<true, true, true>};
+  impl[which](g, t0, t1, mblocks, mc);
 }
 
 }  // namespace arm
