@@ -2,8 +2,9 @@
 
 The sub-byte embedding rules (patterns/embedding_rules.py) write
 `quant_fusion._pack_embedding_weight(w, bits) -> embedding_{4,2}bit(packed, ...)`, the 4-bit
-linear rules (patterns/weight_only_rules.py) `etfuse::pack_int4(w) -> linear_qw(...)`: a graph module
-has no weight values, so the packing is an op. With the program in hand this pass
+linear rules (patterns/weight_only_rules.py) `etfuse::pack_int4(w) -> linear_qw(...)`, the
+dynamically quantized ones (patterns/dynamic_quant_rules.py) `group_sums(w, g)` beside it: a graph
+module has no weight values, so the packing is an op. With the program in hand this pass
 
 * runs every pack op whose weight is a constant (parameter, buffer, lifted constant) once and
   puts the packed table in the program as a constant, in place of the op (executorch's
@@ -28,13 +29,13 @@ import torch.fx as fx
 from executorch.exir.pass_base import ExportedProgramPassResult
 from executorch.exir.passes.constant_prop_pass import constant_prop_pass, get_constant_placeholder_dict
 
-from etfuse.backend_ops import EMBEDDING_OPS, LINEAR_DQ, LINEAR_QW, PACK_EMBEDDING_WEIGHT, PACK_INT4
+from etfuse.backend_ops import EMBEDDING_OPS, GROUP_SUMS, LINEAR_DQ, LINEAR_QW, PACK_EMBEDDING_WEIGHT, PACK_INT4
 
 from .engine import _aten
 from .graph_copy import editable_copy, program_with, ValuesPass
 
 
-_PACKS = {PACK_EMBEDDING_WEIGHT.aten, PACK_INT4.aten}
+_PACKS = {PACK_EMBEDDING_WEIGHT.aten, PACK_INT4.aten, GROUP_SUMS.aten}
 
 
 def _is_pack(target) -> bool:
@@ -42,7 +43,7 @@ def _is_pack(target) -> bool:
 
 
 # the ops whose zero points go when they are all 0: op -> the zero points' argument index
-_ZERO_POINTS = {**{op.aten: 2 for op in EMBEDDING_OPS}, LINEAR_QW.aten: 3, LINEAR_DQ.aten: 3}
+_ZERO_POINTS = {**{op.aten: 2 for op in EMBEDDING_OPS}, LINEAR_QW.aten: 3, LINEAR_DQ.aten: 4}
 
 
 class FoldPackedWeightsPass(ValuesPass):

@@ -11,9 +11,9 @@ pass writes
 
 whose kernel runs one GEMM over the 2h features and combines the halves while they are in cache
 (backend_ops/gemm_conv_ops.py GATED_ACTIVATIONS): per llama layer one linear and one `mul` fewer.
-linear_qw's and linear_dq's weights (int8, or int4 packed per row), scales, zero points and biases concatenate
-the same way. The concatenation runs once, at fuse time (executorch's constant propagation, asked
-to fold these `cat`s only): the .pte holds the joined weight instead of the two.
+linear_qw's and linear_dq's weights (int8, or int4 packed per row), scales, zero points and biases
+(and linear_dq's weight sums) concatenate the same way. The concatenation runs once, at fuse time
+(executorch's constant propagation, asked to fold these `cat`s only): the .pte holds the joined weight instead of the two.
 
 It applies where both linears read the same input, both weights (and biases, scales, zero
 points) are constants of the same kind, neither linear has a clamp or a residual, the second has
@@ -45,8 +45,8 @@ _GATED = {inner: gated for gated, inner in GATED_ACTIVATIONS.items()}  # "silu" 
 _MUL = exir_ops.edge.aten.mul.Tensor
 _CAT = torch.ops.aten.cat.default  # the ATen overload: the fold below takes these cats and no other
 # per op: the arguments concatenated along the output features, and those that must be equal
-_JOINED = {LINEAR_ACT.aten: ("weight", "bias"),
-           **{op.aten: ("weight", "scales", "zero_points", "bias") for op in (LINEAR_QW, LINEAR_DQ)}}
+_JOINED = {LINEAR_ACT.aten: ("weight", "bias"), LINEAR_QW.aten: ("weight", "scales", "zero_points", "bias"),
+           LINEAR_DQ.aten: ("weight", "weight_sums", "scales", "zero_points", "bias")}
 _SAME = {LINEAR_ACT.aten: ("input", "min", "max", "residual"),
          **{op.aten: ("input", "bits", "residual") for op in (LINEAR_QW, LINEAR_DQ)}}
 

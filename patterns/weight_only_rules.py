@@ -92,14 +92,20 @@ def _examples(nd: bool, bias: bool, residual: bool, lead_examples):
     return examples
 
 
-def _int4_replacement(op, bias: bool, silu: bool, residual: bool, lead: tuple):
-    """op(input, pack_int4(weight), ...): the 4-bit rules' replacement function."""
+def _packed_weight(a: dict, bits: int) -> tuple:
+    """linear_qw's weight operand: q itself at 8 bits, `pack_int4(q)` at 4."""
+    return (PACK_INT4.aten(a["weight"]) if bits == 4 else a["weight"],)
+
+
+def _replacement(op, bits: int, bias: bool, silu: bool, residual: bool, lead: tuple, weight_operands):
+    """op(input, *weight_operands(bindings, bits), scale, zero_point, bits, bias, act, residual):
+    the replacement function of the rules whose weight goes through ops (packing) first."""
     names = _parameters(lead, bias, residual)
     act = "silu" if silu else "none"
 
     def replacement(*args):
         a = dict(zip(names, args))
-        return op.aten(a["input"], PACK_INT4.aten(a["weight"]), a["scale"], a["zero_point"], 4, a.get("bias"), act,
+        return op.aten(a["input"], *weight_operands(a, bits), a["scale"], a["zero_point"], bits, a.get("bias"), act,
                        a.get("residual"))
     return _named(replacement, names)
 
@@ -148,11 +154,14 @@ def _rank2(m: Match) -> Optional[str]:
 
 def quantized_weight_linear_rules(prefix: str, op, lead: tuple = ("input",),
                                   activation=lambda a, nd: a["input"], lead_examples=lambda x: (x,),
-                                  checks: tuple = ()) -> list[Rule]:
+                                  checks: tuple = (), weight_operands=None) -> list[Rule]:
     """The 24 rules `{prefix}{8,4}[_nd][_no_bias][_silu|_residual]` of a linear over a dequantized
     int8/int4 weight into `op` (linear_qw's argument list): `activation(bindings, nd)` is what the
     linear reads of the pattern's leading parameters `lead` (the input itself, or an activation
-    chain), `lead_examples(x)` their example values, `checks` the constraints on them."""
+    chain), `lead_examples(x)` their example values, `checks` the constraints on them.
+    `weight_operands(bindings, bits)` are the op's weight arguments, made by ops the fuse folds
+    (default: q at 8 bits, taken as the op's argument directly, dropping all-zero zero points;
+    `pack_int4(q)` at 4)."""
     rules = []
     for nd in (False, True):
         for bias in (True, False):
@@ -163,10 +172,12 @@ def quantized_weight_linear_rules(prefix: str, op, lead: tuple = ("input",),
                     check = all_of(tensors(["input"] + (["bias"] if bias else []) + (["residual"] if residual else [])),
                                    output_dtype(torch.float32), *checks, _quantized_weight(bits),
                                    _nd_shapes if nd else _rank2, *((_residual_shape,) if residual else ()))
-                    replacement = op if bits == 8 else _int4_replacement(op, bias, silu, residual, lead)
+                    direct = bits == 8 and weight_operands is None
+                    replacement = op if direct else _replacement(op, bits, bias, silu, residual, lead,
+                                                                 weight_operands or _packed_weight)
                     rules.append(Rule(name, _pattern(nd, bias, silu, residual, lead, activation), replacement,
                                       _examples(nd, bias, residual, lead_examples), check,
-                                      _int8_arguments(bias, silu, residual) if bits == 8 else None, free_sizes=nd))
+                                      _int8_arguments(bias, silu, residual) if direct else None, free_sizes=nd))
     return rules
 
 

@@ -82,6 +82,15 @@ def quantized_weight(n, k, group, bits, zero_points, seed=0, zp_range=(-3, 3)):
     return q, packed, scales, zp
 
 
+def weight_sums(weight, scales, bits):
+    """linear_dq's weight_sums for a weight as linear_qw holds it (int8, or pack_int4's bytes): the
+    integer values' sums over each group, int32 [N, groups]."""
+    from etfuse.backend_ops.weight_only_ops import _unpack_int4
+
+    q = _unpack_int4(weight).to(torch.int32) if bits == 4 else weight
+    return q.reshape(q.shape[0], scales.numel() // q.shape[0], -1).sum(-1, dtype=torch.int32)
+
+
 class ResidualMlp(torch.nn.Module):
     """A transformer block's MLP with its skip connection: x + down(silu(up(x)))."""
 

@@ -11,21 +11,31 @@ import copy
 
 import pytest
 import torch
+from executorch.exir.passes.constant_prop_pass import get_constant_placeholder_dict
 from torchao.quantization import Int8DynamicActivationIntxWeightConfig, MappingType, quantize_
 from torchao.quantization.granularity import PerAxis, PerGroup
 
 import etfuse
 import etfuse.kernels as kernels
-from etfuse.backend_ops import LINEAR_DQ
+from etfuse.backend_ops import GROUP_SUMS, LINEAR_DQ
 from etfuse.runtime import load_method, run
 from fusion_helpers import (ResidualMlp, assert_greedy_decoding_matches_eager, edge_program, example_llama, op_names,
-                            quantized_weight)
+                            quantized_weight, weight_sums)
 
 pytestmark = pytest.mark.usefixtures("eager_kernels")
 
 
+def dq_args(x, w, scales, zp, bits, *rest):
+    """linear_dq's arguments from linear_qw's: the weight's group sums after the weight."""
+    return (x, w, weight_sums(w, scales, bits), scales, zp, bits, *rest)
+
+
 def linear_dq(*args):
-    return torch.ops.etfuse.linear_dq.out(*args, out=torch.empty(0))
+    return torch.ops.etfuse.linear_dq.out(*dq_args(*args), out=torch.empty(0))
+
+
+def dq_pattern(*args):
+    return LINEAR_DQ.pattern(*dq_args(*args))
 
 
 def full_range_weight(n, k, group, bits, zero_points):
@@ -76,8 +86,8 @@ def test_kernel_matches_exact_integer_sums_and_its_pattern(rows, n, k, group, bi
     torch.testing.assert_close(got["none"].double(), want, rtol=1e-5, atol=1e-5 * float(want.abs().max()))
     torch.testing.assert_close(got["strided"], got["none"], rtol=0, atol=0)
     # the pattern rounds each dequantized element and sums in float32: K ulps of sum |x| |w|
-    pattern = {act: LINEAR_DQ.pattern(x, w, scales, zp, bits, b, act) for act in ("none", "silu")}
-    pattern["residual"] = LINEAR_DQ.pattern(x, w, scales, zp, bits, b, "silu", r)
+    pattern = {act: dq_pattern(x, w, scales, zp, bits, b, act) for act in ("none", "silu")}
+    pattern["residual"] = dq_pattern(x, w, scales, zp, bits, b, "silu", r)
     tol = dict(rtol=1e-4, atol=k * 2.0 ** -24 * float(x.abs().max() * 2 * scales.max() * 256 * k))
     for key in pattern:
         torch.testing.assert_close(got[key], pattern[key], **tol)
@@ -150,10 +160,24 @@ def test_bad_arguments_are_named_and_opcheck():
         linear_dq(torch.randn(2, 48), w, scales, None, 4, None, "none")
     with pytest.raises(RuntimeError, match=r"etfuse::linear_dq.out: 4-bit groups of 16 columns"):
         linear_dq(torch.randn(2, 64), w, torch.ones(8, 4), None, 4, None, "none")
+    with pytest.raises(RuntimeError, match=r"etfuse::linear_dq.out: weight_sums \[8, 1\] must have the scales' shape"):
+        torch.ops.etfuse.linear_dq.out(torch.randn(2, 64), w, torch.zeros(8, 1, dtype=torch.int32), scales, None, 4,
+                                       out=torch.empty(0))
     for args in ((torch.randn(3, 64), w, scales, None, 4, torch.randn(8), "silu"),
                  (torch.randn(2, 2, 64), q, scales, torch.ones(8, 2, dtype=torch.int8), 8, None, "none"),
                  (torch.randn(2, 2, 64), w, scales, None, 4, None, "none", torch.randn(2, 2, 8))):
-        torch.library.opcheck(LINEAR_DQ.aten, args)
+        torch.library.opcheck(LINEAR_DQ.aten, dq_args(*args))
+
+
+def test_group_sums_kernel_matches_its_pattern():
+    q = torch.randint(-128, 128, (7, 96), dtype=torch.int8)
+    for group in (32, 96, 3):
+        got = torch.ops.etfuse.group_sums.out(q, group, out=torch.empty(0, dtype=torch.int32))
+        torch.testing.assert_close(got, q.long().reshape(7, -1, group).sum(-1).int(), rtol=0, atol=0)
+        torch.testing.assert_close(got, GROUP_SUMS.pattern(q, group), rtol=0, atol=0)
+    with pytest.raises(RuntimeError, match=r"etfuse::group_sums.out: weight must be \[N, K\] with K a multiple of"):
+        torch.ops.etfuse.group_sums.out(q, 64, out=torch.empty(0, dtype=torch.int32))
+    torch.library.opcheck(GROUP_SUMS.aten, (q, 32))
 
 
 class Mlp(torch.nn.Module):
@@ -204,10 +228,15 @@ def test_torchao_models_fuse_and_match_eager(bits, group, mapping, shape, bias):
     # constant; symmetric zero points (all 0) dropped
     assert op_names(gm) == ["etfuse.linear_dq.default"] * 3
     calls = [n for n in gm.graph.nodes if n.op == "call_function"]
-    activations = [n.args[6] if len(n.args) > 6 else n.kwargs.get("activation", "none") for n in calls]
-    assert [n.args[4] for n in calls] == [bits] * 3 and activations == ["silu", "none", "none"]
-    assert all((n.args[3] is None) == (mapping == MappingType.SYMMETRIC) for n in calls)
+    activations = [n.args[7] if len(n.args) > 7 else n.kwargs.get("activation", "none") for n in calls]
+    assert [n.args[5] for n in calls] == [bits] * 3 and activations == ["silu", "none", "none"]
+    assert all((n.args[4] is None) == (mapping == MappingType.SYMMETRIC) for n in calls)
     assert all(n.args[1].meta["val"].dtype == (torch.uint8 if bits == 4 else torch.int8) for n in calls)
+    # the weight sums folded into constants too, equal to the weight's
+    constants = get_constant_placeholder_dict(fused.exported_program())
+    for n in calls:
+        w, sums, scales = (constants[a] for a in n.args[1:4])
+        torch.testing.assert_close(sums, weight_sums(w, scales, bits), rtol=0, atol=0)
     want = model(x).detach()
     retraced = fused.exported_program().run_decompositions()
     assert not [n for n in op_names(retraced.graph_module) if n.startswith("etfuse.")]
@@ -228,7 +257,7 @@ def test_the_residual_add_fuses_into_linear_dq(bits, bias, shape):
     gm = fused.exported_program().graph_module
     assert op_names(gm) == ["etfuse.linear_dq.default"] * 2
     down = [n for n in gm.graph.nodes if n.op == "call_function"][1]
-    assert down.args[7].op == "placeholder"  # the residual is x itself
+    assert down.args[8].op == "placeholder"  # the residual is x itself
     logits_close(run(fused.to_executorch(), (x,))[0], model(x).detach(), "runtime")
 
 

@@ -123,9 +123,12 @@ def _samples():
                                            _randn(3, 8, seed=4)), **qw)
     add(bo.LINEAR_QW, "8 bits", (_randn(2, 3, 64), _q((8, 64)), scales, None, 8), **qw)
     add(bo.PACK_INT4, "", (q4,))
-    add(bo.LINEAR_DQ, "4 bits, residual", (_randn(3, 64), packed4, scales, zp, 4, _randn(8, seed=3), "silu",
-                                           _randn(3, 8, seed=4)), **qw)
-    add(bo.LINEAR_DQ, "8 bits", (_randn(2, 3, 64), _q((8, 64)), scales, None, 8), **qw)
+    q8 = _q((8, 64))
+    dq = dict(tol=GEMM_TOL, fixed=(1, 2, 3, 4))
+    add(bo.LINEAR_DQ, "4 bits, residual", (_randn(3, 64), packed4, bo.GROUP_SUMS.pattern(q4, 32), scales, zp, 4,
+                                           _randn(8, seed=3), "silu", _randn(3, 8, seed=4)), **dq)
+    add(bo.LINEAR_DQ, "8 bits", (_randn(2, 3, 64), q8, bo.GROUP_SUMS.pattern(q8, 32), scales, None, 8), **dq)
+    add(bo.GROUP_SUMS, "", (q8, 16))
 
     cache = _randn(1, 4, 10, 6)
     add(bo.UPDATE_CACHE, "prefill of 2", (cache, _randn(1, 4, 2, 6, seed=1), torch.tensor([3, 4]), 2))
@@ -245,7 +248,7 @@ def test_conv_kernels_read_strided_weights(kernel_check, op, args, layout, tol):
 
 def _contiguous_only():
     """(op, sample, argument position): inputs a kernel takes contiguous only, saying so."""
-    for op, positions in ((bo.LINEAR_QW, (1, 2, 3)), (bo.LINEAR_DQ, (1, 2, 3)), (bo.LINEAR_PACKED_ACT, (1,)), (bo.CONV2D_PACKED_ACT, (1,)),
+    for op, positions in ((bo.LINEAR_QW, (1, 2, 3)), (bo.LINEAR_DQ, (1, 2, 3, 4)), (bo.LINEAR_PACKED_ACT, (1,)), (bo.CONV2D_PACKED_ACT, (1,)),
                           (bo.CONV2D_BN_PACKED_ACT, (1,)), (bo.QUANTIZED_CONV2D_PACKED, (3,)),
                           (bo.QUANTIZED_LINEAR_PACKED, (3,))):
         label, args, _, _ = SAMPLES[op][0]
