@@ -10,11 +10,25 @@
 //   C[m, n] = s[m] * sum_g scale[n, g] * D[m, n, g] + bias[n] + residual[m, n]
 //   D[m, n, g] = sum_{k in g} x[m, k] * q[n, k] - zp[n, g] * sum_{k in g} x[m, k],   x = qx - zx
 //
-// D is exact in int32: x (in [-255, 255]) and q are kept as int16, and pmaddwd sums pairs of their
-// products (|x q| <= 255 * 128) into int32 lanes; the rows' group sums are taken once per call.
-// Only the scales' products round (float32), where the pattern rounds each dequantized element.
-// A block of 4 weight rows is widened to int16 once into an L1-sized scratch and the rows of A,
-// two at a time, take their dot products over it. The per-ISA copies are compiled once per library, in
+// D is exact in int32. Only the scales' products round (float32), where the pattern rounds each
+// dequantized element. Two ways to sum it:
+//
+// * int16 (int8 weights; portable; int4 groups other than 32 or a multiple of 64): x (in
+//   [-255, 255]) and q kept as int16, pmaddwd sums pairs of their products (|x q| <= 255 * 128)
+//   into int32 lanes; the rows' group sums are taken once per call. A block of 4 weight rows is
+//   widened to int16 once into an L1-sized scratch and the rows of A, two at a time, take their
+//   dot products over it.
+// * q4 (int4 weights where the ISA has it: AVX2's maddubs, u8 x s8 -> pairs in int16): the
+//   nibbles u = q + 8 (unsigned, unpacked in registers) times the raw qx (int8), then
+//
+//     D = sum u qx - (8 + zp) * sum qx - zx * (sum q - G zp)
+//
+//   with sum q the weight's group sums (Args::wsum, linear_dq's weight_sums, computed at fuse
+//   time) and sum qx the rows' (once per call). One row of u qx products fits int16 in pairs
+//   (15 * 128 * 2), where x = qx - zx would not (255 * 15 * 2 fits, but maddubs takes one
+//   operand unsigned: qx + 128 or x do not fit with a signed q).
+//
+// The per-ISA copies are compiled once per library, in
 // core/kernels.cpp (-DETFUSE_CORE_KERNELS): core/linear_dq_rows.h over the primitives of
 // core/linear_dq_portable.h or arch/x86/linear_dq_avx2.h.
 #pragma once
@@ -41,11 +55,15 @@ constexpr int kCols = 4;                       // weight rows widened and dotted
 constexpr int kQmin = -128, kQmax = 127;
 
 // The rows of A quantized: x = qx - zx, [M, K]; s[m]; the sums of x over each group ([M, groups],
-// only where the weight has zero points).
+// only where the weight has zero points). The q4 path: qx itself (int8 [M, K], in its primitives'
+// order), zx and the sums of qx over each group instead.
 struct Rows {
   const int16_t* x = nullptr;
   const float* scale = nullptr;
   const int32_t* gsum = nullptr;
+  const int8_t* q = nullptr;
+  const int32_t* zx = nullptr;
+  const int32_t* qsum = nullptr;
 };
 
 struct RowQparams {
@@ -75,6 +93,9 @@ void cols_portable(const Args& a, const Rows& r, int64_t j0, int64_t j1);
 ETFUSE_TARGET_AVX2 void quantize_rows_avx2(const Args& a, int64_t m0, int64_t m1, int16_t* x, float* scale,
                                            int32_t* gsum);
 ETFUSE_TARGET_AVX2 void cols_avx2(const Args& a, const Rows& r, int64_t j0, int64_t j1);
+ETFUSE_TARGET_AVX2 void quantize_rows_q8_avx2(const Args& a, int64_t m0, int64_t m1, int8_t* q, float* scale,
+                                              int32_t* zx, int32_t* qsum);
+ETFUSE_TARGET_AVX2 void cols_q4_avx2(const Args& a, const Rows& r, int64_t j0, int64_t j1);
 #endif
 
 #if defined(ETFUSE_CORE_KERNELS)
@@ -91,9 +112,11 @@ ETFUSE_TARGET_AVX2 void cols_avx2(const Args& a, const Rows& r, int64_t j0, int6
 #include "arch/x86/linear_dq_avx2.h"
 #define ETFUSE_DQ_NS rows_avx2
 #define ETFUSE_DQ_PRIMITIVES avx2
+#define ETFUSE_DQ_Q4
 #include "linear_dq_rows.h"
 #undef ETFUSE_DQ_NS
 #undef ETFUSE_DQ_PRIMITIVES
+#undef ETFUSE_DQ_Q4
 #pragma GCC pop_options
 #endif
 
@@ -109,6 +132,13 @@ ETFUSE_TARGET_AVX2 void quantize_rows_avx2(const Args& a, int64_t m0, int64_t m1
 ETFUSE_TARGET_AVX2 void cols_avx2(const Args& a, const Rows& r, int64_t j0, int64_t j1) {
   rows_avx2::cols(a, r, j0, j1);
 }
+ETFUSE_TARGET_AVX2 void quantize_rows_q8_avx2(const Args& a, int64_t m0, int64_t m1, int8_t* q, float* scale,
+                                              int32_t* zx, int32_t* qsum) {
+  rows_avx2::quantize_rows_q8(a, m0, m1, q, scale, zx, qsum);
+}
+ETFUSE_TARGET_AVX2 void cols_q4_avx2(const Args& a, const Rows& r, int64_t j0, int64_t j1) {
+  rows_avx2::cols_q4(a, r, j0, j1);
+}
 #endif
 #endif
 
@@ -118,6 +148,9 @@ ETFUSE_TARGET_AVX2 void cols_avx2(const Args& a, const Rows& r, int64_t j0, int6
 struct Kernels {
   void (*quantize_rows)(const Args&, int64_t, int64_t, int16_t*, float*, int32_t*);
   void (*cols)(const Args&, const Rows&, int64_t, int64_t);
+  // the q4 path (null: int4 weights take the int16 one)
+  void (*quantize_rows_q8)(const Args&, int64_t, int64_t, int8_t*, float*, int32_t*, int32_t*);
+  void (*cols_q4)(const Args&, const Rows&, int64_t, int64_t);
 };
 
 inline Kernels kernels(Isa isa) {
@@ -125,9 +158,9 @@ inline Kernels kernels(Isa isa) {
 #if ETFUSE_HAVE_X86_DISPATCH
     case Isa::kAvx512Vnni:
     case Isa::kAvx512:
-    case Isa::kAvx2: return {&quantize_rows_avx2, &cols_avx2};
+    case Isa::kAvx2: return {&quantize_rows_avx2, &cols_avx2, &quantize_rows_q8_avx2, &cols_q4_avx2};
 #endif
-    default: return {&quantize_rows_portable, &cols_portable};
+    default: return {&quantize_rows_portable, &cols_portable, nullptr, nullptr};
   }
 }
 
@@ -136,34 +169,65 @@ struct Scratch {
   std::vector<int16_t> x;
   std::vector<float> scale;
   std::vector<int32_t> gsum;
+  std::vector<int8_t> q;
+  std::vector<int32_t> zx;
 };
+
+// Column blocks of about 64K multiply-adds, whole blocks of kCols (as linear_qw's).
+template <class Cols, class Par>
+inline void run_cols(const Args& a, Par&& par, Cols&& cols) {
+  int64_t grain = ((int64_t(1) << 16) / (a.M * a.K) + kCols - 1) / kCols * kCols;
+  if (grain < kCols) grain = kCols;
+  if (a.N <= grain) {
+    cols(int64_t(0), a.N);
+    return;
+  }
+  par(0, a.N, grain, [&](int64_t begin, int64_t end) { cols(begin, end); });
+}
+
+template <class Quantize, class Par>
+inline void run_rows(const Args& a, Par&& par, Quantize&& quantize) {
+  if (a.M * a.K <= kSerialElements) {
+    quantize(int64_t(0), a.M);
+  } else {
+    par(0, a.M, std::max<int64_t>(1, kGrainSize / a.K), [&](int64_t begin, int64_t end) { quantize(begin, end); });
+  }
+}
 
 // Runs the linear described by `a` (validated by the caller; K > 0).
 template <class Par>
 inline void run(const Args& a, Scratch& s, Par&& par) {
   if (a.M <= 0 || a.N <= 0) return;
   const Kernels kern = kernels(selected_isa());
+  const int64_t G = a.K / a.groups;
+  if (kern.cols_q4 && a.bits == 4 && a.wsum && (G == 32 || G % 64 == 0)) {
+    s.q.resize(static_cast<size_t>(a.M * a.K));
+    s.scale.resize(static_cast<size_t>(a.M));
+    s.zx.resize(static_cast<size_t>(a.M));
+    s.gsum.resize(static_cast<size_t>(a.M * a.groups));
+    Rows rows;
+    rows.q = s.q.data();
+    rows.scale = s.scale.data();
+    rows.zx = s.zx.data();
+    rows.qsum = s.gsum.data();
+    run_rows(a, par, [&](int64_t m0, int64_t m1) {
+      kern.quantize_rows_q8(a, m0, m1, s.q.data(), s.scale.data(), s.zx.data(), s.gsum.data());
+    });
+    run_cols(a, par, [&](int64_t j0, int64_t j1) { kern.cols_q4(a, rows, j0, j1); });
+    return;
+  }
   s.x.resize(static_cast<size_t>(a.M * a.K));
   s.scale.resize(static_cast<size_t>(a.M));
   s.gsum.resize(a.zp ? static_cast<size_t>(a.M * a.groups) : 0);
   int16_t* x = s.x.data();
   float* scale = s.scale.data();
   int32_t* gsum = a.zp ? s.gsum.data() : nullptr;
-  if (a.M * a.K <= kSerialElements) {
-    kern.quantize_rows(a, 0, a.M, x, scale, gsum);
-  } else {
-    par(0, a.M, std::max<int64_t>(1, kGrainSize / a.K),
-        [&](int64_t begin, int64_t end) { kern.quantize_rows(a, begin, end, x, scale, gsum); });
-  }
-  const Rows rows{x, scale, gsum};
-  // column blocks of about 64K multiply-adds, whole blocks of kCols (as linear_qw's)
-  int64_t grain = ((int64_t(1) << 16) / (a.M * a.K) + kCols - 1) / kCols * kCols;
-  if (grain < kCols) grain = kCols;
-  if (a.N <= grain) {
-    kern.cols(a, rows, 0, a.N);
-    return;
-  }
-  par(0, a.N, grain, [&](int64_t begin, int64_t end) { kern.cols(a, rows, begin, end); });
+  run_rows(a, par, [&](int64_t m0, int64_t m1) { kern.quantize_rows(a, m0, m1, x, scale, gsum); });
+  Rows rows;
+  rows.x = x;
+  rows.scale = scale;
+  rows.gsum = gsum;
+  run_cols(a, par, [&](int64_t j0, int64_t j1) { kern.cols(a, rows, j0, j1); });
 }
 
 }  // namespace linear_dq

@@ -1,6 +1,7 @@
 // linear_dq's row quantization and column blocks (core/linear_dq.h) over one ISA's primitives:
 // included once per ISA with ETFUSE_DQ_NS (its namespace) and ETFUSE_DQ_PRIMITIVES (the
-// primitives' namespace: min_max, quantize, widen, dot_groups). No include guard, on purpose.
+// primitives' namespace: min_max, quantize, widen, dot_groups; with ETFUSE_DQ_Q4 defined also
+// quantize_q8 and dot_q4, the int4 path on raw int8 rows). No include guard, on purpose.
 namespace ETFUSE_DQ_NS {
 
 namespace prim = ETFUSE_DQ_PRIMITIVES;
@@ -72,5 +73,57 @@ inline void cols(const Args& a, const Rows& r, int64_t j0, int64_t j1) {
     if (m < a.M) rows_block<1>(a, r, m, j, nj, w, st.data(), z);
   }
 }
+
+#if defined(ETFUSE_DQ_Q4)
+// The q4 path (int4 weights, groups of 32 or a multiple of 64): rows [m0, m1) of A -> qx (int8,
+// in the primitives' order), their scales, zero points and sums of qx over each group.
+inline void quantize_rows_q8(const Args& a, int64_t m0, int64_t m1, int8_t* q, float* scale, int32_t* zx,
+                             int32_t* qsum) {
+  const int64_t G = a.K / a.groups;
+  for (int64_t m = m0; m < m1; ++m) {
+    const float* row = a.A + m * a.a_rs;
+    float mn, mx;
+    prim::min_max(row, a.K, mn, mx);
+    const RowQparams p = row_qparams(mn, mx);
+    prim::quantize_q8(row, a.K, G, p.inv, p.zp, q + m * a.K, qsum + m * a.groups);
+    scale[m] = p.scale;
+    zx[m] = static_cast<int32_t>(p.zp);
+  }
+}
+
+template <int R, bool kG32>
+ETFUSE_ALWAYS_INLINE void rows_q4(const Args& a, const Rows& r, int64_t m, int64_t j, int64_t nj) {
+  for (int64_t n = j; n < j + nj; ++n) {
+    float d[R];
+    prim::dot_q4<R, kG32>(a, r, m, n, d);
+    for (int i = 0; i < R; ++i) {
+      float y = d[i] * r.scale[m + i];
+      if (a.bias) y += a.bias[n];
+      if (a.residual) y += a.residual[(m + i) * a.r_rs + n];
+      a.C[(m + i) * a.c_rs + n] = y;
+    }
+  }
+}
+
+// Columns [j0, j1) of C for every row: per block of kCols weight rows (in L1), two rows of A at a
+// time, each weight row's nibbles unpacked in registers once for both.
+template <bool kG32>
+inline void cols_q4_of(const Args& a, const Rows& r, int64_t j0, int64_t j1) {
+  for (int64_t j = j0; j < j1; j += kCols) {
+    const int64_t nj = (j1 - j) < kCols ? (j1 - j) : kCols;
+    int64_t m = 0;
+    for (; m + 2 <= a.M; m += 2) rows_q4<2, kG32>(a, r, m, j, nj);
+    if (m < a.M) rows_q4<1, kG32>(a, r, m, j, nj);
+  }
+}
+
+inline void cols_q4(const Args& a, const Rows& r, int64_t j0, int64_t j1) {
+  if (a.K / a.groups == 32) {
+    cols_q4_of<true>(a, r, j0, j1);
+  } else {
+    cols_q4_of<false>(a, r, j0, j1);
+  }
+}
+#endif
 
 }  // namespace ETFUSE_DQ_NS

@@ -1,6 +1,7 @@
 // linear_dq's primitives on AVX2 (core/linear_dq.h includes this inside namespace linear_dq, under
-// `#pragma GCC target("avx2,fma,f16c")`): the same results as core/linear_dq_portable.h's, the
-// integer sums in pmaddwd (16 int16 products a vector, summed in pairs into int32).
+// `#pragma GCC target("avx2,fma,f16c")`): the same results as core/linear_dq_portable.h's. int8
+// weights: the integer sums in pmaddwd (16 int16 products a vector, summed in pairs into int32).
+// int4 weights (the q4 primitives at the end): maddubs on the raw nibbles and the raw int8 rows.
 namespace avx2 {
 
 ETFUSE_ALWAYS_INLINE void min_max(const float* v, int64_t n, float& mn, float& mx) {
@@ -133,6 +134,212 @@ ETFUSE_ALWAYS_INLINE void dot_groups(const int16_t* const* x, const int32_t* con
     case 64: return dot_groups_of<R, 64>(x, gsum, w, G, groups, st, zt, out);
     case 128: return dot_groups_of<R, 128>(x, gsum, w, G, groups, st, zt, out);
     default: return dot_groups_of<R, 0>(x, gsum, w, G, groups, st, zt, out);
+  }
+}
+
+// --- int4 weights on the raw int8 rows (core/linear_dq.h "q4") ---------------------------------
+//
+// A 32-byte load of a packed weight row holds two 32-column chunks; `& 15` gives columns 0-15 of
+// both (lo), `>> 4 & 15` columns 16-31 (hi). quantize_q8 stores each row's 64-column blocks in
+// that order ([0-15, 32-47], [16-31, 48-63]), so lo and hi multiply x as loaded. A last lone
+// chunk (K % 64 == 32) stays in column order and is read 16 bytes at a time.
+// maddubs(u, qx): u = q + 8 in [0, 15] unsigned, qx signed: a pair of products is at most
+// 2 * 15 * 128 = 3840 in magnitude and two pairs 7680, never saturating int16.
+
+// 32 values -> clamp(rint(v * inv) + zp, -128, 127) as int8, in order.
+ETFUSE_ALWAYS_INLINE __m256i quantize32(const float* v, __m256 inv, __m256 zp) {
+  const __m256 lo = _mm256_set1_ps(kQmin), hi = _mm256_set1_ps(kQmax);
+  __m256i q[4];
+  for (int i = 0; i < 4; ++i) {
+    const __m256 r = _mm256_round_ps(_mm256_mul_ps(_mm256_loadu_ps(v + 8 * i), inv),
+                                     _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+    q[i] = _mm256_cvtps_epi32(_mm256_min_ps(_mm256_max_ps(_mm256_add_ps(r, zp), lo), hi));
+  }
+  // packs per 128-bit lane: dwords [a0 b0 c0 d0 | a1 b1 c1 d1] (a0: a's first 4 bytes); in order after the permute
+  const __m256i s = _mm256_packs_epi16(_mm256_packs_epi32(q[0], q[1]), _mm256_packs_epi32(q[2], q[3]));
+  return _mm256_permutevar8x32_epi32(s, _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7));
+}
+
+// One row: qx (int8, the q4 order above) and its sums over each group of G columns (a multiple of 32).
+ETFUSE_ALWAYS_INLINE void quantize_q8(const float* v, int64_t K, int64_t G, float inv, float zp, int8_t* out,
+                                      int32_t* qsum) {
+  const __m256 vinv = _mm256_set1_ps(inv), vzp = _mm256_set1_ps(zp);
+  const __m256i flip = _mm256_set1_epi8(static_cast<char>(0x80)), zero = _mm256_setzero_si256();
+  for (int64_t k0 = 0, g = 0; k0 < K; k0 += G, ++g) {
+    __m256i acc = zero;  // sad's four 64-bit sums of qx + 128
+    for (int64_t k = k0; k < k0 + G; k += kChunk) {
+      const __m256i q = quantize32(v + k, vinv, vzp);
+      acc = _mm256_add_epi64(acc, _mm256_sad_epu8(_mm256_xor_si256(q, flip), zero));
+      const int64_t block = k & ~int64_t(63);
+      if (block + 64 <= K) {
+        const int64_t half = (k >> 5) & 1;
+        _mm_storeu_si128(reinterpret_cast<__m128i*>(out + block + 16 * half), _mm256_castsi256_si128(q));
+        _mm_storeu_si128(reinterpret_cast<__m128i*>(out + block + 32 + 16 * half), _mm256_extracti128_si256(q, 1));
+      } else {
+        _mm256_storeu_si256(reinterpret_cast<__m256i*>(out + k), q);
+      }
+    }
+    const __m128i s = _mm_add_epi64(_mm256_castsi256_si128(acc), _mm256_extracti128_si256(acc, 1));
+    qsum[g] = static_cast<int32_t>(_mm_cvtsi128_si64(s) + _mm_extract_epi64(s, 1)) - 128 * static_cast<int32_t>(G);
+  }
+}
+
+// The int16 sums of u * qx over one 64-column block (two chunks) for R rows: [8 lanes of the
+// first chunk | 8 of the second], each of 4 products (x[r] at the block).
+template <int R>
+ETFUSE_ALWAYS_INLINE void block_sums16(const uint8_t* w, const int8_t* const* x, int64_t off, __m256i* E) {
+  const __m256i mask = _mm256_set1_epi8(15);
+  const __m256i v = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(w));
+  const __m256i lo = _mm256_and_si256(v, mask), hi = _mm256_and_si256(_mm256_srli_epi16(v, 4), mask);
+  for (int r = 0; r < R; ++r) {
+    const __m256i xl = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x[r] + off));
+    const __m256i xh = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x[r] + off + 32));
+    E[r] = _mm256_add_epi16(_mm256_maddubs_epi16(lo, xl), _mm256_maddubs_epi16(hi, xh));
+  }
+}
+
+// The same in int32: [4 lanes of the first chunk | 4 of the second].
+template <int R>
+ETFUSE_ALWAYS_INLINE void block_sums(const uint8_t* w, const int8_t* const* x, int64_t off, __m256i* P) {
+  block_sums16<R>(w, x, off, P);
+  for (int r = 0; r < R; ++r) P[r] = _mm256_madd_epi16(P[r], _mm256_set1_epi16(1));
+}
+
+// A lone last chunk (x in column order), int16: [8 lanes | 0].
+template <int R>
+ETFUSE_ALWAYS_INLINE void chunk_sums16(const uint8_t* w, const int8_t* const* x, int64_t off, __m256i* E) {
+  const __m128i mask = _mm_set1_epi8(15);
+  const __m128i v = _mm_loadu_si128(reinterpret_cast<const __m128i*>(w));
+  const __m128i lo = _mm_and_si128(v, mask), hi = _mm_and_si128(_mm_srli_epi16(v, 4), mask);
+  for (int r = 0; r < R; ++r) {
+    const __m128i xl = _mm_loadu_si128(reinterpret_cast<const __m128i*>(x[r] + off));
+    const __m128i xh = _mm_loadu_si128(reinterpret_cast<const __m128i*>(x[r] + off + 16));
+    E[r] = _mm256_inserti128_si256(_mm256_setzero_si256(),
+                                   _mm_add_epi16(_mm_maddubs_epi16(lo, xl), _mm_maddubs_epi16(hi, xh)), 0);
+  }
+}
+
+// S[r] = the sums of u * qx over each of ng <= 8 groups of 32 columns from the packed row w and
+// x[r] (both at the first group), as int32 [g0 .. g7] (0 past ng). Two rounds of hadd_epi16 sum
+// 4 lanes of at most 4 * 1920 each (30720: no wrap), madd the last pair into int32.
+template <int R>
+ETFUSE_ALWAYS_INLINE void group_sums_g32(const uint8_t* w, const int8_t* const* x, int64_t ng, __m256i* S) {
+  __m256i H[2][R];
+  for (int half = 0; half < 2; ++half) {
+    __m256i E[2][R];
+    for (int b = 0; b < 2; ++b) {
+      const int64_t it = 2 * half + b;  // the block of groups 2 it and 2 it + 1
+      if (2 * it + 1 < ng) {
+        block_sums16<R>(w + 32 * it, x, 64 * it, E[b]);
+      } else if (2 * it < ng) {
+        chunk_sums16<R>(w + 32 * it, x, 64 * it, E[b]);
+      } else {
+        for (int r = 0; r < R; ++r) E[b][r] = _mm256_setzero_si256();
+      }
+    }
+    for (int r = 0; r < R; ++r) H[half][r] = _mm256_hadd_epi16(E[0][r], E[1][r]);
+  }
+  // hadd(hadd(E0, E1), hadd(E2, E3)): pairs [g0 g2 g4 g6 | g1 g3 g5 g7]; madd sums each pair
+  const __m256i order = _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7), ones = _mm256_set1_epi16(1);
+  for (int r = 0; r < R; ++r) {
+    const __m256i pairs = _mm256_hadd_epi16(H[0][r], H[1][r]);
+    S[r] = _mm256_permutevar8x32_epi32(_mm256_madd_epi16(pairs, ones), order);
+  }
+}
+
+// The same for groups of G columns, a multiple of 64.
+template <int R>
+ETFUSE_ALWAYS_INLINE void group_sums_g64(const uint8_t* w, const int8_t* const* x, int64_t G, int64_t ng,
+                                         __m256i* S) {
+  __m256i Q[2][R];  // groups 0-3, 4-7: [g0 g1 g2 g3 (first lanes) | g0 g1 g2 g3 (the others)]
+  for (int quad = 0; quad < 2; ++quad) {
+    __m256i H[2][R];
+    for (int pair = 0; pair < 2; ++pair) {
+      __m256i P[2][R];
+      for (int b = 0; b < 2; ++b) {
+        const int64_t i = 4 * quad + 2 * pair + b;
+        for (int r = 0; r < R; ++r) P[b][r] = _mm256_setzero_si256();
+        if (i >= ng) continue;
+        for (int64_t k = i * G; k < (i + 1) * G; k += 64) {
+          __m256i T[R];
+          block_sums<R>(w + (k >> 1), x, k, T);
+          for (int r = 0; r < R; ++r) P[b][r] = _mm256_add_epi32(P[b][r], T[r]);
+        }
+      }
+      for (int r = 0; r < R; ++r) H[pair][r] = _mm256_hadd_epi32(P[0][r], P[1][r]);
+    }
+    for (int r = 0; r < R; ++r) Q[quad][r] = _mm256_hadd_epi32(H[0][r], H[1][r]);
+  }
+  for (int r = 0; r < R; ++r) {
+    S[r] = _mm256_add_epi32(_mm256_permute2x128_si256(Q[0][r], Q[1][r], 0x20),
+                            _mm256_permute2x128_si256(Q[0][r], Q[1][r], 0x31));
+  }
+}
+
+// out[r] = sum_g scale[n, g] * D[r, g] for weight row n and R rows of A (Rows' q4 fields, from row
+// m): D = S - (8 + zp) * sum qx - zx * (sum q - G zp) in int32 (core/linear_dq.h), 8 groups a vector.
+template <int R, bool kG32>
+ETFUSE_ALWAYS_INLINE void dot_q4(const Args& a, const Rows& rows, int64_t m, int64_t n, float* out) {
+  const int64_t K = a.K, groups = a.groups, G = K / groups;
+  const uint8_t* w = a.W + n * a.w_rs;
+  const float* sc = a.scales + n * groups;
+  const int32_t* ws = a.wsum + n * groups;
+  const int8_t* zp = a.zp ? a.zp + n * groups : nullptr;
+  const int8_t* x[R];
+  const int32_t* qs[R];
+  __m256i zx[R];
+  __m256 tot[R];
+  for (int r = 0; r < R; ++r) {
+    x[r] = rows.q + (m + r) * K;
+    qs[r] = rows.qsum + (m + r) * groups;
+    zx[r] = _mm256_set1_epi32(rows.zx[m + r]);
+    tot[r] = _mm256_setzero_ps();
+  }
+  const __m256i vG = _mm256_set1_epi32(static_cast<int32_t>(G)), eight = _mm256_set1_epi32(8);
+  for (int64_t g = 0; g < groups; g += 8) {
+    const int64_t ng = groups - g < 8 ? groups - g : 8;
+    const int8_t* xg[R];
+    for (int r = 0; r < R; ++r) xg[r] = x[r] + g * G;
+    __m256i S[R];
+    if (kG32) {
+      if (ng == 8) group_sums_g32<R>(w + g * 16, xg, 8, S);
+      else group_sums_g32<R>(w + g * 16, xg, ng, S);
+    } else {
+      group_sums_g64<R>(w + g * G / 2, xg, G, ng, S);
+    }
+    __m256 sv;
+    __m256i wv, zv = _mm256_setzero_si256(), qv[R];
+    if (ng == 8) {
+      sv = _mm256_loadu_ps(sc + g);
+      wv = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(ws + g));
+      if (zp) zv = _mm256_cvtepi8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(zp + g)));
+      for (int r = 0; r < R; ++r) qv[r] = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(qs[r] + g));
+    } else {  // the last groups: zero past them (their sums are 0 too)
+      alignas(32) float s8[8] = {};
+      alignas(32) int32_t w8[8] = {}, z8[8] = {}, q8[R][8] = {};
+      for (int64_t i = 0; i < ng; ++i) {
+        s8[i] = sc[g + i];
+        w8[i] = ws[g + i];
+        z8[i] = zp ? zp[g + i] : 0;
+        for (int r = 0; r < R; ++r) q8[r][i] = qs[r][g + i];
+      }
+      sv = _mm256_load_ps(s8);
+      wv = _mm256_load_si256(reinterpret_cast<const __m256i*>(w8));
+      zv = _mm256_load_si256(reinterpret_cast<const __m256i*>(z8));
+      for (int r = 0; r < R; ++r) qv[r] = _mm256_load_si256(reinterpret_cast<const __m256i*>(q8[r]));
+    }
+    if (zp) wv = _mm256_sub_epi32(wv, _mm256_mullo_epi32(zv, vG));
+    const __m256i z8v = _mm256_add_epi32(zv, eight);
+    for (int r = 0; r < R; ++r) {
+      const __m256i rowterm = zp ? _mm256_mullo_epi32(z8v, qv[r]) : _mm256_slli_epi32(qv[r], 3);
+      const __m256i d = _mm256_sub_epi32(_mm256_sub_epi32(S[r], rowterm), _mm256_mullo_epi32(zx[r], wv));
+      tot[r] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(d), sv, tot[r]);
+    }
+  }
+  for (int r = 0; r < R; ++r) {
+    const __m128 h = _mm_add_ps(_mm256_castps256_ps128(tot[r]), _mm256_extractf128_ps(tot[r], 1));
+    const __m128 q = _mm_add_ps(h, _mm_movehl_ps(h, h));
+    out[r] = _mm_cvtss_f32(_mm_add_ss(q, _mm_movehdup_ps(q)));
   }
 }
 
