@@ -24,9 +24,9 @@
 //     D = sum u qx - (8 + zp) * sum qx - zx * (sum q - G zp)
 //
 //   with sum q the weight's group sums (Args::wsum, linear_dq's weight_sums, computed at fuse
-//   time) and sum qx the rows' (once per call). One row of u qx products fits int16 in pairs
-//   (15 * 128 * 2), where x = qx - zx would not (255 * 15 * 2 fits, but maddubs takes one
-//   operand unsigned: qx + 128 or x do not fit with a signed q).
+//   time) and sum qx the rows' (once per call). maddubs multiplies unsigned by signed bytes:
+//   u fits the one, qx the other (x = qx - zx, 9 bits, fits neither), and a pair of their
+//   products, at most 2 * 15 * 128, fits int16.
 //
 // The per-ISA copies are compiled once per library, in
 // core/kernels.cpp (-DETFUSE_CORE_KERNELS): core/linear_dq_rows.h over the primitives of
