@@ -44,6 +44,11 @@
 #if ETFUSE_HAVE_X86_DISPATCH
 #include <immintrin.h>  // at file scope: the per-ISA copies below are included inside namespaces
 #endif
+#if ETFUSE_HAVE_ARM_NEON
+#include <arm_neon.h>  // likewise
+// the sdot kernels: compiled for ARMv8.2 with dot products alone, the library stays ARMv8.0
+#define ETFUSE_DQ_NEON_DOT __attribute__((target("arch=armv8.2-a+dotprod")))
+#endif
 
 namespace etfuse {
 namespace core {
@@ -55,15 +60,14 @@ constexpr int kCols = 4;                       // weight rows widened and dotted
 constexpr int kQmin = -128, kQmax = 127;
 
 // The rows of A quantized: x = qx - zx, [M, K]; s[m]; the sums of x over each group ([M, groups],
-// only where the weight has zero points). The q4 path: qx itself (int8 [M, K], in its primitives'
-// order), zx and the sums of qx over each group instead.
+// only where the weight has zero points). The int8-row paths (x86's maddubs on int4, ARM's sdot):
+// qx itself (int8 [M, K], in their primitives' order), zx, and in gsum the sums of qx over each group.
 struct Rows {
   const int16_t* x = nullptr;
   const float* scale = nullptr;
   const int32_t* gsum = nullptr;
-  const int8_t* q = nullptr;
+  const int8_t* qx = nullptr;
   const int32_t* zx = nullptr;
-  const int32_t* qsum = nullptr;
 };
 
 struct RowQparams {
@@ -97,6 +101,13 @@ ETFUSE_TARGET_AVX2 void quantize_rows_q8_avx2(const Args& a, int64_t m0, int64_t
                                               int32_t* zx, int32_t* qsum);
 ETFUSE_TARGET_AVX2 void cols_q4_avx2(const Args& a, const Rows& r, int64_t j0, int64_t j1);
 #endif
+#if ETFUSE_HAVE_ARM_NEON
+void quantize_rows_neon(const Args& a, int64_t m0, int64_t m1, int16_t* x, float* scale, int32_t* gsum);
+void cols_neon(const Args& a, const Rows& r, int64_t j0, int64_t j1);
+ETFUSE_DQ_NEON_DOT void quantize_rows_dot(const Args& a, int64_t m0, int64_t m1, int8_t* qx, float* scale,
+                                          int32_t* zx, int32_t* gsum);
+ETFUSE_DQ_NEON_DOT void cols_dot(const Args& a, const Rows& r, int64_t j0, int64_t j1);
+#endif
 
 #if defined(ETFUSE_CORE_KERNELS)
 #include "linear_dq_portable.h"
@@ -118,6 +129,31 @@ ETFUSE_TARGET_AVX2 void cols_q4_avx2(const Args& a, const Rows& r, int64_t j0, i
 #undef ETFUSE_DQ_PRIMITIVES
 #undef ETFUSE_DQ_Q4
 #pragma GCC pop_options
+#endif
+
+#if ETFUSE_HAVE_ARM_NEON
+#include "arch/arm/linear_dq_neon.h"
+#define ETFUSE_DQ_NS rows_neon
+#define ETFUSE_DQ_PRIMITIVES neon
+#include "linear_dq_rows.h"
+#undef ETFUSE_DQ_NS
+#undef ETFUSE_DQ_PRIMITIVES
+
+void quantize_rows_neon(const Args& a, int64_t m0, int64_t m1, int16_t* x, float* scale, int32_t* gsum) {
+  rows_neon::quantize_rows(a, m0, m1, x, scale, gsum);
+}
+void cols_neon(const Args& a, const Rows& r, int64_t j0, int64_t j1) { rows_neon::cols(a, r, j0, j1); }
+ETFUSE_DQ_NEON_DOT void quantize_rows_dot(const Args& a, int64_t m0, int64_t m1, int8_t* qx, float* scale,
+                                          int32_t* zx, int32_t* gsum) {
+  neon::quantize_rows8(a, m0, m1, qx, scale, zx, gsum);
+}
+ETFUSE_DQ_NEON_DOT void cols_dot(const Args& a, const Rows& r, int64_t j0, int64_t j1) {
+  if (a.bits == 4) {
+    neon::cols_dot<4>(a, r.qx, r.scale, r.zx, r.gsum, j0, j1);
+  } else {
+    neon::cols_dot<8>(a, r.qx, r.scale, r.zx, r.gsum, j0, j1);
+  }
+}
 #endif
 
 void quantize_rows_portable(const Args& a, int64_t m0, int64_t m1, int16_t* x, float* scale, int32_t* gsum) {
@@ -143,24 +179,37 @@ ETFUSE_TARGET_AVX2 void cols_q4_avx2(const Args& a, const Rows& r, int64_t j0, i
 #endif
 
 // linear_dq's kernels on one ISA: the one place they are chosen. AVX-512 takes the AVX2 copies;
-// aarch64 (NEON, and sdot where the core has it) takes the portable ones until an
-// arch/arm/linear_dq_neon.h brings its primitives: one more copy above and a case here.
+// aarch64 the NEON ones (arch/arm/linear_dq_neon.h). An ISA's int8-row path (rows kept as int8 qx)
+// runs the calls its `int8_rows` predicate takes; the others take the int16 path.
 struct Kernels {
   void (*quantize_rows)(const Args&, int64_t, int64_t, int16_t*, float*, int32_t*);
   void (*cols)(const Args&, const Rows&, int64_t, int64_t);
-  // the q4 path (null: int4 weights take the int16 one)
-  void (*quantize_rows_q8)(const Args&, int64_t, int64_t, int8_t*, float*, int32_t*, int32_t*);
-  void (*cols_q4)(const Args&, const Rows&, int64_t, int64_t);
+  void (*quantize_rows_q8)(const Args&, int64_t, int64_t, int8_t*, float*, int32_t*, int32_t*) = nullptr;
+  void (*cols_q8)(const Args&, const Rows&, int64_t, int64_t) = nullptr;
+  bool (*int8_rows)(const Args&) = nullptr;
 };
+
+#if ETFUSE_HAVE_X86_DISPATCH
+// maddubs takes int4 weights with the fused weight sums, in groups of 32 or multiples of 64
+inline bool maddubs_takes(const Args& a) {
+  const int64_t G = a.K / a.groups;
+  return a.bits == 4 && a.wsum && (G == 32 || G % 64 == 0);
+}
+#endif
+inline bool every_call(const Args&) { return true; }
 
 inline Kernels kernels(Isa isa) {
   switch (isa) {
 #if ETFUSE_HAVE_X86_DISPATCH
     case Isa::kAvx512Vnni:
     case Isa::kAvx512:
-    case Isa::kAvx2: return {&quantize_rows_avx2, &cols_avx2, &quantize_rows_q8_avx2, &cols_q4_avx2};
+    case Isa::kAvx2: return {&quantize_rows_avx2, &cols_avx2, &quantize_rows_q8_avx2, &cols_q4_avx2, &maddubs_takes};
 #endif
-    default: return {&quantize_rows_portable, &cols_portable, nullptr, nullptr};
+#if ETFUSE_HAVE_ARM_NEON
+    case Isa::kNeonDot: return {&quantize_rows_neon, &cols_neon, &quantize_rows_dot, &cols_dot, &every_call};
+    case Isa::kNeon: return {&quantize_rows_neon, &cols_neon};
+#endif
+    default: return {&quantize_rows_portable, &cols_portable};
   }
 }
 
@@ -169,7 +218,7 @@ struct Scratch {
   std::vector<int16_t> x;
   std::vector<float> scale;
   std::vector<int32_t> gsum;
-  std::vector<int8_t> q;
+  std::vector<int8_t> qx;
   std::vector<int32_t> zx;
 };
 
@@ -199,21 +248,20 @@ template <class Par>
 inline void run(const Args& a, Scratch& s, Par&& par) {
   if (a.M <= 0 || a.N <= 0) return;
   const Kernels kern = kernels(selected_isa());
-  const int64_t G = a.K / a.groups;
-  if (kern.cols_q4 && a.bits == 4 && a.wsum && (G == 32 || G % 64 == 0)) {
-    s.q.resize(static_cast<size_t>(a.M * a.K));
+  if (kern.int8_rows && kern.int8_rows(a)) {
+    s.qx.resize(static_cast<size_t>(a.M * a.K));
     s.scale.resize(static_cast<size_t>(a.M));
     s.zx.resize(static_cast<size_t>(a.M));
     s.gsum.resize(static_cast<size_t>(a.M * a.groups));
     Rows rows;
-    rows.q = s.q.data();
+    rows.qx = s.qx.data();
     rows.scale = s.scale.data();
     rows.zx = s.zx.data();
-    rows.qsum = s.gsum.data();
+    rows.gsum = s.gsum.data();
     run_rows(a, par, [&](int64_t m0, int64_t m1) {
-      kern.quantize_rows_q8(a, m0, m1, s.q.data(), s.scale.data(), s.zx.data(), s.gsum.data());
+      kern.quantize_rows_q8(a, m0, m1, s.qx.data(), s.scale.data(), s.zx.data(), s.gsum.data());
     });
-    run_cols(a, par, [&](int64_t j0, int64_t j1) { kern.cols_q4(a, rows, j0, j1); });
+    run_cols(a, par, [&](int64_t j0, int64_t j1) { kern.cols_q8(a, rows, j0, j1); });
     return;
   }
   s.x.resize(static_cast<size_t>(a.M * a.K));

@@ -290,8 +290,8 @@ ETFUSE_ALWAYS_INLINE void dot_q4(const Args& a, const Rows& rows, int64_t m, int
   __m256i zx[R];
   __m256 tot[R];
   for (int r = 0; r < R; ++r) {
-    x[r] = rows.q + (m + r) * K;
-    qs[r] = rows.qsum + (m + r) * groups;
+    x[r] = rows.qx + (m + r) * K;
+    qs[r] = rows.gsum + (m + r) * groups;
     zx[r] = _mm256_set1_epi32(rows.zx[m + r]);
     tot[r] = _mm256_setzero_ps();
   }
