@@ -18,7 +18,9 @@ mlp); `zoo`, benchmarks/models.py's CNN zoo; `transformers`, benchmarks/transfor
 at 96x96, the example llama's prefill and decode step, and MobileBERT (needs `transformers`);
 `int8`, MobileNetV2 quantized by PT2E with the XNNPACK quantizer, and the example llama's decode
 step with torchao int4 weight-only linears (etfuse only: neither the portable runtime nor
-XNNPACK runs torchao's dequantize_affine).
+XNNPACK runs torchao's dequantize_affine), and the same step in 8da4w (torchao's int8 dynamic
+activations x int4 weights, as benchmarks/llm.py quantizes: etfuse's linear_dq and XNNPACK's
+dynamically quantized linears).
 
 Per forward = (count at 1 + R forwards - count at 1) / R, which removes process start, program
 load and one-time packing (R = 10, or 2 for the zoo and the transformers: the counts are
@@ -102,10 +104,21 @@ def llama_decode_int4():
     return tzoo.weight_only(model, 4), example
 
 
+def llama_decode_8da4w():
+    """The example llama's decode step, 8da4w as benchmarks/llm.py applies it: torchao's
+    Int8DynamicActivationIntxWeightConfig (per-token int8 activations, int4 weights in groups of 32)."""
+    from torchao.quantization import Int8DynamicActivationIntxWeightConfig, quantize_
+    from torchao.quantization.granularity import PerGroup
+
+    model, example = tzoo.ZOO["llama_decode"]()
+    quantize_(model, Int8DynamicActivationIntxWeightConfig(weight_dtype=torch.int4, weight_granularity=PerGroup(32)))
+    return model, example
+
+
 @dataclass(frozen=True)
 class Model:
     make: Callable  # () -> (module, input shape or example args)
-    quant: str = ""  # "int8": PT2E with the XNNPACK quantizer first; "int4": etfuse only
+    quant: str = ""  # "int8": PT2E with the XNNPACK quantizer first; "int4": etfuse only; "8da4w": torchao's ops
     repeats: int = 10
 
 
@@ -116,12 +129,13 @@ MODELS = {
                                                            "mobilebert")},
     "mobilenet_v2_int8": Model(zoo.ZOO["mobilenet_v2"], quant="int8", repeats=2),
     "llama_decode_int4": Model(llama_decode_int4, quant="int4", repeats=2),
+    "llama_decode_8da4w": Model(llama_decode_8da4w, quant="8da4w", repeats=2),
 }
 GROUPS = {
     "issue": ["cnn", "dws", "transformer", "mlp"],
     "zoo": list(zoo.ZOO),
     "transformers": ["vit_b16_96", "llama_prefill", "llama_decode", "mobilebert"],
-    "int8": ["mobilenet_v2_int8", "llama_decode_int4"],
+    "int8": ["mobilenet_v2_int8", "llama_decode_int4", "llama_decode_8da4w"],
 }
 GROUPS["all"] = [m for g in ("issue", "zoo", "transformers", "int8") for m in GROUPS[g]]
 
@@ -154,6 +168,11 @@ def programs(name: str, work: Path, wanted=PROGRAMS) -> tuple[dict, list]:
     if spec.quant == "int4":
         lower = {"etfuse": lambda: etfuse.fuse(to_edge(ep, compile_config=EdgeCompileConfig(_check_ir_validity=False)))
                  .to_executorch()}
+    if spec.quant == "8da4w":  # torchao's ops are not core ATen: edge's validity check off, as llm.py's export
+        config = EdgeCompileConfig(_check_ir_validity=False)
+        lower = {"etfuse": lambda: etfuse.fuse(to_edge(ep, compile_config=config)).to_executorch(),
+                 "xnnpack": lambda: to_edge_transform_and_lower(ep, partitioner=[XnnpackPartitioner()],
+                                                                compile_config=config).to_executorch()}
     buffers = {p: lower[p]().buffer for p in lower if p in wanted or p == "etfuse"}
     paths = {}
     for p, buf in buffers.items():
