@@ -7,6 +7,8 @@
 // without zero points, bias and residual; rows 1..9, 64, 67; odd N, split into the column blocks
 // run's parallel_for gives. The unit-scale variants are bit-exact: with every weight scale 1 and
 // no bias, C[m, n] = float(sum_g D) * s[m] exactly (sums below 2^24), so a sum off by one fails.
+// Half the cases pass the weight's group sums (Args::wsum, as linear_dq's op does), half leave
+// them to the kernel.
 // tests/test_linear_dq_isa.py builds it natively and for aarch64 (run under qemu-aarch64).
 // Prints one line per ISA checked; exits 1 at the first mismatch, naming it.
 //
@@ -39,12 +41,14 @@ struct Case {
   int bits;
   int64_t M, N, K, groups;
   bool zp, bias, residual, unit;  // unit: every weight scale 1 (the bit-exact variants)
+  bool wsum;                      // Args::wsum given (linear_dq's weight_sums), or left to the kernel
 };
 
 struct Problem {
   std::vector<float> x, scales, bias, residual;
   std::vector<uint8_t> w;
   std::vector<int8_t> q, zp;
+  std::vector<int32_t> wsum;
   qw::Args args(const Case& c, float* out) const {
     qw::Args a;
     a.M = c.M, a.N = c.N, a.K = c.K;
@@ -55,6 +59,7 @@ struct Problem {
     a.bias = c.bias ? bias.data() : nullptr;
     a.residual = c.residual ? residual.data() : nullptr, a.r_rs = c.N;
     a.C = out, a.c_rs = c.N;
+    a.wsum = c.wsum ? wsum.data() : nullptr;
     return a;
   }
 };
@@ -83,6 +88,8 @@ Problem make(const Case& c) {
     p.w.resize(p.q.size());
     for (size_t i = 0; i < p.q.size(); ++i) p.w[i] = static_cast<uint8_t>(p.q[i]);
   }
+  p.wsum.assign(static_cast<size_t>(c.N * c.groups), 0);
+  for (int64_t i = 0; i < c.N * c.K; ++i) p.wsum[i / (c.K / c.groups)] += p.q[i];
   p.scales.resize(static_cast<size_t>(c.N * c.groups));
   for (auto& v : p.scales) v = c.unit ? 1.0f : 0.01f + 0.04f * std::fabs(next_value());
   p.zp.resize(p.scales.size());
@@ -146,10 +153,11 @@ bool check(const Case& c, const char* isa) {
         ok = std::fabs(v - want) <= tol && std::fabs(v - v_portable) <= tol;
       }
       if (!ok) {
-        std::printf("MISMATCH isa=%s bits=%d M=%lld N=%lld K=%lld groups=%lld zp=%d bias=%d residual=%d unit=%d at "
-                    "(%lld, %lld): got %.9g, portable %.9g, want %.9g\n",
+        std::printf("MISMATCH isa=%s bits=%d M=%lld N=%lld K=%lld groups=%lld zp=%d bias=%d residual=%d unit=%d "
+                    "wsum=%d at (%lld, %lld): got %.9g, portable %.9g, want %.9g\n",
                     isa, c.bits, (long long)c.M, (long long)c.N, (long long)c.K, (long long)c.groups, int(c.zp),
-                    int(c.bias), int(c.residual), int(c.unit), (long long)m, (long long)n, v, v_portable, want);
+                    int(c.bias), int(c.residual), int(c.unit), int(c.wsum), (long long)m, (long long)n, v, v_portable,
+                    want);
         return false;
       }
     }
@@ -176,7 +184,7 @@ int check_isa(const char* isa) {
             // large M and N only in some variants: the suite's time under qemu
             if (M > 9 && N > 5 && variant != 1 && variant != 3) continue;
             const Case c{bits, M, N, ks[i][0], ks[i][1], variant >= 1 && variant != 4, variant == 1,
-                         variant == 2, variant >= 3};
+                         variant == 2, variant >= 3, (N + variant) % 2 == 0};
             if (!check(c, isa)) return -1;
             ++cases;
           }
@@ -190,7 +198,7 @@ int time_mode(char** argv) {
     return 1;
   }
   const Case c{std::atoi(argv[3]), std::atoll(argv[4]), std::atoll(argv[5]), std::atoll(argv[6]), std::atoll(argv[7]),
-               false, true, false, false};
+               false, true, false, false, true};
   const Problem p = make(c);
   std::vector<float> out(static_cast<size_t>(c.M * c.N));
   dq::Scratch scratch;

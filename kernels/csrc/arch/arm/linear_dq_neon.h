@@ -8,7 +8,8 @@
 //       D = sum qx * w - zx * sum w - (zp + o) * gsum,   gsum = sum (qx - zx),  o = 8 for nibbles, 0 for int8
 //     (the same D as the portable code's sum (qx - zx) * (q - zp)). int4 one row at a time
 //     against 4 columns, 4 groups reduced together (row_int4); int8 two rows at a time.
-//     sum w per (column, group) is taken beside the dot products (udot / sdot with ones).
+//     sum w per (column, group): Args::wsum (linear_dq's weight_sums, sum q, made at fuse time),
+//     or where a caller has none, taken beside the dot products (udot / sdot with ones).
 //   The float steps after D (scales, bias, residual) are the portable code's in another order
 //   (4 groups' partial sums): float tolerance, not bit for bit.
 // No includes here: arm_neon.h and <vector> come at file scope from core/linear_dq.h, which also
@@ -285,17 +286,18 @@ ETFUSE_DQ_NEON_DOT ETFUSE_ALWAYS_INLINE void row_int4_of(const int8_t* x, int32_
   }
 }
 
-// Columns [j, j + NC) of C for every row, int4 (the weight's sums taken by each row).
+// Columns [j, j + NC) of C for every row, int4 (the weight's sums from Args::wsum, or taken by each row).
 template <int NC>
 ETFUSE_DQ_NEON_DOT ETFUSE_ALWAYS_INLINE void block_int4(const Args& a, const int8_t* qx, const float* rscale,
                                                         const int32_t* zx, const int32_t* gsum, int64_t j) {
   const uint8_t* w = a.W + j * a.w_rs;
   const float* sc = a.scales + j * a.groups;
   const int8_t* zp = a.zp ? a.zp + j * a.groups : nullptr;
+  const int32_t* ws = a.wsum ? a.wsum + j * a.groups : nullptr;
   const int64_t G = a.K / a.groups;
   for (int64_t m = 0; m < a.M; ++m) {
     float sums[NC];
-    row_int4_of<NC>(qx + m * a.K, zx[m], gsum + m * a.groups, G, a.groups, w, a.w_rs, sc, nullptr, zp, sums);
+    row_int4_of<NC>(qx + m * a.K, zx[m], gsum + m * a.groups, G, a.groups, w, a.w_rs, sc, ws, zp, sums);
     store_row(a, rscale, m, j, NC, sums);
   }
 }
@@ -359,8 +361,8 @@ ETFUSE_DQ_NEON_DOT ETFUSE_ALWAYS_INLINE void rows_int8(const Args& a, const int8
 }
 
 // Columns [j0, j1) of C for every row, kCols weight rows at a time. int4: block_int4 (the last
-// columns one at a time). int8: the scales and zero points transposed to [groups][kCols] once,
-// the first rows taking the weight's sums, two rows at a time.
+// columns one at a time). int8: the scales, zero points and Args::wsum transposed to
+// [groups][kCols] once (no wsum: the first rows take the weight's sums), two rows at a time.
 template <int Bits>
 ETFUSE_DQ_NEON_DOT void cols_dot(const Args& a, const int8_t* qx, const float* rscale, const int32_t* zx,
                                  const int32_t* gsum, int64_t j0, int64_t j1) {
@@ -383,12 +385,17 @@ ETFUSE_DQ_NEON_DOT void cols_dot(const Args& a, const int8_t* qx, const float* r
       for (int64_t g = 0; g < a.groups; ++g) {
         st[g * kCols + c] = a.scales[n * a.groups + g];
         zo[g * kCols + c] = a.zp ? a.zp[n * a.groups + g] : 0;
+        if (a.wsum) ws[g * kCols + c] = a.wsum[n * a.groups + g];
       }
     }
     float sums[2][kCols];
     int64_t m = 0;
     if (a.M >= 2) {
-      rows_int8<2, true>(a, qx, zx, gsum, 0, w, st.data(), zo.data(), ws.data(), sums);
+      if (a.wsum) {
+        rows_int8<2, false>(a, qx, zx, gsum, 0, w, st.data(), zo.data(), ws.data(), sums);
+      } else {
+        rows_int8<2, true>(a, qx, zx, gsum, 0, w, st.data(), zo.data(), ws.data(), sums);
+      }
       for (int r = 0; r < 2; ++r) store_row(a, rscale, r, j, nj, sums[r]);
       for (m = 2; m + 2 <= a.M; m += 2) {
         rows_int8<2, false>(a, qx, zx, gsum, m, w, st.data(), zo.data(), ws.data(), sums);
@@ -399,7 +406,11 @@ ETFUSE_DQ_NEON_DOT void cols_dot(const Args& a, const int8_t* qx, const float* r
         store_row(a, rscale, m, j, nj, sums[0]);
       }
     } else {
-      rows_int8<1, true>(a, qx, zx, gsum, 0, w, st.data(), zo.data(), ws.data(), sums);
+      if (a.wsum) {
+        rows_int8<1, false>(a, qx, zx, gsum, 0, w, st.data(), zo.data(), ws.data(), sums);
+      } else {
+        rows_int8<1, true>(a, qx, zx, gsum, 0, w, st.data(), zo.data(), ws.data(), sums);
+      }
       store_row(a, rscale, 0, j, nj, sums[0]);
     }
   }
