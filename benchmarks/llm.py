@@ -4,7 +4,7 @@ etfuse, XNNPACK and XNNPACK + etfuse, fp32 and 8da4w, at 1 and 2 threads.
     python benchmarks/llm.py [--layers 16] [--dim 2048] [--heads 32] [--kv-heads 8] [--hidden 8192]
                              [--vocab 128256] [--prompt 64] [--decode 128] [--threads 1,2]
                              [--dtypes fp32,8da4w] [--routes etfuse,xnnpack,xnnpack+etfuse]
-                             [--rounds 3] [--memory-gib 20]
+                             [--rounds 3] [--runner python|cpp] [--memory-gib 20]
 
     a small run: python benchmarks/llm.py --layers 2 --dim 256 --vocab 1000 --prompt 16 --decode 8
 
@@ -29,8 +29,10 @@ its own process (the programs and thread counts taking turns, round by round):
 * prefill tokens/s: one call on a --prompt-token prompt at position 0 (best of 3 calls);
 * decode tokens/s: --decode greedy steps after the prompt (one token each, positions prompt,
   prompt + 1, ...), the whole loop's time;
-* peak RSS of the runner process (`ru_maxrss`) and its share above the process before it loaded
-  the program (Python, torch and the kernels: the part a C++ runner would not have);
+* peak RSS of the runner process (its VmHWM) and its share above the process before it loaded
+  the program (Python, torch and the kernels: the part a C++ runner would not have); with
+  `--runner cpp` the runs are `etfuse_runner --generate` (the C++ runner, built once as
+  benchmarks/cpp.py builds it): one prefill call, its own timings, the RSS an app has;
 * peak RSS of the export process (model, quantization, export, lowering, serialization); `.pte` size;
 * the bandwidth bound of decode: bytes of weights a token reads (every linear's weights, the output
   linear included; 8da4w: 4-bit values and float32 scales per group of 32) / the machine's
@@ -112,21 +114,28 @@ def export(model, prompt: int):
 
 
 def lower(ep, route: str) -> bytes:
-    """The route's .pte."""
+    """The route's .pte. Takes the caller's only reference to `ep` (a one-item list, emptied): each
+    stage drops the one before it, so the unpacked weights are freed before serialization copies
+    the packed ones (the 1B fp32 export was killed at 17.4 GiB holding all of them at once)."""
+    import gc
+
     import etfuse
     from executorch.backends.xnnpack.partition.xnnpack_partitioner import XnnpackPartitioner
     from executorch.exir import EdgeCompileConfig, to_edge, to_edge_transform_and_lower
     from etfuse.passes import passes_beside_xnnpack
 
     config = EdgeCompileConfig(_check_ir_validity=False)
+    program = ep.pop()
     if route == "etfuse":
-        return etfuse.fuse(to_edge(ep, compile_config=config)).to_executorch().buffer
-    if route == "xnnpack":
-        return to_edge_transform_and_lower(ep, partitioner=[XnnpackPartitioner()],
-                                           compile_config=config).to_executorch().buffer
-    return etfuse.fuse(to_edge_transform_and_lower(ep, transform_passes=passes_beside_xnnpack(),
-                                                   partitioner=[XnnpackPartitioner()],
-                                                   compile_config=config)).to_executorch().buffer
+        program = to_edge(program, compile_config=config)
+    else:
+        program = to_edge_transform_and_lower(
+            program, partitioner=[XnnpackPartitioner()], compile_config=config,
+            **({"transform_passes": passes_beside_xnnpack()} if route == "xnnpack+etfuse" else {}))
+    if route != "xnnpack":
+        program = etfuse.fuse(program)
+    gc.collect()
+    return program.to_executorch().buffer
 
 
 def program_ops(pte: bytes) -> dict:
@@ -158,14 +167,19 @@ def prompt_tokens(cfg: dict):
 
 def export_job(cfg: dict, dtype: str, route: str, out: str) -> dict:
     """Build, quantize, export and lower one program into `out`; what it holds. The eager model's
-    logits on the prompt go to `out`.logits.pt (after lowering: eager fills its KV cache)."""
+    logits on the prompt go to `out`.logits.pt (before export, the caches emptied after)."""
     import torch
 
     model = build_model(cfg, dtype)
-    pte = lower(export(model, cfg["prompt"]), route)
-    Path(out).write_bytes(pte)
-    with torch.no_grad():
+    with torch.no_grad():  # eager's logits first, so the model can go before lowering
         torch.save(model(prompt_tokens(cfg), {"input_pos": torch.tensor([0])}), out + ".logits.pt")
+    for name, buffer in model.named_buffers():  # the prompt's keys and values out of the caches again
+        if name.endswith(("k_cache", "v_cache")):
+            buffer.zero_()
+    ep = [export(model, cfg["prompt"])]
+    del model
+    pte = lower(ep, route)
+    Path(out).write_bytes(pte)
     ops = program_ops(pte)
     return {"pte_bytes": len(pte), "linear_dq": ops.get("etfuse::linear_dq", 0),
             "etfuse_ops": sum(n for k, n in ops.items() if k.startswith("etfuse::")),
@@ -215,6 +229,31 @@ def run_job(pte: str, threads: int, cfg: dict) -> dict:
             "peak_kib": rss_kib("VmHWM"), "before_kib": before}
 
 
+def cpp_run_job(runner: str, pte: str, threads: int, cfg: dict) -> dict:
+    """The same prefill and decode through the C++ runner (`etfuse_runner --generate`: the Module
+    API, as an app runs it; no Python in the process): one prefill call, then `decode` steps; the
+    runner's own timings, and its peak RSS read from /proc while it runs (its VmHWM)."""
+    prompt = ",".join(str(int(t)) for t in prompt_tokens(cfg)[0])
+    proc = subprocess.Popen([runner, pte, "--generate", str(cfg["decode"] + 1), "--prompt", prompt,
+                             "--threads", str(threads)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    peak = 0
+    while proc.poll() is None:
+        try:
+            peak = max(peak, next(int(line.split()[1]) for line in open(f"/proc/{proc.pid}/status")
+                                  if line.startswith("VmHWM:")))
+        except (OSError, StopIteration):
+            pass
+        time.sleep(0.05)
+    out, err = proc.communicate()
+    if proc.returncode:
+        raise RuntimeError(err.strip().splitlines()[-1] if err.strip() else f"exit code {proc.returncode}")
+    fields = {line.split()[0]: dict(f.split("=") for f in line.split()[1:] if "=" in f) for line in out.splitlines()}
+    if "memory" in fields:  # the runner's own VmHWM: a run shorter than one poll is seen too
+        peak = int(fields["memory"]["peak_rss_kib"])
+    return {"prefill_s": float(fields["prefill"]["ms"]) / 1e3, "decode_s": float(fields["decode"]["ms"]) / 1e3,
+            "rel_error": None, "peak_kib": peak, "before_kib": 0}
+
+
 # --- the parent: processes, memory, bandwidth --------------------------------------------------
 
 
@@ -251,6 +290,8 @@ def child_main(job: str, payload: str) -> int:
     try:
         if job == "export":
             answer = export_job(p["cfg"], p["dtype"], p["route"], p["out"])
+        elif p.get("runner"):
+            answer = cpp_run_job(p["runner"], p["pte"], p["threads"], p["cfg"])
         else:
             answer = run_job(p["pte"], p["threads"], p["cfg"])
     except Exception as e:  # the table says what went wrong, in one line
@@ -343,6 +384,9 @@ def main(argv=None) -> int:
     ap.add_argument("--dtypes", default=",".join(DTYPES))
     ap.add_argument("--routes", default=",".join(ROUTES))
     ap.add_argument("--rounds", type=int, default=3, help="timing runs per program and thread count (median)")
+    ap.add_argument("--runner", choices=("python", "cpp"), default="python",
+                    help="time on executorch's Python runtime (checks the logits against eager) or through "
+                         "etfuse_runner --generate (C++, the RSS an app has; built once, benchmarks/cpp.py)")
     ap.add_argument("--memory-gib", type=float, default=20.0,
                     help="an export whose RSS passes this is stopped and fewer layers are measured")
     args = ap.parse_args(argv)
@@ -358,6 +402,12 @@ def main(argv=None) -> int:
           f"{load_start[0]:.2f} / {load_start[1]:.2f} / {load_start[2]:.2f} (1 / 5 / 15 min) at the start\n", flush=True)
     probed = {t: [bandwidth_gbs(t)] for t in threads}  # probed again at the end: the better of the two
     memory_gib = min(args.memory_gib, available_gib() - 1)  # a shared machine: leave the others theirs
+    runner = None
+    if args.runner == "cpp":
+        sys.path.insert(0, str(Path(__file__).parent))
+        from cpp import build_runner
+
+        runner = str(build_runner(Path(tempfile.gettempdir()) / "etfuse-bench-runner"))
     print(f"exports are stopped past {memory_gib:.1f} GiB of RSS\n", flush=True)
     with tempfile.TemporaryDirectory() as tmp:
         exported, layers, too_big = export_all(cfg, dtypes, routes, Path(tmp), memory_gib)
@@ -368,7 +418,8 @@ def main(argv=None) -> int:
         for k in range(args.rounds):  # each round starts one program later: no place in the round is a bias
             for job in jobs[k % len(jobs):] + jobs[:k % len(jobs)] if jobs else []:
                 d, r, t = job
-                samples[job].append(child("run", {"pte": exported[d, r]["path"], "threads": t, "cfg": cfg}))
+                samples[job].append(child("run", {"pte": exported[d, r]["path"], "threads": t, "cfg": cfg,
+                                                  "runner": runner}))
     for t in threads:
         probed[t].append(bandwidth_gbs(t))
     bandwidth = {t: max(gbs) for t, gbs in probed.items()}
@@ -416,7 +467,7 @@ def print_table(cfg, dtypes, routes, threads, exported, samples, bandwidth, note
                 errors = [s["error"] for s in runs if "error" in s]
                 ok = [s for s in runs if "error" not in s]
                 head = f"| {d} | {r} | {t} |"
-                error = statistics.median(s["rel_error"] for s in ok) if ok else None
+                error = statistics.median(s["rel_error"] for s in ok) if ok and ok[0]["rel_error"] is not None else None
                 tail = (f" {e['peak_kib'] / 1024:,.0f} | {e['pte_bytes'] / 1e6:,.1f} | "
                         f"{'-' if error is None else f'{error:.1e}'} | {ops} |")
                 bound = bandwidth[t] * 1e9 / weights

@@ -55,6 +55,7 @@ def generated_tokens(proc: subprocess.CompletedProcess) -> list[int]:
     lines = dict(line.split(" ", 1) if " " in line else (line, "") for line in proc.stdout.splitlines())
     assert lines["prefill"].startswith(f"tokens={len(PROMPT)} "), proc.stdout
     assert lines["decode"].startswith(f"tokens={NEW_TOKENS - 1} "), proc.stdout
+    assert int(lines["memory"].removeprefix("peak_rss_kib=")) > 1024, proc.stdout  # the process's own peak
     return [int(t) for t in lines["generated:"].split()]
 
 

@@ -20,6 +20,7 @@
 //   prefill tokens=<P> ms=<> tokens_per_s=<> threads=<T>
 //   decode tokens=<N> ms=<> tokens_per_s=<>
 //   generated: <id> <id> ...
+//   memory peak_rss_kib=<> (Linux: the process's VmHWM, program and caches included)
 //
 // Any failure is ONE line on stderr, `etfuse_runner: error: ...`, and exit
 // status 2 (usage) or 1 (everything else), also when the runtime aborts.
@@ -1125,6 +1126,12 @@ int generate(const Options& options, Module& module, const MethodMeta& meta,
   std::string ids;
   for (int64_t id : generated) ids += " " + std::to_string(id);
   std::printf("generated:%s\n", ids.c_str());
+  std::ifstream status("/proc/self/status");
+  for (std::string line; std::getline(status, line);) {
+    if (line.rfind("VmHWM:", 0) == 0) {
+      std::printf("memory peak_rss_kib=%ld\n", std::strtol(line.c_str() + 6, nullptr, 10));
+    }
+  }
   std::fflush(stdout);
   return 0;
 }
