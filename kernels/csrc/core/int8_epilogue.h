@@ -7,6 +7,7 @@
 #pragma once
 
 #include <cstdint>
+#include <cstring>
 
 #include "common.h"
 
@@ -25,6 +26,39 @@ struct Geometry {
   int64_t N = 0, C = 0, H = 0, W = 0, KH = 1, KW = 1, OH = 0, OW = 0;
   int64_t stride[2] = {1, 1}, padding[2] = {0, 0}, dilation[2] = {1, 1};
 };
+
+// A spatial conv (groups 1) as a 1x1 conv over its im2col: row k = (c, kh, kw) of [K][OH * OW]
+// bytes holds the input pixel each output reads at that tap, the padding as `pad` (the input's
+// zero point byte). `padded` holds C x (H + 2 pad) x (W + 2 pad) + 64 bytes. Rows at a stride
+// above 1 go through `strided(dst, src, OW, stride)`, each ISA's copy (it may read the bytes
+// between the last output's and the row's end: inside the padded row and the spare bytes).
+template <class Strided>
+inline void im2col(const Geometry& g, const uint8_t* x, uint8_t pad, uint8_t* padded, uint8_t* col,
+                   Strided&& strided) {
+  const int64_t Hp = g.H + 2 * g.padding[0], Wp = g.W + 2 * g.padding[1], P = g.OH * g.OW;
+  std::memset(padded, pad, static_cast<size_t>(g.C * Hp * Wp));
+  for (int64_t c = 0; c < g.C; ++c)
+    for (int64_t y = 0; y < g.H; ++y)
+      std::memcpy(padded + (c * Hp + y + g.padding[0]) * Wp + g.padding[1], x + (c * g.H + y) * g.W, static_cast<size_t>(g.W));
+  for (int64_t c = 0; c < g.C; ++c)
+    for (int64_t kh = 0; kh < g.KH; ++kh)
+      for (int64_t kw = 0; kw < g.KW; ++kw) {
+        uint8_t* dst = col + ((c * g.KH + kh) * g.KW + kw) * P;
+        for (int64_t oh = 0; oh < g.OH; ++oh, dst += g.OW) {
+          const uint8_t* src = padded + (c * Hp + oh * g.stride[0] + kh * g.dilation[0]) * Wp + kw * g.dilation[1];
+          if (g.stride[1] == 1) {
+            std::memcpy(dst, src, static_cast<size_t>(g.OW));
+          } else {
+            strided(dst, src, g.OW, g.stride[1]);
+          }
+        }
+      }
+}
+
+// The portable strided row of im2col.
+inline void strided_bytes(uint8_t* dst, const uint8_t* src, int64_t n, int64_t stride) {
+  for (int64_t i = 0; i < n; ++i) dst[i] = src[i * stride];
+}
 
 struct Requant {
   const float* scale = nullptr;  // [C]: float(input_scale) * weight_scale[c]

@@ -199,38 +199,17 @@ ETFUSE_TARGET_VNNI void weight_sums(const Problem& pb, int32_t* sums) {
 using int8_epilogue::Geometry;
 
 namespace detail {
-ETFUSE_TARGET_VNNI void im2col(const Geometry& g, const uint8_t* x, uint8_t pad, uint8_t* padded, uint8_t* col);
+ETFUSE_TARGET_VNNI void strided_row(uint8_t* dst, const uint8_t* src, int64_t n, int64_t stride);
 #if defined(ETFUSE_CORE_KERNELS)
-ETFUSE_TARGET_VNNI void im2col(const Geometry& g, const uint8_t* x, uint8_t pad, uint8_t* padded, uint8_t* col) {
-  const int64_t Hp = g.H + 2 * g.padding[0], Wp = g.W + 2 * g.padding[1], P = g.OH * g.OW;
-  // the input with its border of zero points, C x Hp x Wp bytes
-  std::memset(padded, pad, static_cast<size_t>(g.C * Hp * Wp));
-  for (int64_t c = 0; c < g.C; ++c)
-    for (int64_t y = 0; y < g.H; ++y)
-      std::memcpy(padded + (c * Hp + y + g.padding[0]) * Wp + g.padding[1], x + (c * g.H + y) * g.W, static_cast<size_t>(g.W));
-  const int64_t sw = g.stride[1];
-  for (int64_t c = 0; c < g.C; ++c) {
-    for (int64_t kh = 0; kh < g.KH; ++kh) {
-      for (int64_t kw = 0; kw < g.KW; ++kw) {
-        uint8_t* dst = col + ((c * g.KH + kh) * g.KW + kw) * P;
-        for (int64_t oh = 0; oh < g.OH; ++oh, dst += g.OW) {
-          const uint8_t* src = padded + (c * Hp + oh * g.stride[0] + kh * g.dilation[0]) * Wp + kw * g.dilation[1];
-          if (sw == 1) {
-            std::memcpy(dst, src, static_cast<size_t>(g.OW));
-          } else if (sw == 2) {  // the even bytes of 2 * 16: one narrowing move per 16 outputs
-            for (int64_t ow = 0; ow < g.OW; ow += 16) {
-              const int64_t m = std::min<int64_t>(16, g.OW - ow);
-              const __mmask16 lanes = static_cast<__mmask16>((1u << m) - 1u);
-              // the last output reads byte 2 * (OW - 1): inside the padded row
-              const __m256i v = _mm256_maskz_loadu_epi16(lanes, src + 2 * ow);
-              _mm_mask_storeu_epi8(dst + ow, lanes, _mm256_cvtepi16_epi8(v));
-            }
-          } else {
-            for (int64_t ow = 0; ow < g.OW; ++ow) dst[ow] = src[ow * sw];
-          }
-        }
-      }
-    }
+// im2col's strided rows on AVX-512BW: stride 2 as the even bytes of 2 * 16, one narrowing move per
+// 16 outputs (the last output reads byte 2 * (n - 1): inside the padded row).
+ETFUSE_TARGET_VNNI void strided_row(uint8_t* dst, const uint8_t* src, int64_t n, int64_t stride) {
+  if (stride != 2) return int8_epilogue::strided_bytes(dst, src, n, stride);
+  for (int64_t i = 0; i < n; i += 16) {
+    const int64_t m = std::min<int64_t>(16, n - i);
+    const __mmask16 lanes = static_cast<__mmask16>((1u << m) - 1u);
+    const __m256i v = _mm256_maskz_loadu_epi16(lanes, src + 2 * i);
+    _mm_mask_storeu_epi8(dst + i, lanes, _mm256_cvtepi16_epi8(v));
   }
 }
 #endif
@@ -359,38 +338,14 @@ inline void conv(const Problem& pb, Par&& par) {
 #endif
 }
 
-namespace detail {
-// im2col (below) in plain C++.
-inline void im2col_base(const Geometry& g, const uint8_t* x, uint8_t pad, uint8_t* padded, uint8_t* col) {
-  const int64_t Hp = g.H + 2 * g.padding[0], Wp = g.W + 2 * g.padding[1], P = g.OH * g.OW;
-  std::memset(padded, pad, static_cast<size_t>(g.C * Hp * Wp));
-  for (int64_t c = 0; c < g.C; ++c)
-    for (int64_t y = 0; y < g.H; ++y)
-      std::memcpy(padded + (c * Hp + y + g.padding[0]) * Wp + g.padding[1], x + (c * g.H + y) * g.W, static_cast<size_t>(g.W));
-  for (int64_t c = 0; c < g.C; ++c)
-    for (int64_t kh = 0; kh < g.KH; ++kh)
-      for (int64_t kw = 0; kw < g.KW; ++kw) {
-        uint8_t* dst = col + ((c * g.KH + kh) * g.KW + kw) * P;
-        for (int64_t oh = 0; oh < g.OH; ++oh, dst += g.OW) {
-          const uint8_t* src = padded + (c * Hp + oh * g.stride[0] + kh * g.dilation[0]) * Wp + kw * g.dilation[1];
-          if (g.stride[1] == 1) {
-            std::memcpy(dst, src, static_cast<size_t>(g.OW));
-          } else {
-            for (int64_t ow = 0; ow < g.OW; ++ow) dst[ow] = src[ow * g.stride[1]];
-          }
-        }
-      }
-}
-}  // namespace detail
-
-// The im2col of one image (see detail::im2col); `padded` holds C x (H + 2 pad) x (W + 2 pad) + 64 bytes.
+// The im2col of one image (int8_epilogue::im2col) with this ISA's strided rows.
 inline void im2col(const Geometry& g, const uint8_t* x, uint8_t pad, uint8_t* padded, uint8_t* col) {
 #if ETFUSE_HAVE_X86_DISPATCH
-  detail::im2col(g, x, pad, padded, col);
+  int8_epilogue::im2col(g, x, pad, padded, col, detail::strided_row);
 #elif ETFUSE_HAVE_ARM_NEON
-  arm::im2col(g, x, pad, padded, col);
+  int8_epilogue::im2col(g, x, pad, padded, col, arm::strided_row);
 #else
-  detail::im2col_base(g, x, pad, padded, col);
+  int8_epilogue::im2col(g, x, pad, padded, col, int8_epilogue::strided_bytes);
 #endif
 }
 

@@ -400,33 +400,15 @@ void wide_from_panels(const int8_t* panels, int64_t C, int64_t K, int16_t* wide)
 
 }  // namespace detail
 
-// The spatial convs' im2col (core/int8_pointwise.h's im2col_base), with the stride-2 rows one
-// vld2 per 16 outputs: its even bytes (the first conv of MobileNetV2, 3x3 stride 2 over 96x96: 27
-// rows of 48 bytes an output row, copied byte by byte). The last vector of a row reads one byte
-// past its last tap: inside `padded`'s 64 spare bytes.
-inline void im2col(const int8_epilogue::Geometry& g, const uint8_t* x, uint8_t pad, uint8_t* padded, uint8_t* col) {
-  const int64_t Hp = g.H + 2 * g.padding[0], Wp = g.W + 2 * g.padding[1], P = g.OH * g.OW;
-  std::memset(padded, pad, static_cast<size_t>(g.C * Hp * Wp));
-  for (int64_t c = 0; c < g.C; ++c)
-    for (int64_t y = 0; y < g.H; ++y)
-      std::memcpy(padded + (c * Hp + y + g.padding[0]) * Wp + g.padding[1], x + (c * g.H + y) * g.W, static_cast<size_t>(g.W));
-  for (int64_t c = 0; c < g.C; ++c)
-    for (int64_t kh = 0; kh < g.KH; ++kh)
-      for (int64_t kw = 0; kw < g.KW; ++kw) {
-        uint8_t* dst = col + ((c * g.KH + kh) * g.KW + kw) * P;
-        for (int64_t oh = 0; oh < g.OH; ++oh, dst += g.OW) {
-          const uint8_t* src = padded + (c * Hp + oh * g.stride[0] + kh * g.dilation[0]) * Wp + kw * g.dilation[1];
-          if (g.stride[1] == 1) {
-            std::memcpy(dst, src, static_cast<size_t>(g.OW));
-          } else if (g.stride[1] == 2) {
-            int64_t ow = 0;
-            for (; ow + 16 <= g.OW; ow += 16) vst1q_u8(dst + ow, vld2q_u8(src + 2 * ow).val[0]);
-            for (; ow < g.OW; ++ow) dst[ow] = src[2 * ow];
-          } else {
-            for (int64_t ow = 0; ow < g.OW; ++ow) dst[ow] = src[ow * g.stride[1]];
-          }
-        }
-      }
+// im2col's strided rows (core/int8_epilogue.h's im2col): stride 2 one vld2 per 16 outputs, its
+// even bytes (the first conv of MobileNetV2, 3x3 stride 2 over 96x96: 27 rows of 48 bytes an
+// output row, copied byte by byte before). The last vector reads one byte past the last tap:
+// inside the padded row or its 64 spare bytes.
+inline void strided_row(uint8_t* dst, const uint8_t* src, int64_t n, int64_t stride) {
+  if (stride != 2) return int8_epilogue::strided_bytes(dst, src, n, stride);
+  int64_t i = 0;
+  for (; i + 16 <= n; i += 16) vst1q_u8(dst + i, vld2q_u8(src + 2 * i).val[0]);
+  for (; i < n; ++i) dst[i] = src[2 * i];
 }
 
 // The kernel's weight layout, in buffers of the calling thread kept between calls.
