@@ -6,14 +6,19 @@ namespace ETFUSE_DQ_NS {
 
 namespace prim = ETFUSE_DQ_PRIMITIVES;
 
+// torchao's qparams of one row of A, from its min and max.
+ETFUSE_ALWAYS_INLINE RowQparams qparams_of(const float* row, int64_t K) {
+  float mn, mx;
+  prim::min_max(row, K, mn, mx);
+  return row_qparams(mn, mx);
+}
+
 // Rows [m0, m1) of A -> x, their scales and (gsum non-null) their sums over each group.
 inline void quantize_rows(const Args& a, int64_t m0, int64_t m1, int16_t* x, float* scale, int32_t* gsum) {
   const int64_t G = a.K / a.groups;
   for (int64_t m = m0; m < m1; ++m) {
     const float* row = a.A + m * a.a_rs;
-    float mn, mx;
-    prim::min_max(row, a.K, mn, mx);
-    const RowQparams p = row_qparams(mn, mx);
+    const RowQparams p = qparams_of(row, a.K);
     int16_t* xm = x + m * a.K;
     prim::quantize(row, a.K, p.inv, p.zp, xm);
     scale[m] = p.scale;
@@ -82,9 +87,7 @@ inline void quantize_rows_q8(const Args& a, int64_t m0, int64_t m1, int8_t* q, f
   const int64_t G = a.K / a.groups;
   for (int64_t m = m0; m < m1; ++m) {
     const float* row = a.A + m * a.a_rs;
-    float mn, mx;
-    prim::min_max(row, a.K, mn, mx);
-    const RowQparams p = row_qparams(mn, mx);
+    const RowQparams p = qparams_of(row, a.K);
     prim::quantize_q8(row, a.K, G, p.inv, p.zp, q + m * a.K, qsum + m * a.groups);
     scale[m] = p.scale;
     zx[m] = static_cast<int32_t>(p.zp);
