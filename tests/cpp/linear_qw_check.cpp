@@ -13,6 +13,7 @@
 //                                                     counting instructions under qemu)
 #define ETFUSE_CORE_KERNELS 1
 #include "check_random.h"
+#include "isa_loop.h"
 #include "core/linear_qw.h"
 
 #include <cmath>
@@ -160,7 +161,7 @@ int check_isa(const char* isa) {
 }
 
 int time_mode(char** argv) {
-  if (!ec::set_isa(argv[2]) || std::strcmp(ec::current_isa_name(), argv[2]) != 0) {
+  if (!check_isa_loop::use_isa(argv[2])) {
     std::printf("no isa %s here\n", argv[2]);
     return 1;
   }
@@ -182,14 +183,5 @@ int time_mode(char** argv) {
 
 int main(int argc, char** argv) {
   if (argc == 9 && std::strcmp(argv[1], "time") == 0) return time_mode(argv);
-  const char* isas[] = {"baseline", "avx2", "avx512", "avx512vnni", "neon", "neondot"};
-  int checked = 0;
-  for (const char* isa : isas) {
-    if (!ec::set_isa(isa) || std::strcmp(ec::current_isa_name(), isa) != 0) continue;
-    const int cases = check_isa(isa);
-    if (cases < 0) return 1;
-    std::printf("isa %s: %d cases match\n", isa, cases);
-    ++checked;
-  }
-  return checked > 0 ? 0 : 1;
+  return check_isa_loop::check_every_isa(check_isa);
 }
