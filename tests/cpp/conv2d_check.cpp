@@ -10,12 +10,12 @@
 // many cases took the NEON depthwise rows; exits 1 at the first mismatch, naming the case.
 #define ETFUSE_CORE_KERNELS 1
 #include "check_random.h"
+#include "isa_loop.h"
 #include "core/conv2d.h"
 
 #include <array>
 #include <cmath>
 #include <cstdio>
-#include <cstring>
 #include <vector>
 
 namespace conv = etfuse::core::conv2d;
@@ -132,12 +132,9 @@ bool check(const Case& c, const char* isa) {
 }  // namespace
 
 int main() {
-  const char* isas[] = {"baseline", "avx2", "avx512", "neon"};
   const int64_t sizes[][2] = {{1, 1}, {3, 4}, {5, 5}, {7, 9}, {8, 13}, {12, 12}, {17, 20}, {9, 37}, {24, 24}};
   const int64_t channels[] = {1, 3, 6};
-  int checked = 0;
-  for (const char* isa : isas) {
-    if (!etfuse::core::set_isa(isa) || std::strcmp(etfuse::core::current_isa_name(), isa) != 0) continue;
+  return check_isa_loop::for_each_isa({"baseline", "avx2", "avx512", "neon"}, [&](const char* isa) {
     int cases = 0;
     rows_cases = blocks_cases = 0;
     int variant = 0;  // cycles through the epilogues, clamps and layouts
@@ -152,7 +149,7 @@ int main() {
               const Case c{1 + variant % 2, C, C, C, hw[0], hw[1], K, K, s, s, ph, pw, variant % 4, variant % 3,
                            variant % 5 == 0};
               ++variant;
-              if (!check(c, isa)) return 1;
+              if (!check(c, isa)) return false;
               ++cases;
             }
     // depthwise maps past the NEON blocks kernel's pixels (its rows kernel's)
@@ -161,7 +158,7 @@ int main() {
         const Case c{1, 5, 5, 5, s == 1 ? 52 : 100, s == 1 ? 50 : 98, K, K, s, s, K / 2, K / 2, variant % 4, variant % 3,
                      variant % 5 == 0};
         ++variant;
-        if (!check(c, isa)) return 1;
+        if (!check(c, isa)) return false;
         ++cases;
       }
     // the direct conv: a stem (groups 1) and a grouped conv, 3x3
@@ -174,7 +171,7 @@ int main() {
               const Case c{1 + variant % 2, Cin, Cout, groups, hw[0], hw[1], 3, 3, s, s, 1, variant % 2, variant % 4,
                            variant % 3, variant % 5 == 0};
               ++variant;
-              if (!check(c, isa)) return 1;
+              if (!check(c, isa)) return false;
               ++cases;
             }
     // wide output rows with more channels (groups 1): NEON's direct kernel takes them whatever
@@ -186,12 +183,11 @@ int main() {
             const Case c{1 + variant % 2, Cin, Cout, 1, hw[0], hw[1], 3, 3, s, s, 1, variant % 2, variant % 4,
                          variant % 3, variant % 5 == 0};
             ++variant;
-            if (!check(c, isa)) return 1;
+            if (!check(c, isa)) return false;
             ++cases;
           }
     std::printf("isa %s: %d cases match, %d on depthwise rows, %d on depthwise blocks\n", isa, cases, rows_cases,
                 blocks_cases);
-    ++checked;
-  }
-  return checked > 0 ? 0 : 1;
+    return true;
+  });
 }

@@ -8,6 +8,7 @@
 // exits 1 at the first mismatch, naming the case.
 #define ETFUSE_CORE_KERNELS 1
 #include "check_random.h"
+#include "isa_loop.h"
 #include "core/gemm.h"
 
 #include <cmath>
@@ -101,13 +102,10 @@ bool check(const Case& c, const char* isa) {
 }  // namespace
 
 int main() {
-  const char* isas[] = {"baseline", "avx2", "avx512", "neon"};
   const int64_t rows[] = {1, 2, 3, 4, 5, 7, 13, 37, 100};
   const int64_t cols[] = {1, 7, 16, 17, 40, 70};
   const int64_t depths[] = {1, 3, 4, 9, 64, 300};
-  int checked = 0;
-  for (const char* isa : isas) {
-    if (!etfuse::core::set_isa(isa) || std::strcmp(etfuse::core::current_isa_name(), isa) != 0) continue;
+  return check_isa_loop::check_every_isa({"baseline", "avx2", "avx512", "neon"}, [&](const char* isa) {
     int cases = 0;
     for (int64_t M : rows)
       for (int64_t N : cols)
@@ -117,11 +115,9 @@ int main() {
               for (int variant = 0; variant < 5; ++variant) {
                 const Case c{M, N, K, a_layout, b_layout, variant == 1 || variant == 3, variant != 0, variant >= 2,
                              variant == 3, variant == 4};
-                if (!check(c, isa)) return 1;
+                if (!check(c, isa)) return -1;
                 ++cases;
               }
-    std::printf("isa %s: %d cases match\n", isa, cases);
-    ++checked;
-  }
-  return checked > 0 ? 0 : 1;
+    return cases;
+  });
 }

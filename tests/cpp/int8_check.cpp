@@ -19,6 +19,7 @@
 //                                       dw-float, or dw-neon / dw-avx512)
 #define ETFUSE_CORE_KERNELS 1
 #include "check_random.h"
+#include "isa_loop.h"
 #include "core/conv2d.h"
 #include "core/gemm.h"
 #include "core/int8_depthwise.h"
@@ -550,7 +551,6 @@ int time_mode(char** argv) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  const char* isas[] = {"baseline", "avx2", "avx512", "avx512vnni", "neon", "neondot"};
   if (argc == 8 && std::strcmp(argv[1], "time") == 0) {
     // the smlal kernel is the NEON ISA's, sdot the dot-product one's
     if (std::strcmp(argv[2], "neon-mlal") == 0) ec::set_isa("neon");
@@ -570,19 +570,16 @@ int main(int argc, char** argv) {
     }
     return dw_time_mode(argv);
   }
-  int checked = 0;
-  for (const char* isa : isas) {
-    if (!ec::set_isa(isa) || std::strcmp(ec::current_isa_name(), isa) != 0) continue;
+  return check_isa_loop::for_each_isa(check_isa_loop::kEveryIsa, [](const char* isa) {
     std::vector<std::string> paths = {"float"};
     if (pw::kernel_name()) paths.push_back(pw::kernel_name());
     paths.push_back("dw-float");
     if (dw_kernel_name()) paths.push_back(dw_kernel_name());
     for (const std::string& path : paths) {
       const int cases = path.compare(0, 3, "dw-") == 0 ? check_dw_path(path.c_str()) : check_path(path.c_str());
-      if (cases < 0) return 1;
+      if (cases < 0) return false;
       std::printf("isa %s path %s: %d cases match\n", isa, path.c_str(), cases);
     }
-    ++checked;
-  }
-  return checked > 0 ? 0 : 1;
+    return true;
+  });
 }

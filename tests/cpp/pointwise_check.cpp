@@ -9,6 +9,7 @@
 // tests/test_pointwise_isa.py builds it natively and for aarch64 (run under qemu-aarch64). Prints
 // one line per ISA checked; exits 1 at the first mismatch, naming it.
 #define ETFUSE_CORE_KERNELS 1
+#include "isa_loop.h"
 #include "core/activation.h"
 #include "core/attention.h"
 #include "core/norm.h"
@@ -181,13 +182,9 @@ bool check_norms(const char* isa) {
 }  // namespace
 
 int main() {
-  const char* isas[] = {"baseline", "avx2", "neon"};
-  int checked = 0;
-  for (const char* isa : isas) {
-    if (!set_isa(isa) || std::strcmp(current_isa_name(), isa) != 0) continue;
-    if (!check_activations(isa) || !check_exp_row(isa) || !check_norms(isa)) return 1;
+  return check_isa_loop::for_each_isa({"baseline", "avx2", "neon"}, [&](const char* isa) {
+    if (!check_activations(isa) || !check_exp_row(isa) || !check_norms(isa)) return false;
     std::printf("isa %s: activations, softmax exp, norms match\n", isa);
-    ++checked;
-  }
-  return checked > 0 ? 0 : 1;
+    return true;
+  });
 }
