@@ -1,5 +1,7 @@
 """Building and running the C++ checks of tests/cpp (gemm_check.cpp, pointwise_check.cpp): one
-binary per source, compiler, flags and state of the kernel headers, shared by xdist workers."""
+binary per source, compiler, flags and state of the kernel headers, shared by xdist workers; and
+the whole test of a check that prints one "isa <name>: <n> cases match" line per ISA
+(check_isa_loop::check_every_isa), on each target of TARGETS."""
 
 from __future__ import annotations
 
@@ -10,6 +12,7 @@ import tempfile
 from pathlib import Path
 
 import filelock
+import pytest
 
 import etfuse.kernels
 import readme_consumer
@@ -55,3 +58,28 @@ def qemu_aarch64(cpu: str, binary: Path) -> list[str]:
     if shutil.which("qemu-aarch64") is None:
         readme_consumer.unavailable("qemu-aarch64 is not on PATH")
     return ["qemu-aarch64", "-cpu", cpu, str(binary)]
+
+
+# The ISAs besides the baseline that qemu's aarch64 CPUs give the checks: a core with dot products
+# and one without.
+AARCH64_ISAS = {"neoverse-n1": ["neon", "neondot"], "cortex-a53": ["neon"]}
+
+# Where cases_match runs a check: natively at -O3, and at -O0 too (nothing inlined that need not
+# be, so a vector passed between functions of different ISAs shows), and under qemu-aarch64 on each
+# CPU of AARCH64_ISAS (-O3).
+TARGETS = [pytest.param(("x86-64", "-O3"), id="x86-64-O3"), pytest.param(("x86-64", "-O0"), id="x86-64-O0"),
+           *(pytest.param(("aarch64", cpu), id=cpu) for cpu in AARCH64_ISAS)]
+
+
+def cases_match(source: str, cases: int, target: tuple[str, str]) -> None:
+    """tests/cpp/`source` on `target` (one of TARGETS) matched `cases` cases on each ISA it has:
+    on x86-64 at least the baseline and AVX2 (the CI machines have AVX2), `cases` on AVX2; under
+    qemu exactly the baseline and the CPU's AARCH64_ISAS, in order."""
+    arch, how = target
+    if arch == "x86-64":
+        checked, out = x86_isas_checked(source, how)
+        assert {"baseline", "avx2"} <= checked, out
+        assert f"isa avx2: {cases} cases match" in out.splitlines(), out
+        return
+    out = run(qemu_aarch64(how, build(source, "aarch64-linux-gnu-g++", "-static")))
+    assert out.splitlines() == [f"isa {isa}: {cases} cases match" for isa in ["baseline", *AARCH64_ISAS[how]]], out

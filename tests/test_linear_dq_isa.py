@@ -15,16 +15,6 @@ import isa_checks
 CASES = 6973
 
 
-# -O0 too: nothing inlined that need not be (a vector passed between functions of different ISAs)
-@pytest.mark.parametrize("optimize", ["-O3", "-O0"])
-def test_x86_linear_dq_matches_the_reference_and_the_portable_code(optimize):
-    checked, out = isa_checks.x86_isas_checked("linear_dq_check.cpp", optimize)
-    assert {"baseline", "avx2"} <= checked, out  # the CI machines have AVX2
-    assert f"isa avx2: {CASES} cases match" in out.splitlines(), out
-
-
-@pytest.mark.parametrize("cpu, isas", [("neoverse-n1", ["neon", "neondot"]), ("cortex-a53", ["neon"])])
-def test_aarch64_linear_dq_matches_the_reference_and_the_portable_code_on_the_neon_paths(cpu, isas):
-    binary = isa_checks.build("linear_dq_check.cpp", "aarch64-linux-gnu-g++", "-static")
-    out = isa_checks.run(isa_checks.qemu_aarch64(cpu, binary))
-    assert out.splitlines() == [f"isa {isa}: {CASES} cases match" for isa in ["baseline", *isas]], out
+@pytest.mark.parametrize("target", isa_checks.TARGETS)
+def test_linear_dq_matches_the_reference_and_the_portable_code_on_every_isa(target):
+    isa_checks.cases_match("linear_dq_check.cpp", CASES, target)

@@ -1,9 +1,11 @@
-// The ISA loop of the C++ checks: each ISA the library names, on this CPU, checked in turn.
+// The ISA loop of the C++ checks: each ISA the library names, on this CPU, checked in turn; and
+// their `time` mode's runs on one ISA.
 #pragma once
 
 #include <cstdio>
 #include <cstring>
 #include <initializer_list>
+#include <vector>
 
 #include "core/isa.h"
 
@@ -47,6 +49,26 @@ int check_every_isa(std::initializer_list<const char*> isas, Check&& check) {
 template <class Check>
 int check_every_isa(Check&& check) {
   return check_every_isa(kEveryIsa, check);
+}
+
+// The time mode's ISA forced; false, saying so, when this CPU cannot run it.
+inline bool use_isa_or_say(const char* isa) {
+  if (use_isa(isa)) return true;
+  std::printf("no isa %s here\n", isa);
+  return false;
+}
+
+// `reps` calls of run(), which writes `out` (for counting instructions under qemu), then
+// "<label> <sum>": one element of out a call summed, so that no call is optimized away.
+template <class Run>
+int time_runs(const char* label, int reps, const std::vector<float>& out, Run&& run) {
+  double sum = 0.0;
+  for (int r = reps; r > 0; --r) {
+    run();
+    sum += out[static_cast<size_t>(r) % out.size()];
+  }
+  std::printf("%s %.6g\n", label, sum);
+  return 0;
 }
 
 }  // namespace check_isa_loop

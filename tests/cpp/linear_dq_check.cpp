@@ -194,23 +194,14 @@ int check_isa(const char* isa) {
 }
 
 int time_mode(char** argv) {
-  if (!check_isa_loop::use_isa(argv[2])) {
-    std::printf("no isa %s here\n", argv[2]);
-    return 1;
-  }
+  if (!check_isa_loop::use_isa_or_say(argv[2])) return 1;
   const Case c{std::atoi(argv[3]), std::atoll(argv[4]), std::atoll(argv[5]), std::atoll(argv[6]), std::atoll(argv[7]),
                false, true, false, false, true};
   const Problem p = make(c);
   std::vector<float> out(static_cast<size_t>(c.M * c.N));
   dq::Scratch scratch;
   const qw::Args a = p.args(c, out.data());
-  double sum = 0.0;
-  for (int r = std::atoi(argv[8]); r > 0; --r) {
-    dq::run(a, scratch, blocks);
-    sum += out[static_cast<size_t>(r) % out.size()];
-  }
-  std::printf("%s %.6g\n", argv[2], sum);
-  return 0;
+  return check_isa_loop::time_runs(argv[2], std::atoi(argv[8]), out, [&] { dq::run(a, scratch, blocks); });
 }
 
 }  // namespace
