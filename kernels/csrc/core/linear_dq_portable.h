@@ -32,11 +32,12 @@ ETFUSE_ALWAYS_INLINE void widen(const Args& a, int64_t n, int16_t* out) {
 
 // out[r][c] = sum_g st[g][c] * (sum_{k in g} x[r][k] * w[c][k] - zt[g][c] * gsum[r][g]) for R rows
 // and kCols weight rows: the group's sums exact in int32, then scaled. st, zt: [groups][kCols]
-// (zt null: no zero points).
-template <int R>
-ETFUSE_ALWAYS_INLINE void dot_groups(const int16_t* const* x, const int32_t* const* gsum, const int16_t* const* w,
-                                     int64_t G, int64_t groups, const float* st, const int32_t* zt,
-                                     float (*out)[kCols]) {
+// (zt null: no zero points). Groups of kG columns (0: G, known at run time only).
+template <int R, int64_t kG>
+ETFUSE_ALWAYS_INLINE void dot_groups_of(const int16_t* const* x, const int32_t* const* gsum, const int16_t* const* w,
+                                        int64_t G_, int64_t groups, const float* st, const int32_t* zt,
+                                        float (*out)[kCols]) {
+  const int64_t G = kG ? kG : G_;
   for (int r = 0; r < R; ++r) {
     for (int c = 0; c < kCols; ++c) {
       float tot = 0.0f;

@@ -1,6 +1,6 @@
 // linear_dq's row quantization and column blocks (core/linear_dq.h) over one ISA's primitives:
 // included once per ISA with ETFUSE_DQ_NS (its namespace) and ETFUSE_DQ_PRIMITIVES (the
-// primitives' namespace: min_max, quantize, widen, dot_groups; with ETFUSE_DQ_Q4 defined also
+// primitives' namespace: min_max, quantize, widen, dot_groups_of; with ETFUSE_DQ_Q4 defined also
 // quantize_q8 and dot_q4, the int4 path on raw int8 rows). No include guard, on purpose.
 namespace ETFUSE_DQ_NS {
 
@@ -31,6 +31,20 @@ inline void quantize_rows(const Args& a, int64_t m0, int64_t m1, int16_t* x, flo
   }
 }
 
+// prim::dot_groups_of with torchao's usual groups (32, 64, 128) as the constant kG, so that the
+// loops over a group unroll; 0 (G known at run time only) for the others.
+template <int R>
+ETFUSE_ALWAYS_INLINE void dot_groups(const int16_t* const* x, const int32_t* const* gsum, const int16_t* const* w,
+                                     int64_t G, int64_t groups, const float* st, const int32_t* zt,
+                                     float (*out)[kCols]) {
+  switch (G) {
+    case 32: return prim::dot_groups_of<R, 32>(x, gsum, w, G, groups, st, zt, out);
+    case 64: return prim::dot_groups_of<R, 64>(x, gsum, w, G, groups, st, zt, out);
+    case 128: return prim::dot_groups_of<R, 128>(x, gsum, w, G, groups, st, zt, out);
+    default: return prim::dot_groups_of<R, 0>(x, gsum, w, G, groups, st, zt, out);
+  }
+}
+
 // Rows [m, m + R) of C, columns [j, j + nj).
 template <int R>
 ETFUSE_ALWAYS_INLINE void rows_block(const Args& a, const Rows& r, int64_t m, int64_t j, int64_t nj,
@@ -42,7 +56,7 @@ ETFUSE_ALWAYS_INLINE void rows_block(const Args& a, const Rows& r, int64_t m, in
     gsum[i] = zt ? r.gsum + (m + i) * a.groups : nullptr;
   }
   float sums[R][kCols];
-  prim::dot_groups<R>(x, gsum, w, a.K / a.groups, a.groups, st, zt, sums);
+  dot_groups<R>(x, gsum, w, a.K / a.groups, a.groups, st, zt, sums);
   for (int i = 0; i < R; ++i) {
     for (int c = 0; c < nj; ++c) {
       const int64_t n = j + c;

@@ -87,7 +87,7 @@ ETFUSE_ALWAYS_INLINE int32x4_t column_sums(int32x4_t a0, int32x4_t a1, int32x4_t
   return vpaddq_s32(vpaddq_s32(a0, a1), vpaddq_s32(a2, a3));
 }
 
-// portable::dot_groups with groups of kG columns (0: G, known at run time only); each weight
+// portable::dot_groups_of on NEON: groups of kG columns (0: G, known at run time only); each weight
 // vector loaded once for the R rows.
 template <int R, int64_t kG>
 ETFUSE_ALWAYS_INLINE void dot_groups_of(const int16_t* const* x, const int32_t* const* gsum, const int16_t* const* w,
@@ -128,18 +128,6 @@ ETFUSE_ALWAYS_INLINE void dot_groups_of(const int16_t* const* x, const int32_t* 
     }
   }
   for (int r = 0; r < R; ++r) vst1q_f32(out[r], tot[r]);
-}
-
-template <int R>
-ETFUSE_ALWAYS_INLINE void dot_groups(const int16_t* const* x, const int32_t* const* gsum, const int16_t* const* w,
-                                     int64_t G, int64_t groups, const float* st, const int32_t* zt,
-                                     float (*out)[kCols]) {
-  switch (G) {
-    case 32: return dot_groups_of<R, 32>(x, gsum, w, G, groups, st, zt, out);
-    case 64: return dot_groups_of<R, 64>(x, gsum, w, G, groups, st, zt, out);
-    case 128: return dot_groups_of<R, 128>(x, gsum, w, G, groups, st, zt, out);
-    default: return dot_groups_of<R, 0>(x, gsum, w, G, groups, st, zt, out);
-  }
 }
 
 // ---- dot: sdot on int8 rows ---------------------------------------------------------------------

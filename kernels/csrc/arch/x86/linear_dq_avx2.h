@@ -75,9 +75,9 @@ ETFUSE_ALWAYS_INLINE __m128i column_sums(__m256i a0, __m256i a1, __m256i a2, __m
   return _mm_add_epi32(_mm256_castsi256_si128(h), _mm256_extracti128_si256(h, 1));
 }
 
-// dot_groups with groups of kG columns (0: G, known at run time only): per group, each column's
-// int32 lanes summed across (column_sums), the zero points' term subtracted in int32 and the four
-// sums scaled in one vector; each weight vector loaded once for the R rows.
+// portable::dot_groups_of on AVX2 (groups of kG columns; 0: G, known at run time only): per group,
+// each column's int32 lanes summed across (column_sums), the zero points' term subtracted in int32
+// and the four sums scaled in one vector; each weight vector loaded once for the R rows.
 template <int R, int64_t kG>
 ETFUSE_ALWAYS_INLINE void dot_groups_of(const int16_t* const* x, const int32_t* const* gsum, const int16_t* const* w,
                                         int64_t G_, int64_t groups, const float* st, const int32_t* zt,
@@ -122,19 +122,6 @@ ETFUSE_ALWAYS_INLINE void dot_groups_of(const int16_t* const* x, const int32_t* 
     }
   }
   for (int r = 0; r < R; ++r) _mm_storeu_ps(out[r], tot[r]);
-}
-
-// portable::dot_groups on AVX2; torchao's usual groups (32, 64, 128) with their loops unrolled.
-template <int R>
-ETFUSE_ALWAYS_INLINE void dot_groups(const int16_t* const* x, const int32_t* const* gsum, const int16_t* const* w,
-                                     int64_t G, int64_t groups, const float* st, const int32_t* zt,
-                                     float (*out)[kCols]) {
-  switch (G) {
-    case 32: return dot_groups_of<R, 32>(x, gsum, w, G, groups, st, zt, out);
-    case 64: return dot_groups_of<R, 64>(x, gsum, w, G, groups, st, zt, out);
-    case 128: return dot_groups_of<R, 128>(x, gsum, w, G, groups, st, zt, out);
-    default: return dot_groups_of<R, 0>(x, gsum, w, G, groups, st, zt, out);
-  }
 }
 
 // --- int4 weights on the raw int8 rows (core/linear_dq.h "q4") ---------------------------------
