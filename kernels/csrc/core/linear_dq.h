@@ -61,7 +61,8 @@ constexpr int kQmin = -128, kQmax = 127;
 
 // The rows of A quantized: x = qx - zx, [M, K]; s[m]; the sums of x over each group ([M, groups],
 // only where the weight has zero points). The int8-row paths (x86's maddubs on int4, ARM's sdot):
-// qx itself (int8 [M, K], in their primitives' order), zx, and in gsum the sums of qx over each group.
+// qx itself (int8 [M, K], in their primitives' order), zx, and in gsum the sums over each group
+// of qx (x86) or of qx - zx (ARM).
 struct Rows {
   const int16_t* x = nullptr;
   const float* scale = nullptr;
@@ -123,10 +124,12 @@ ETFUSE_DQ_NEON_DOT void cols_dot(const Args& a, const Rows& r, int64_t j0, int64
 #include "arch/x86/linear_dq_avx2.h"
 #define ETFUSE_DQ_NS rows_avx2
 #define ETFUSE_DQ_PRIMITIVES avx2
+#define ETFUSE_DQ_Q8
 #define ETFUSE_DQ_Q4
 #include "linear_dq_rows.h"
 #undef ETFUSE_DQ_NS
 #undef ETFUSE_DQ_PRIMITIVES
+#undef ETFUSE_DQ_Q8
 #undef ETFUSE_DQ_Q4
 #pragma GCC pop_options
 #endif
@@ -135,9 +138,11 @@ ETFUSE_DQ_NEON_DOT void cols_dot(const Args& a, const Rows& r, int64_t j0, int64
 #include "arch/arm/linear_dq_neon.h"
 #define ETFUSE_DQ_NS rows_neon
 #define ETFUSE_DQ_PRIMITIVES neon
+#define ETFUSE_DQ_Q8
 #include "linear_dq_rows.h"
 #undef ETFUSE_DQ_NS
 #undef ETFUSE_DQ_PRIMITIVES
+#undef ETFUSE_DQ_Q8
 
 void quantize_rows_neon(const Args& a, int64_t m0, int64_t m1, int16_t* x, float* scale, int32_t* gsum) {
   rows_neon::quantize_rows(a, m0, m1, x, scale, gsum);
@@ -145,7 +150,7 @@ void quantize_rows_neon(const Args& a, int64_t m0, int64_t m1, int16_t* x, float
 void cols_neon(const Args& a, const Rows& r, int64_t j0, int64_t j1) { rows_neon::cols(a, r, j0, j1); }
 ETFUSE_DQ_NEON_DOT void quantize_rows_dot(const Args& a, int64_t m0, int64_t m1, int8_t* qx, float* scale,
                                           int32_t* zx, int32_t* gsum) {
-  neon::quantize_rows8(a, m0, m1, qx, scale, zx, gsum);
+  rows_neon::quantize_rows_q8(a, m0, m1, qx, scale, zx, gsum);
 }
 ETFUSE_DQ_NEON_DOT void cols_dot(const Args& a, const Rows& r, int64_t j0, int64_t j1) {
   if (a.bits == 4) {

@@ -1,7 +1,8 @@
 // linear_dq's row quantization and column blocks (core/linear_dq.h) over one ISA's primitives:
 // included once per ISA with ETFUSE_DQ_NS (its namespace) and ETFUSE_DQ_PRIMITIVES (the
-// primitives' namespace: min_max, quantize, widen, dot_groups_of; with ETFUSE_DQ_Q4 defined also
-// quantize_q8 and dot_q4, the int4 path on raw int8 rows). No include guard, on purpose.
+// primitives' namespace: min_max, quantize, widen, dot_groups_of; with ETFUSE_DQ_Q8 defined also
+// quantize_q8, the rows kept as int8 qx, and with ETFUSE_DQ_Q4 dot_q4, the int4 path on them).
+// No include guard, on purpose.
 namespace ETFUSE_DQ_NS {
 
 namespace prim = ETFUSE_DQ_PRIMITIVES;
@@ -93,9 +94,10 @@ inline void cols(const Args& a, const Rows& r, int64_t j0, int64_t j1) {
   }
 }
 
-#if defined(ETFUSE_DQ_Q4)
-// The q4 path (int4 weights, groups of 32 or a multiple of 64): rows [m0, m1) of A -> qx (int8,
-// in the primitives' order), their scales, zero points and sums of qx over each group.
+#if defined(ETFUSE_DQ_Q8)
+// The int8-row paths (x86's q4, ARM's sdot): rows [m0, m1) of A -> qx (int8, in the primitives'
+// order), their scales, zero points and sums over each group (the primitives': of qx on x86, of
+// qx - zx on ARM).
 inline void quantize_rows_q8(const Args& a, int64_t m0, int64_t m1, int8_t* q, float* scale, int32_t* zx,
                              int32_t* qsum) {
   const int64_t G = a.K / a.groups;
@@ -107,6 +109,10 @@ inline void quantize_rows_q8(const Args& a, int64_t m0, int64_t m1, int8_t* q, f
     zx[m] = static_cast<int32_t>(p.zp);
   }
 }
+#endif
+
+#if defined(ETFUSE_DQ_Q4)
+// The q4 path (int4 weights, groups of 32 or a multiple of 64) on quantize_rows_q8's rows.
 
 template <int R, bool kG32>
 ETFUSE_ALWAYS_INLINE void rows_q4(const Args& a, const Rows& r, int64_t m, int64_t j, int64_t nj) {

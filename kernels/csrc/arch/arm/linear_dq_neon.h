@@ -132,37 +132,28 @@ ETFUSE_ALWAYS_INLINE void dot_groups_of(const int16_t* const* x, const int32_t* 
 
 // ---- dot: sdot on int8 rows ---------------------------------------------------------------------
 
-// Rows [m0, m1) of A -> qx (int8), their scales, zx and gsum = sum over each group of qx - zx.
-ETFUSE_DQ_NEON_DOT inline void quantize_rows8(const Args& a, int64_t m0, int64_t m1, int8_t* qx, float* scale,
-                                              int32_t* zx, int32_t* gsum) {
-  const int64_t G = a.K / a.groups;
-  for (int64_t m = m0; m < m1; ++m) {
-    const float* row = a.A + m * a.a_rs;
-    float mn, mx;
-    min_max(row, a.K, mn, mx);
-    const RowQparams p = row_qparams(mn, mx);
-    int8_t* q = qx + m * a.K;
-    const float32x4_t vinv = vdupq_n_f32(p.inv), vzp = vdupq_n_f32(p.zp);
-    int64_t i = 0;
-    for (; i + 16 <= a.K; i += 16) {
-      const int16x8_t l = vcombine_s16(vmovn_s32(quantize4(row + i, vinv, vzp)),
-                                       vmovn_s32(quantize4(row + i + 4, vinv, vzp)));
-      const int16x8_t h = vcombine_s16(vmovn_s32(quantize4(row + i + 8, vinv, vzp)),
-                                       vmovn_s32(quantize4(row + i + 12, vinv, vzp)));
-      vst1q_s8(q + i, vcombine_s8(vmovn_s16(l), vmovn_s16(h)));
-    }
-    const int16_t z = static_cast<int16_t>(p.zp);
-    for (; i < a.K; ++i) q[i] = static_cast<int8_t>(quantized(row[i], p.inv, p.zp) + z);
-    scale[m] = p.scale;
-    zx[m] = z;
-    for (int64_t g = 0; g < a.groups; ++g) {
-      const int8_t* s = q + g * G;
-      int32_t sum = 0;
-      int64_t k = 0;
-      for (; k + 16 <= G; k += 16) sum += vaddlvq_s16(vpaddlq_s8(vld1q_s8(s + k)));
-      for (; k < G; ++k) sum += s[k];
-      gsum[m * a.groups + g] = sum - static_cast<int32_t>(G) * z;
-    }
+// One row: qx = clamp(rint(v * inv) + zp, -128, 127) (int8, in column order) and gsum, its sums
+// over each group of G columns of qx - zx (core/linear_dq_rows.h's quantize_rows_q8 calls it).
+ETFUSE_ALWAYS_INLINE void quantize_q8(const float* v, int64_t K, int64_t G, float inv, float zp, int8_t* q,
+                                      int32_t* gsum) {
+  const float32x4_t vinv = vdupq_n_f32(inv), vzp = vdupq_n_f32(zp);
+  int64_t i = 0;
+  for (; i + 16 <= K; i += 16) {
+    const int16x8_t l = vcombine_s16(vmovn_s32(quantize4(v + i, vinv, vzp)),
+                                     vmovn_s32(quantize4(v + i + 4, vinv, vzp)));
+    const int16x8_t h = vcombine_s16(vmovn_s32(quantize4(v + i + 8, vinv, vzp)),
+                                     vmovn_s32(quantize4(v + i + 12, vinv, vzp)));
+    vst1q_s8(q + i, vcombine_s8(vmovn_s16(l), vmovn_s16(h)));
+  }
+  const int16_t z = static_cast<int16_t>(zp);
+  for (; i < K; ++i) q[i] = static_cast<int8_t>(quantized(v[i], inv, zp) + z);
+  for (int64_t k0 = 0, g = 0; k0 < K; k0 += G, ++g) {
+    const int8_t* s = q + k0;
+    int32_t sum = 0;
+    int64_t k = 0;
+    for (; k + 16 <= G; k += 16) sum += vaddlvq_s16(vpaddlq_s8(vld1q_s8(s + k)));
+    for (; k < G; ++k) sum += s[k];
+    gsum[g] = sum - static_cast<int32_t>(G) * z;
   }
 }
 
