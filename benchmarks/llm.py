@@ -4,7 +4,7 @@ etfuse, XNNPACK and XNNPACK + etfuse, fp32 and 8da4w, at 1 and 2 threads.
     python benchmarks/llm.py [--layers 16] [--dim 2048] [--heads 32] [--kv-heads 8] [--hidden 8192]
                              [--vocab 128256] [--prompt 64] [--decode 128] [--threads 1,2]
                              [--dtypes fp32,8da4w] [--routes etfuse,xnnpack,xnnpack+etfuse]
-                             [--rounds 3] [--runner python|cpp] [--memory-gib 20]
+                             [--rounds 3] [--runner python|cpp] [--keep DIR] [--memory-gib 20]
 
     a small run: python benchmarks/llm.py --layers 2 --dim 256 --vocab 1000 --prompt 16 --decode 8
 
@@ -355,10 +355,16 @@ def export_all(cfg: dict, dtypes, routes, workdir: Path, memory_gib: float) -> t
         results = {}
         for dtype, route in itertools.product(dtypes, routes):
             out = workdir / f"{dtype}_{route.replace('+', '_')}.pte"
-            r = child("export", {"cfg": {**cfg, "layers": layers}, "dtype": dtype, "route": route, "out": str(out)},
-                      memory_gib)
+            job = {"cfg": {**cfg, "layers": layers}, "dtype": dtype, "route": route, "out": str(out)}
+            record = out.with_suffix(".json")  # --keep: an export of the same job is reused
+            kept = json.loads(record.read_text()) if record.is_file() and out.is_file() else {}
+            reused = kept.get("job") == job
+            r = kept["result"] if reused else child("export", job, memory_gib)
+            if not {"error", "oom"} & r.keys():
+                record.write_text(json.dumps({"job": job, "result": r}))
             results[dtype, route] = {**r, "path": str(out)}
-            outcome = r.get("error") or (f"stopped at {r['oom']:.1f} GiB" if "oom" in r else "ok")
+            outcome = r.get("error") or (f"stopped at {r['oom']:.1f} GiB" if "oom" in r else
+                                         f"ok{f' (kept from an earlier run, {out})' if reused else ''}")
             print(f"<!-- exported {dtype} {route} at {layers} layers: {outcome} -->", flush=True)
             if "oom" in r and layers > 1:
                 break
@@ -387,6 +393,9 @@ def main(argv=None) -> int:
     ap.add_argument("--runner", choices=("python", "cpp"), default="python",
                     help="time on executorch's Python runtime (checks the logits against eager) or through "
                          "etfuse_runner --generate (C++, the RSS an app has; built once, benchmarks/cpp.py)")
+    ap.add_argument("--keep", metavar="DIR",
+                    help="export the programs into DIR and keep them; a later run with the same model, dtype and "
+                         "route reuses them (timing a kernel change without exporting again)")
     ap.add_argument("--memory-gib", type=float, default=20.0,
                     help="an export whose RSS passes this is stopped and fewer layers are measured")
     args = ap.parse_args(argv)
@@ -410,7 +419,9 @@ def main(argv=None) -> int:
         runner = str(build_runner(Path(tempfile.gettempdir()) / "etfuse-bench-runner"))
     print(f"exports are stopped past {memory_gib:.1f} GiB of RSS\n", flush=True)
     with tempfile.TemporaryDirectory() as tmp:
-        exported, layers, too_big = export_all(cfg, dtypes, routes, Path(tmp), memory_gib)
+        workdir = Path(args.keep or tmp)
+        workdir.mkdir(parents=True, exist_ok=True)
+        exported, layers, too_big = export_all(cfg, dtypes, routes, workdir, memory_gib)
         cfg["layers"] = layers
         jobs = [(d, r, t) for d in dtypes for r in routes for t in threads
                 if not {"error", "oom"} & exported[d, r].keys()]
