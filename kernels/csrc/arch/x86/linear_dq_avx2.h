@@ -265,6 +265,10 @@ ETFUSE_ALWAYS_INLINE void group_sums_g64(const uint8_t* w, const int8_t* const* 
 
 // out[r] = sum_g scale[n, g] * D[r, g] for weight row n and R rows of A (Rows' q4 fields, from row
 // m): D = S - (8 + zp) * sum qx - zx * (sum q - G zp) in int32 (core/linear_dq.h), 8 groups a vector.
+// How far ahead (bytes) dot_q4 asks for its weight row, scales and sums: a decode step streams
+// every weight once, and one core's misses in flight did not keep up with the bandwidth (the loads'
+// stalls were most of dot_q4's time); about a microsecond of the stream ahead covers the latency.
+constexpr int64_t kPrefetchWeights = 1536, kPrefetchScales = 384;
 template <int R, bool kG32>
 ETFUSE_ALWAYS_INLINE void dot_q4(const Args& a, const Rows& rows, int64_t m, int64_t n, float* out) {
   const int64_t K = a.K, groups = a.groups, G = K / groups;
@@ -287,6 +291,13 @@ ETFUSE_ALWAYS_INLINE void dot_q4(const Args& a, const Rows& rows, int64_t m, int
     const int64_t ng = groups - g < 8 ? groups - g : 8;
     const int8_t* xg[R];
     for (int r = 0; r < R; ++r) xg[r] = x[r] + g * G;
+    {
+      const char* pw = reinterpret_cast<const char*>(w + g * G / 2) + kPrefetchWeights;
+      _mm_prefetch(pw, _MM_HINT_T0);
+      _mm_prefetch(pw + 64, _MM_HINT_T0);
+      _mm_prefetch(reinterpret_cast<const char*>(sc + g) + kPrefetchScales, _MM_HINT_T0);
+      _mm_prefetch(reinterpret_cast<const char*>(ws + g) + kPrefetchScales, _MM_HINT_T0);
+    }
     __m256i S[R];
     if (kG32) {
       if (ng == 8) group_sums_g32<R>(w + g * 16, xg, 8, S);
