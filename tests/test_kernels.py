@@ -148,6 +148,21 @@ def test_reinstalled_sources_recompile_only_what_changed(tmp_path, monkeypatch):
     assert ninja() == sorted(["eager/ops/add_relu.o", "runtime/ops/add_relu.o", *relinked])
 
 
+def test_package_data_ships_every_kernel_source():
+    """The wheel ships every header and source under csrc/ (pyproject's package-data globs, which
+    do not recurse): a new folder, such as csrc/core/conv2d/, must be named there, or the installed
+    package, its CMake package and the kernel build miss its files."""
+    import tomllib
+
+    pyproject = kbuild.CSRC.parents[1] / "pyproject.toml"
+    if not pyproject.is_file():
+        pytest.skip("an installed copy: no pyproject.toml beside the sources")
+    globs = tomllib.loads(pyproject.read_text())["tool"]["setuptools"]["package-data"]["etfuse.kernels"]
+    package = kbuild.CSRC.parent
+    shipped = {p for pattern in globs for p in package.glob(pattern)}
+    assert [str(p.relative_to(package)) for p in kbuild.sources() if p not in shipped] == []
+
+
 # --------------------------------------------------------------------------------------------
 # eager: add_relu
 
