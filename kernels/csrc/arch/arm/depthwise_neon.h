@@ -1,4 +1,4 @@
-// aarch64 NEON microkernels of the float depthwise conv (core/conv2d.h, detail::depthwise_rows):
+// aarch64 NEON microkernels of the float depthwise conv (core/conv2d/depthwise_rows.h, detail::depthwise_rows):
 // R output rows of one channel, K x K taps (3 or 5) at stride S (1 or 2), from rows of a
 // zero-padded copy of the input plane. Each tap is one fmla by lane (the weights sit in q
 // registers, 4 taps each); the input rows are read with unaligned loads (stride 1: ldp of two
@@ -127,7 +127,7 @@ struct DepthwiseNeon {
   }
 };
 
-// The direct conv's blocks (core/conv2d.h, detail::direct_planes) for up to 8 output planes, a
+// The direct conv's blocks (core/conv2d/direct_planes.h, detail::direct_planes) for up to 8 output planes, a
 // GEMM tile whose B is read in place from the phase planes: per tap one load of the planes'
 // weights (laid out [tap][8]: ldp of two vectors), U input vectors and an fmla by lane per plane
 // and vector; two taps per loop step. 8 planes x 3 vectors keep 24 sums in registers: 24 fmla
@@ -168,7 +168,7 @@ struct DirectNeon {
   }
 };
 
-// Depthwise convs 4 channels a vector (core/conv2d.h, detail::depthwise_blocks_neon), as
+// Depthwise convs 4 channels a vector (core/conv2d/depthwise_blocks.h, detail::depthwise_blocks_neon), as
 // XNNPACK's NHWC kernels run them: a block's 4 input planes are interleaved into a zero-padded
 // [PH][PW][4] buffer (one st4 per 4 pixels), every output pixel is one fmla per tap for the 4
 // channels, 4 pixels of a row at a time (their taps' loads shared), and the [pixel][4] sums go
