@@ -5,7 +5,10 @@
 //     [-30, 30], large values, +-inf, NaN, +-0, at lengths that leave every tail;
 //   * softmax exp and sum (core/attention.h exp_row, arch/arm/attention_neon.h), -inf included;
 //   * layer and RMS norms (core/norm.h, arch/arm/norm_neon.h), with and without weight and bias,
-//     a row whose mean is large against its spread.
+//     a row whose mean is large against its spread;
+//   * max_pool2d (core/pool2d.h, arch/arm/pool2d_neon.h, AVX-512's planes where the CPU has them):
+//     windows, strides, padding, dilation and ceil_mode, NaN and -inf inputs, against a window
+//     loop here, bit for bit.
 // tests/test_pointwise_isa.py builds it natively and for aarch64 (run under qemu-aarch64). Prints
 // one line per ISA checked; exits 1 at the first mismatch, naming it.
 #define ETFUSE_CORE_KERNELS 1
@@ -13,6 +16,7 @@
 #include "core/activation.h"
 #include "core/attention.h"
 #include "core/norm.h"
+#include "core/pool2d.h"
 
 #include <cmath>
 #include <cstdio>
@@ -181,10 +185,67 @@ bool check_norms(const char* isa) {
 
 }  // namespace
 
+// torch's max_pool2d, one window at a time: a NaN in the window wins, the padding never does.
+float window_max(const std::vector<float>& plane, int64_t h, int64_t w, const pool2d::Params& p, int64_t oy, int64_t ox) {
+  float m = -INFINITY;
+  bool nan = false;
+  for (int64_t ky = 0; ky < p.kernel[0]; ++ky) {
+    for (int64_t kx = 0; kx < p.kernel[1]; ++kx) {
+      const int64_t y = oy * p.stride[0] - p.padding[0] + ky * p.dilation[0];
+      const int64_t x = ox * p.stride[1] - p.padding[1] + kx * p.dilation[1];
+      if (y < 0 || y >= h || x < 0 || x >= w) continue;
+      const float v = plane[y * w + x];
+      nan = nan || std::isnan(v);
+      m = v > m ? v : m;
+    }
+  }
+  return nan ? NAN : m;
+}
+
+bool check_max_pool(const char* isa) {
+  struct Case {
+    int64_t h, w, k0, k1, s0, s1, p0, p1, d0, d1;
+    bool ceil;
+  };
+  const Case cases[] = {{47, 47, 3, 3, 2, 2, 0, 0, 1, 1, true},  {32, 32, 2, 2, 2, 2, 0, 0, 1, 1, false},
+                        {13, 21, 3, 3, 1, 1, 1, 1, 1, 1, false}, {9, 7, 3, 2, 2, 1, 1, 1, 1, 1, true},
+                        {12, 30, 5, 3, 1, 2, 2, 1, 2, 1, false}, {6, 5, 2, 3, 3, 3, 1, 1, 1, 2, true},
+                        {1, 3, 1, 3, 1, 1, 0, 1, 1, 1, false},   {17, 19, 3, 3, 2, 2, 1, 1, 1, 1, true}};
+  const int64_t planes = 3;
+  for (const Case& c : cases) {
+    pool2d::Params p;
+    p.kernel[0] = c.k0, p.kernel[1] = c.k1, p.stride[0] = c.s0, p.stride[1] = c.s1;
+    p.padding[0] = c.p0, p.padding[1] = c.p1, p.dilation[0] = c.d0, p.dilation[1] = c.d1, p.ceil_mode = c.ceil;
+    const int64_t oh = pool2d::out_extent(c.h, c.k0, c.s0, c.p0, c.d0, c.ceil);
+    const int64_t ow = pool2d::out_extent(c.w, c.k1, c.s1, c.p1, c.d1, c.ceil);
+    std::vector<float> in(static_cast<size_t>(planes * c.h * c.w));
+    for (size_t i = 0; i < in.size(); ++i) in[i] = i % 37 == 5 ? NAN : i % 41 == 7 ? -INFINITY : next_value();
+    std::vector<float> out(static_cast<size_t>(planes * oh * ow), 12345.0f);
+    pool2d::run<true>(in.data(), out.data(), planes, c.h, c.w, oh, ow, p,
+                      [](int64_t b, int64_t e, int64_t, const auto& fn) { fn(b, e); });
+    for (int64_t q = 0; q < planes; ++q) {
+      const std::vector<float> plane(in.begin() + q * c.h * c.w, in.begin() + (q + 1) * c.h * c.w);
+      for (int64_t oy = 0; oy < oh; ++oy) {
+        for (int64_t ox = 0; ox < ow; ++ox) {
+          const float want = window_max(plane, c.h, c.w, p, oy, ox), got = out[(q * oh + oy) * ow + ox];
+          if (std::isnan(want) ? !std::isnan(got) : got != want) {
+            std::printf("MISMATCH isa=%s max_pool2d %ldx%ld k=%ldx%ld s=%ldx%ld p=%ldx%ld d=%ldx%ld ceil=%d at plane %ld "
+                        "(%ld, %ld): got %g want %g\n", isa, (long)c.h, (long)c.w, (long)c.k0, (long)c.k1, (long)c.s0,
+                        (long)c.s1, (long)c.p0, (long)c.p1, (long)c.d0, (long)c.d1, (int)c.ceil, (long)q, (long)oy,
+                        (long)ox, got, want);
+            return false;
+          }
+        }
+      }
+    }
+  }
+  return true;
+}
+
 int main() {
   return check_isa_loop::for_each_isa({"baseline", "avx2", "neon"}, [&](const char* isa) {
-    if (!check_activations(isa) || !check_exp_row(isa) || !check_norms(isa)) return false;
-    std::printf("isa %s: activations, softmax exp, norms match\n", isa);
+    if (!check_activations(isa) || !check_exp_row(isa) || !check_norms(isa) || !check_max_pool(isa)) return false;
+    std::printf("isa %s: activations, softmax exp, norms, max pool match\n", isa);
     return true;
   });
 }

@@ -197,7 +197,7 @@ ETFUSE_ALWAYS_INLINE void avg_whole_rows(const float* in, float* out, const Plan
   }
 }
 
-// max_pool2d on AVX-512 with stride 1 or 2 along the width and no dilation there (every
+// max_pool2d on AVX-512 (and NEON, arch/arm/pool2d_neon.h) with stride 1 or 2 along the width and no dilation there (every
 // network's 3x3 / 2x2 pools): pool_plane's two passes, 16 outputs a vector. Along the width,
 // tap kx of 16 outputs at stride 2 is the even lanes of the 32 floats from row + 2 * ox + kx
 // (one permute); the generic loop read them one by one (SqueezeNet's 64 x 47 x 47 pool: 108 us).
@@ -213,6 +213,13 @@ namespace x86 {
 ETFUSE_TARGET_AVX512 void max_planes_avx512(const float* in, float* out, const detail::Plane& g, const Params& p,
                                             int64_t row_len, int64_t q0, int64_t q1);
 }  // namespace x86
+#endif
+#if ETFUSE_HAVE_ARM_NEON
+namespace arm {
+// Defined in arch/arm/pool2d_neon.h.
+void max_planes_neon(const float* in, float* out, const detail::Plane& g, const Params& p, int64_t row_len, int64_t q0,
+                     int64_t q1);
+}  // namespace arm
 #endif
 
 namespace detail {
@@ -246,8 +253,8 @@ ETFUSE_TARGET_AVX2 void planes_avx2(const float* in, float* out, const Plane& g,
 #endif
 
 // Pooling's kernels on one ISA: the one place they are chosen. `max_rows`: max pooling's
-// AVX-512 planes, for the windows it takes (see max_rows_fits); null elsewhere. aarch64 runs the
-// portable planes.
+// AVX-512 or NEON planes, for the windows they take (see max_rows_fits); null elsewhere (there
+// the portable planes).
 using PlanesFn = void (*)(const float*, float*, const Plane&, const Params&, int64_t, int64_t, int64_t);
 template <bool kMax>
 struct Kernels {
@@ -262,6 +269,10 @@ inline Kernels<kMax> kernels(Isa isa) {
     case Isa::kAvx512Vnni:
     case Isa::kAvx512: return {&planes_avx2<kMax>, kMax ? &x86::max_planes_avx512 : nullptr};
     case Isa::kAvx2: return {&planes_avx2<kMax>, nullptr};
+#endif
+#if ETFUSE_HAVE_ARM_NEON
+    case Isa::kNeonDot:
+    case Isa::kNeon: return {&planes_baseline<kMax>, kMax ? &arm::max_planes_neon : nullptr};
 #endif
     default: return {&planes_baseline<kMax>, nullptr};
   }
@@ -319,4 +330,7 @@ inline void mean_planes(const float* in, float* out, int64_t planes, int64_t n, 
 
 #if ETFUSE_HAVE_X86_DISPATCH && defined(ETFUSE_CORE_KERNELS)
 #include "arch/x86/pool2d_avx512.h"
+#endif
+#if ETFUSE_HAVE_ARM_NEON && defined(ETFUSE_CORE_KERNELS)
+#include "arch/arm/pool2d_neon.h"
 #endif
