@@ -205,6 +205,17 @@ ETFUSE_ALWAYS_INLINE void avg_whole_rows(const float* in, float* out, const Plan
 constexpr int64_t kRowSlack = 64;
 constexpr int64_t kMaxRows = 16;  // window heights it takes (the rows' pointers in registers)
 
+// The rows of output row oy's windows that lie inside the plane, into src (at most kMaxRows);
+// how many. The vector planes (AVX-512, NEON) reduce down them.
+ETFUSE_ALWAYS_INLINE int window_rows(const float* plane, const Plane& g, const Params& p, int64_t oy,
+                                     const float* (&src)[kMaxRows]) {
+  int rows = 0;
+  for (int64_t ky = 0, y = oy * p.stride[0] - p.padding[0]; ky < p.kernel[0]; ++ky, y += p.dilation[0]) {
+    if (y >= 0 && y < g.h) src[rows++] = plane + y * g.w;
+  }
+  return rows;
+}
+
 }  // namespace detail
 
 #if ETFUSE_HAVE_X86_DISPATCH

@@ -24,21 +24,15 @@ using detail::max_nan;
 
 void max_planes_neon(const float* in, float* out, const detail::Plane& g, const Params& p, int64_t row_len, int64_t q0,
                      int64_t q1) {
-  const int64_t kh = p.kernel[0], kw = p.kernel[1], sh = p.stride[0], sw = p.stride[1];
-  const int64_t ph = p.padding[0], pw = p.padding[1], dh = p.dilation[0];
+  const int64_t kw = p.kernel[1], sw = p.stride[1], pw = p.padding[1];
   const float ninf = -std::numeric_limits<float>::infinity();
   std::vector<float> row(static_cast<size_t>(row_len + kRowSlack), ninf);
   float* body = row.data() + pw;
   for (int64_t q = q0; q < q1; ++q) {
     const float* plane = in + q * g.h * g.w;
     for (int64_t oy = 0; oy < g.oh; ++oy) {
-      const int64_t y0 = oy * sh - ph;
-      const float* src[kMaxRows];  // the rows of the windows inside the plane
-      int rows = 0;
-      for (int64_t ky = 0; ky < kh; ++ky) {
-        const int64_t y = y0 + ky * dh;
-        if (y >= 0 && y < g.h) src[rows++] = plane + y * g.w;
-      }
+      const float* src[kMaxRows];
+      const int rows = detail::window_rows(plane, g, p, oy, src);
       // down the rows into body (no row inside the plane, ceil_mode: -inf); the last vector ends
       // at the row's end, overlapping the one before (the same values again): no scalar tail
       int64_t x = 0;
