@@ -3,7 +3,7 @@
 each input row quantized to int8 at run time (per token, asymmetric), the weight int8 per
 channel or int4 in groups, as linear_qw holds it (backend_ops/weight_only_ops.py).
 
-    linear_dq(input, weight, weight_sums, scales, zero_points, bits, bias, activation, residual)
+    linear_dq(input, weight, weight_row_sums, scales, zero_points, bits, bias, activation, residual)
         = linear_qw(quantize_per_token(input), weight, scales, zero_points, bits, bias, activation, residual)
 
 quantize_per_token is torchao's `choose_qparams_affine(ASYMMETRIC, int8, eps = the smallest
@@ -12,11 +12,12 @@ the same float32 steps, so the retrace to ATen gives the original program's numb
 The kernel (kernels/csrc/core/linear_dq.h) quantizes each row once, sums the integer products
 exactly in int32 and applies the scales afterwards (float32 rounding of the scales' products).
 
-weight_sums is `group_sums(q, group)`: int32 [N, groups], the sum of the weight's integer values
-over each group, computed at fuse time (the rules write it; `etfuse.fuse` folds it into a constant
-beside the packed weight). The value is redundant (the pattern ignores it): it lets a kernel take
-its integer dot products on the raw int8 activations qx (u8 x s8 `maddubs` on x86, `sdot` on
-ARM64) and subtract the activation zero point's term, zx * sum q, afterwards.
+weight_row_sums is `weight_row_sums(q, scales, zero_points)`: float32 [N], each dequantized weight
+row's sum, sum_k (q - zp) * scale, computed at fuse time (the rules write it; `etfuse.fuse` folds it
+into a constant beside the packed weight). The value is redundant (the pattern ignores it): it lets
+a kernel take its integer dot products on the raw int8 activations qx (u8 x s8 `maddubs` on x86,
+`sdot` on ARM64) and subtract the activation zero point's term, zx * row sum, once per output,
+where per-group integer sums would stream one int32 beside every 32 weights.
 """
 
 import torch
@@ -39,33 +40,41 @@ def _quantize_per_token(x):
     return aten.mul.Tensor(aten.sub.Tensor(aten.clamp.default(q, _QMIN, _QMAX), zp), scale)
 
 
-def _linear_dq(input, weight, weight_sums, scales, zero_points, bits, bias=None, activation="none", residual=None):
+def _linear_dq(input, weight, weight_row_sums, scales, zero_points, bits, bias=None, activation="none",
+               residual=None):
     return _linear_qw(_quantize_per_token(input), weight, scales, zero_points, bits, bias, activation, residual)
 
 
 LINEAR_DQ = register(BackendOp(
     "etfuse",
-    "linear_dq(Tensor input, Tensor weight, Tensor weight_sums, Tensor scales, Tensor? zero_points, int bits, "
+    "linear_dq(Tensor input, Tensor weight, Tensor weight_row_sums, Tensor scales, Tensor? zero_points, int bits, "
     "Tensor? bias=None, "
     "str activation=\"none\", Tensor? residual=None) -> Tensor",
     _linear_dq,
     doc="linear_qw over the input's rows quantized to int8 per token (asymmetric, torchao's choose_qparams_affine "
         "-> quantize_affine -> dequantize_affine); weight, scales, zero points, bias, activation and residual as "
-        "linear_qw's; weight_sums is group_sums of the weight's integer values (int32 [N, groups], read by the "
-        "kernel, ignored by the pattern); integer dot products in the kernel",
+        "linear_qw's; weight_row_sums is weight_row_sums of the weight (float32 [N], read by the kernel, ignored "
+        "by the pattern); integer dot products in the kernel",
     kernel="linear_dq"))
 
 
-def _group_sums(weight, group_size):
+def _weight_row_sums(weight, scales, zero_points):
     n = weight.shape[0]
-    groups = aten.reshape.default(weight, [n, -1, group_size])
-    return aten.sum.dim_IntList(groups, [-1], False, dtype=torch.int32)
+    groups = scales.numel() // n
+    g = weight.shape[1] // groups
+    # each group's integer sum exact, then scaled and summed in float64, rounded once
+    d = aten.sum.dim_IntList(aten.reshape.default(weight, [n, groups, g]), [-1], False, dtype=torch.float64)
+    if zero_points is not None:
+        zp = aten._to_copy.default(aten.reshape.default(zero_points, [n, groups]), dtype=torch.float64)
+        d = aten.sub.Tensor(d, aten.mul.Scalar(zp, g))
+    s = aten._to_copy.default(aten.reshape.default(scales, [n, groups]), dtype=torch.float64)
+    return aten._to_copy.default(aten.sum.dim_IntList(aten.mul.Tensor(d, s), [-1]), dtype=torch.float32)
 
 
-GROUP_SUMS = register(BackendOp(
-    "etfuse", "group_sums(Tensor weight, int group_size) -> Tensor", _group_sums,
-    doc="int8 [N, K] -> int32 [N, K / group_size]: the sum of each row's groups of group_size columns "
-        "(linear_dq's weight_sums)",
-    kernel="group_sums"))
+WEIGHT_ROW_SUMS = register(BackendOp(
+    "etfuse", "weight_row_sums(Tensor weight, Tensor scales, Tensor? zero_points) -> Tensor", _weight_row_sums,
+    doc="int8 [N, K] with scales (and int8 zero points) [N, groups] -> float32 [N]: each dequantized row's sum, "
+        "sum_k (q - zp) * scale (linear_dq's weight_row_sums)",
+    kernel="weight_row_sums"))
 
-DYNAMIC_QUANT_OPS = [LINEAR_DQ, GROUP_SUMS]
+DYNAMIC_QUANT_OPS = [LINEAR_DQ, WEIGHT_ROW_SUMS]

@@ -3,7 +3,7 @@
 The sub-byte embedding rules (patterns/embedding_rules.py) write
 `quant_fusion._pack_embedding_weight(w, bits) -> embedding_{4,2}bit(packed, ...)`, the 4-bit
 linear rules (patterns/weight_only_rules.py) `etfuse::pack_int4(w) -> linear_qw(...)`, the
-dynamically quantized ones (patterns/dynamic_quant_rules.py) `group_sums(w, g)` beside it: a graph
+dynamically quantized ones (patterns/dynamic_quant_rules.py) `weight_row_sums(w, s, zp)` beside it: a graph
 module has no weight values, so the packing is an op. With the program in hand this pass
 
 * runs every pack op whose weight is a constant (parameter, buffer, lifted constant) once and
@@ -29,13 +29,14 @@ import torch.fx as fx
 from executorch.exir.pass_base import ExportedProgramPassResult
 from executorch.exir.passes.constant_prop_pass import constant_prop_pass, get_constant_placeholder_dict
 
-from etfuse.backend_ops import EMBEDDING_OPS, GROUP_SUMS, LINEAR_DQ, LINEAR_QW, PACK_EMBEDDING_WEIGHT, PACK_INT4
+from etfuse.backend_ops import (EMBEDDING_OPS, LINEAR_DQ, LINEAR_QW, PACK_EMBEDDING_WEIGHT, PACK_INT4,
+                                WEIGHT_ROW_SUMS)
 
 from .engine import _aten
 from .graph_copy import editable_copy, program_with, ValuesPass
 
 
-_PACKS = {PACK_EMBEDDING_WEIGHT.aten, PACK_INT4.aten, GROUP_SUMS.aten}
+_PACKS = {PACK_EMBEDDING_WEIGHT.aten, PACK_INT4.aten, WEIGHT_ROW_SUMS.aten}
 
 
 def _is_pack(target) -> bool:
@@ -52,23 +53,27 @@ class FoldPackedWeightsPass(ValuesPass):
     def call(self, ep) -> ExportedProgramPassResult:
         constants = get_constant_placeholder_dict(ep)
         packs = [n for n in ep.graph.nodes if n.op == "call_function" and _is_pack(n.target) and n.args[0] in constants]
-        zero_zps = [n for n in ep.graph.nodes if n.op == "call_function" and _aten(n.target) in _ZERO_POINTS
-                    and _all_zero(_zero_points(n), constants)]
-        if not packs and not zero_zps:
+        if not packs and not _zero_zero_points(ep, constants):
             return ExportedProgramPassResult(ep, False)
         new = editable_copy(ep)
-        if zero_zps:
-            names = {n.name for n in zero_zps}
-            dropped = set()
-            for n in new.graph.nodes:
-                if n.name in names:
-                    i = _ZERO_POINTS[_aten(n.target)]
-                    dropped.add(n.args[i])
-                    n.args = (*n.args[:i], None, *n.args[i + 1:])
-            new = without_unused_constants(new, dropped)
+        # packs first: weight_row_sums reads the zero points that are dropped below
         if packs:
             new = fold_only(new, _is_pack)
+        zero_zps = _zero_zero_points(new, get_constant_placeholder_dict(new))
+        if zero_zps:
+            dropped = set()
+            for n in zero_zps:
+                i = _ZERO_POINTS[_aten(n.target)]
+                dropped.add(n.args[i])
+                n.args = (*n.args[:i], None, *n.args[i + 1:])
+            new = without_unused_constants(new, dropped)
         return ExportedProgramPassResult(new, True)
+
+
+def _zero_zero_points(ep, constants: dict) -> list:
+    """The ops of `ep` whose zero points are constants and all 0."""
+    return [n for n in ep.graph.nodes if n.op == "call_function" and _aten(n.target) in _ZERO_POINTS
+            and _all_zero(_zero_points(n), constants)]
 
 
 def fold_only(ep, is_folded):

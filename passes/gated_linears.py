@@ -46,7 +46,7 @@ _MUL = exir_ops.edge.aten.mul.Tensor
 _CAT = torch.ops.aten.cat.default  # the ATen overload: the fold below takes these cats and no other
 # per op: the arguments concatenated along the output features, and those that must be equal
 _JOINED = {LINEAR_ACT.aten: ("weight", "bias"), LINEAR_QW.aten: ("weight", "scales", "zero_points", "bias"),
-           LINEAR_DQ.aten: ("weight", "weight_sums", "scales", "zero_points", "bias")}
+           LINEAR_DQ.aten: ("weight", "weight_row_sums", "scales", "zero_points", "bias")}
 _SAME = {LINEAR_ACT.aten: ("input", "min", "max", "residual"),
          **{op.aten: ("input", "bits", "residual") for op in (LINEAR_QW, LINEAR_DQ)}}
 

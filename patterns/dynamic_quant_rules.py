@@ -17,7 +17,7 @@ as one `etfuse::linear_dq` (backend_ops/dynamic_quant_ops.py):
 dq(x) is the activation chain above, over the last dimension of a rank-2 (`[1, K]` blocks) or
 rank-3 (`[1, 1, K]`) input. {8,4} and the weight's constraints are the weight-only rules'
 (patterns/weight_only_rules.py). The replacement is the op over q (at 4 bits `pack_int4(q)`) and
-`group_sums(q, g)` (the weight's sums per group, which the kernel reads), both of which
+`weight_row_sums(q, scale, zero_point)` (the dequantized rows' sums, which the kernel reads), both of which
 `etfuse.fuse` folds into constants, with all-zero zero points dropped
 (passes/fold_packed_weights.py); a SwiGLU MLP's two linears join into one
 (passes/gated_linears.py). Each rule's pattern contains the weight-only rule's of the same name,
@@ -35,7 +35,7 @@ from typing import Optional
 
 import torch
 
-from etfuse.backend_ops import GROUP_SUMS, LINEAR_DQ
+from etfuse.backend_ops import LINEAR_DQ, WEIGHT_ROW_SUMS
 
 from .rule import Match
 from .weight_only_rules import _packed_weight, quantized_weight_linear_rules
@@ -66,11 +66,11 @@ def _per_token(m: Match) -> Optional[str]:
     return None
 
 
-def _weight_and_sums(a: dict, bits: int) -> tuple:
-    """q (pack_int4(q) at 4 bits) and its sums per group, which the kernel subtracts zx times."""
-    return (*_packed_weight(a, bits), GROUP_SUMS.aten(a["weight"], a["group_size"]))
+def _weight_and_row_sums(a: dict, bits: int) -> tuple:
+    """q (pack_int4(q) at 4 bits) and its dequantized rows' sums, which the kernel subtracts zx times."""
+    return (*_packed_weight(a, bits), WEIGHT_ROW_SUMS.aten(a["weight"], a["scale"], a["zero_point"]))
 
 
 DYNAMIC_QUANT_RULES = quantized_weight_linear_rules(
     "linear_dq", LINEAR_DQ, lead=("input", "in_features"), activation=_quantized_per_token,
-    lead_examples=lambda x: (x, 32), checks=(_per_token,), weight_operands=_weight_and_sums)
+    lead_examples=lambda x: (x, 32), checks=(_per_token,), weight_operands=_weight_and_row_sums)

@@ -82,13 +82,18 @@ def quantized_weight(n, k, group, bits, zero_points, seed=0, zp_range=(-3, 3)):
     return q, packed, scales, zp
 
 
-def weight_sums(weight, scales, bits):
-    """linear_dq's weight_sums for a weight as linear_qw holds it (int8, or pack_int4's bytes): the
-    integer values' sums over each group, int32 [N, groups]."""
+def weight_row_sums(weight, scales, zero_points, bits):
+    """linear_dq's weight_row_sums for a weight as linear_qw holds it (int8, or pack_int4's bytes):
+    each dequantized row's sum, sum_k (q - zp) * scale, in float64 rounded to float32."""
     from etfuse.backend_ops.weight_only_ops import _unpack_int4
 
-    q = _unpack_int4(weight).to(torch.int32) if bits == 4 else weight
-    return q.reshape(q.shape[0], scales.numel() // q.shape[0], -1).sum(-1, dtype=torch.int32)
+    q = (_unpack_int4(weight) if bits == 4 else weight).double()
+    n = q.shape[0]
+    groups = scales.numel() // n
+    d = q.reshape(n, groups, -1).sum(-1)
+    if zero_points is not None:
+        d = d - zero_points.reshape(n, groups).double() * (q.shape[1] // groups)
+    return (d * scales.reshape(n, groups).double()).sum(-1).float()
 
 
 class ResidualMlp(torch.nn.Module):

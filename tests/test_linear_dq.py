@@ -17,17 +17,17 @@ from torchao.quantization.granularity import PerAxis, PerGroup
 
 import etfuse
 import etfuse.kernels as kernels
-from etfuse.backend_ops import GROUP_SUMS, LINEAR_DQ
+from etfuse.backend_ops import LINEAR_DQ, WEIGHT_ROW_SUMS
 from etfuse.runtime import load_method, run
 from fusion_helpers import (ResidualMlp, assert_greedy_decoding_matches_eager, edge_program, example_llama, op_names,
-                            quantized_weight, weight_sums)
+                            quantized_weight, weight_row_sums)
 
 pytestmark = pytest.mark.usefixtures("eager_kernels")
 
 
 def dq_args(x, w, scales, zp, bits, *rest):
-    """linear_dq's arguments from linear_qw's: the weight's group sums after the weight."""
-    return (x, w, weight_sums(w, scales, bits), scales, zp, bits, *rest)
+    """linear_dq's arguments from linear_qw's: the weight's row sums after the weight."""
+    return (x, w, weight_row_sums(w, scales, zp, bits), scales, zp, bits, *rest)
 
 
 def linear_dq(*args):
@@ -160,8 +160,10 @@ def test_bad_arguments_are_named_and_opcheck():
         linear_dq(torch.randn(2, 48), w, scales, None, 4, None, "none")
     with pytest.raises(RuntimeError, match=r"etfuse::linear_dq.out: 4-bit groups of 16 columns"):
         linear_dq(torch.randn(2, 64), w, torch.ones(8, 4), None, 4, None, "none")
-    with pytest.raises(RuntimeError, match=r"etfuse::linear_dq.out: weight_sums \[8, 1\] must have the scales' shape"):
-        torch.ops.etfuse.linear_dq.out(torch.randn(2, 64), w, torch.zeros(8, 1, dtype=torch.int32), scales, None, 4,
+    with pytest.raises(RuntimeError, match=r"etfuse::linear_dq.out: weight_row_sums \[8, 1\] must be \[N\] for the scales"):
+        torch.ops.etfuse.linear_dq.out(torch.randn(2, 64), w, torch.zeros(8, 1), scales, None, 4, out=torch.empty(0))
+    with pytest.raises(RuntimeError, match=r"etfuse::linear_dq.out: weight_row_sums must be Float, got Int"):
+        torch.ops.etfuse.linear_dq.out(torch.randn(2, 64), w, torch.zeros(8, dtype=torch.int32), scales, None, 4,
                                        out=torch.empty(0))
     for args in ((torch.randn(3, 64), w, scales, None, 4, torch.randn(8), "silu"),
                  (torch.randn(2, 2, 64), q, scales, torch.ones(8, 2, dtype=torch.int8), 8, None, "none"),
@@ -169,15 +171,20 @@ def test_bad_arguments_are_named_and_opcheck():
         torch.library.opcheck(LINEAR_DQ.aten, dq_args(*args))
 
 
-def test_group_sums_kernel_matches_its_pattern():
-    q = torch.randint(-128, 128, (7, 96), dtype=torch.int8)
-    for group in (32, 96, 3):
-        got = torch.ops.etfuse.group_sums.out(q, group, out=torch.empty(0, dtype=torch.int32))
-        torch.testing.assert_close(got, q.long().reshape(7, -1, group).sum(-1).int(), rtol=0, atol=0)
-        torch.testing.assert_close(got, GROUP_SUMS.pattern(q, group), rtol=0, atol=0)
-    with pytest.raises(RuntimeError, match=r"etfuse::group_sums.out: weight must be \[N, K\] with K a multiple of"):
-        torch.ops.etfuse.group_sums.out(q, 64, out=torch.empty(0, dtype=torch.int32))
-    torch.library.opcheck(GROUP_SUMS.aten, (q, 32))
+def test_weight_row_sums_kernel_matches_its_pattern():
+    for groups, zero_points in ((1, False), (3, True), (32, True), (96, False)):
+        q, _, scales, zp = full_range_weight(7, 96, 96 // groups, 8, zero_points)
+        got = torch.ops.etfuse.weight_row_sums.out(q, scales, zp, out=torch.empty(0))
+        want = weight_row_sums(q, scales, zp, 8)
+        torch.testing.assert_close(got, want, rtol=1e-7, atol=0)
+        torch.testing.assert_close(WEIGHT_ROW_SUMS.pattern(q, scales, zp), want, rtol=1e-7, atol=0)
+    with pytest.raises(RuntimeError, match=r"etfuse::weight_row_sums.out: weight \[7, 96\] and scales \[7, 5\] must be"):
+        torch.ops.etfuse.weight_row_sums.out(q, torch.ones(7, 5), None, out=torch.empty(0))
+    with pytest.raises(RuntimeError, match=r"etfuse::weight_row_sums.out: zero_points \[7, 2\] must have the scales'"):
+        torch.ops.etfuse.weight_row_sums.out(q, torch.ones(7, 3), torch.zeros(7, 2, dtype=torch.int8),
+                                             out=torch.empty(0))
+    torch.library.opcheck(WEIGHT_ROW_SUMS.aten, (q, scales, None))
+    torch.library.opcheck(WEIGHT_ROW_SUMS.aten, (q, torch.rand(7, 3), torch.ones(7, 3, dtype=torch.int8)))
 
 
 class Mlp(torch.nn.Module):
@@ -232,11 +239,12 @@ def test_torchao_models_fuse_and_match_eager(bits, group, mapping, shape, bias):
     assert [n.args[5] for n in calls] == [bits] * 3 and activations == ["silu", "none", "none"]
     assert all((n.args[4] is None) == (mapping == MappingType.SYMMETRIC) for n in calls)
     assert all(n.args[1].meta["val"].dtype == (torch.uint8 if bits == 4 else torch.int8) for n in calls)
-    # the weight sums folded into constants too, equal to the weight's
+    # the row sums folded into constants too, equal to the dequantized weight's
     constants = get_constant_placeholder_dict(fused.exported_program())
     for n in calls:
         w, sums, scales = (constants[a] for a in n.args[1:4])
-        torch.testing.assert_close(sums, weight_sums(w, scales, bits), rtol=0, atol=0)
+        zp = constants[n.args[4]] if n.args[4] is not None else None
+        torch.testing.assert_close(sums, weight_row_sums(w, scales, zp, bits), rtol=1e-7, atol=0)
     want = model(x).detach()
     retraced = fused.exported_program().run_decompositions()
     assert not [n for n in op_names(retraced.graph_module) if n.startswith("etfuse.")]

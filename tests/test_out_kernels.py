@@ -125,10 +125,12 @@ def _samples():
     add(bo.PACK_INT4, "", (q4,))
     q8 = _q((8, 64))
     dq = dict(tol=GEMM_TOL, fixed=(1, 2, 3, 4))
-    add(bo.LINEAR_DQ, "4 bits, residual", (_randn(3, 64), packed4, bo.GROUP_SUMS.pattern(q4, 32), scales, zp, 4,
+    add(bo.LINEAR_DQ, "4 bits, residual", (_randn(3, 64), packed4, bo.WEIGHT_ROW_SUMS.pattern(q4, scales, zp), scales, zp, 4,
                                            _randn(8, seed=3), "silu", _randn(3, 8, seed=4)), **dq)
-    add(bo.LINEAR_DQ, "8 bits", (_randn(2, 3, 64), q8, bo.GROUP_SUMS.pattern(q8, 32), scales, None, 8), **dq)
-    add(bo.GROUP_SUMS, "", (q8, 16))
+    add(bo.LINEAR_DQ, "8 bits", (_randn(2, 3, 64), q8, bo.WEIGHT_ROW_SUMS.pattern(q8, scales, None), scales, None, 8),
+        **dq)
+    add(bo.WEIGHT_ROW_SUMS, "zero points", (q8, scales, zp))
+    add(bo.WEIGHT_ROW_SUMS, "per channel", (q8, scales[:, 0], None))
 
     cache = _randn(1, 4, 10, 6)
     add(bo.UPDATE_CACHE, "prefill of 2", (cache, _randn(1, 4, 2, 6, seed=1), torch.tensor([3, 4]), 2))

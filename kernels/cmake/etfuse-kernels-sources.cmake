@@ -22,7 +22,6 @@ set(ETFUSE_KERNELS_OP_FILES
     dequantize_per_channel
     dequantize_per_tensor
     embedding
-    group_sums
     layer_norm
     linear_act
     linear_bn_act
@@ -45,6 +44,7 @@ set(ETFUSE_KERNELS_OP_FILES
     rope
     sdpa
     update_cache
+    weight_row_sums
 )
 set(ETFUSE_KERNELS_OPS_add etfuse::add.out)
 set(ETFUSE_KERNELS_OPS_add_relu etfuse::add_relu.out)
@@ -56,7 +56,6 @@ set(ETFUSE_KERNELS_OPS_conv2d_packed_act etfuse::conv2d_packed_act.out)
 set(ETFUSE_KERNELS_OPS_dequantize_per_channel etfuse::quantized_decomposed_dequantize_per_channel.out)
 set(ETFUSE_KERNELS_OPS_dequantize_per_tensor etfuse::quantized_decomposed_dequantize_per_tensor.out)
 set(ETFUSE_KERNELS_OPS_embedding etfuse::quantized_decomposed_embedding_byte.out etfuse::quantized_decomposed_embedding_byte.dtype_out etfuse::quantized_decomposed_embedding_4bit.out etfuse::quantized_decomposed_embedding_4bit.dtype_out etfuse::quantized_decomposed_embedding_2bit.out etfuse::quantized_decomposed_embedding_2bit.dtype_out)
-set(ETFUSE_KERNELS_OPS_group_sums etfuse::group_sums.out)
 set(ETFUSE_KERNELS_OPS_layer_norm etfuse::layer_norm.out)
 set(ETFUSE_KERNELS_OPS_linear_act etfuse::linear_act.out)
 set(ETFUSE_KERNELS_OPS_linear_bn_act etfuse::linear_bn_act.out)
@@ -79,3 +78,4 @@ set(ETFUSE_KERNELS_OPS_rms_norm etfuse::rms_norm.out)
 set(ETFUSE_KERNELS_OPS_rope etfuse::rope.out)
 set(ETFUSE_KERNELS_OPS_sdpa etfuse::sdpa.out)
 set(ETFUSE_KERNELS_OPS_update_cache etfuse::update_cache.out etfuse::update_cache_)
+set(ETFUSE_KERNELS_OPS_weight_row_sums etfuse::weight_row_sums.out)

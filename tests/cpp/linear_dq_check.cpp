@@ -7,8 +7,8 @@
 // without zero points, bias and residual; rows 1..9, 64, 67; odd N, split into the column blocks
 // run's parallel_for gives. The unit-scale variants are bit-exact: with every weight scale 1 and
 // no bias, C[m, n] = float(sum_g D) * s[m] exactly (sums below 2^24), so a sum off by one fails.
-// Half the cases pass the weight's group sums (Args::wsum, as linear_dq's op does), half leave
-// them to the kernel.
+// Half the cases pass the weight's row sums (Args::row_sums, as linear_dq's op does: the int8-row
+// paths run), half none (the int16 paths run).
 // tests/test_linear_dq_isa.py builds it natively and for aarch64 (run under qemu-aarch64).
 // Prints one line per ISA checked; exits 1 at the first mismatch, naming it.
 //
@@ -42,14 +42,14 @@ struct Case {
   int bits;
   int64_t M, N, K, groups;
   bool zp, bias, residual, unit;  // unit: every weight scale 1 (the bit-exact variants)
-  bool wsum;                      // Args::wsum given (linear_dq's weight_sums), or left to the kernel
+  bool row_sums;                  // Args::row_sums given (linear_dq's weight_row_sums), or none
 };
 
 struct Problem {
   std::vector<float> x, scales, bias, residual;
   std::vector<uint8_t> w;
   std::vector<int8_t> q, zp;
-  std::vector<int32_t> wsum;
+  std::vector<float> row_sums;
   qw::Args args(const Case& c, float* out) const {
     qw::Args a;
     a.M = c.M, a.N = c.N, a.K = c.K;
@@ -60,7 +60,7 @@ struct Problem {
     a.bias = c.bias ? bias.data() : nullptr;
     a.residual = c.residual ? residual.data() : nullptr, a.r_rs = c.N;
     a.C = out, a.c_rs = c.N;
-    a.wsum = c.wsum ? wsum.data() : nullptr;
+    a.row_sums = c.row_sums ? row_sums.data() : nullptr;
     return a;
   }
 };
@@ -89,13 +89,20 @@ Problem make(const Case& c) {
     p.w.resize(p.q.size());
     for (size_t i = 0; i < p.q.size(); ++i) p.w[i] = static_cast<uint8_t>(p.q[i]);
   }
-  p.wsum.assign(static_cast<size_t>(c.N * c.groups), 0);
-  for (int64_t i = 0; i < c.N * c.K; ++i) p.wsum[i / (c.K / c.groups)] += p.q[i];
   p.scales.resize(static_cast<size_t>(c.N * c.groups));
   for (auto& v : p.scales) v = c.unit ? 1.0f : 0.01f + 0.04f * std::fabs(next_value());
   p.zp.resize(p.scales.size());
   const int zrange = c.bits == 4 ? 17 : 256;  // int8 zero points across their range
   for (auto& v : p.zp) v = static_cast<int8_t>(static_cast<int>(next_bits() % zrange) - zrange / 2);
+  p.row_sums.resize(static_cast<size_t>(c.N));
+  for (int64_t n = 0; n < c.N; ++n) {
+    double sum = 0.0;
+    for (int64_t k = 0; k < c.K; ++k) {
+      const int64_t i = n * c.groups + k / (c.K / c.groups);
+      sum += double(p.scales[i]) * (p.q[n * c.K + k] - (c.zp ? p.zp[i] : 0));
+    }
+    p.row_sums[n] = static_cast<float>(sum);
+  }
   p.bias.resize(static_cast<size_t>(c.N));
   for (auto& v : p.bias) v = next_value();
   p.residual.resize(static_cast<size_t>(c.M * c.N));
@@ -128,17 +135,24 @@ bool check(const Case& c, const char* isa) {
     const dq::RowQparams rq = dq::row_qparams(mn, mx);
     for (int64_t k = 0; k < c.K; ++k) x[k] = dq::quantized(row[k], rq.inv, rq.zp);
     for (int64_t n = 0; n < c.N; ++n) {
+      // magnitude: the terms a kernel sums in float. The int8-row paths sum D' = D + zx * W per
+      // group (W = sum (q - zp)) and subtract zx * row_sums[n] once, so their terms count too.
       double want = 0.0, magnitude = 0.0;
       int64_t dtot = 0;
       for (int64_t g = 0; g < c.groups; ++g) {
-        int64_t d = 0;
+        int64_t d = 0, wg = 0;
         const int64_t i = n * c.groups + g;
         const int64_t z = c.zp ? p.zp[i] : 0;
-        for (int64_t k = g * G; k < (g + 1) * G; ++k) d += int64_t(x[k]) * (p.q[n * c.K + k] - z);
+        for (int64_t k = g * G; k < (g + 1) * G; ++k) {
+          d += int64_t(x[k]) * (p.q[n * c.K + k] - z);
+          wg += p.q[n * c.K + k] - z;
+        }
         dtot += d;
         want += double(p.scales[i]) * double(d);
         magnitude += std::fabs(double(p.scales[i]) * double(d));
+        if (c.row_sums) magnitude += std::fabs(double(p.scales[i]) * (double(d) + rq.zp * double(wg)));
       }
+      if (c.row_sums) magnitude += std::fabs(rq.zp * double(p.row_sums[n]));
       want *= rq.scale;
       magnitude *= rq.scale;
       if (c.bias) want += p.bias[n], magnitude += std::fabs(p.bias[n]);
@@ -155,9 +169,9 @@ bool check(const Case& c, const char* isa) {
       }
       if (!ok) {
         std::printf("MISMATCH isa=%s bits=%d M=%lld N=%lld K=%lld groups=%lld zp=%d bias=%d residual=%d unit=%d "
-                    "wsum=%d at (%lld, %lld): got %.9g, portable %.9g, want %.9g\n",
+                    "row_sums=%d at (%lld, %lld): got %.9g, portable %.9g, want %.9g\n",
                     isa, c.bits, (long long)c.M, (long long)c.N, (long long)c.K, (long long)c.groups, int(c.zp),
-                    int(c.bias), int(c.residual), int(c.unit), int(c.wsum), (long long)m, (long long)n, v, v_portable,
+                    int(c.bias), int(c.residual), int(c.unit), int(c.row_sums), (long long)m, (long long)n, v, v_portable,
                     want);
         return false;
       }

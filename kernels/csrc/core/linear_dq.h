@@ -18,15 +18,20 @@
 //   into int32 lanes; the rows' group sums are taken once per call. A block of 4 weight rows is
 //   widened to int16 once into an L1-sized scratch and the rows of A, two at a time, take their
 //   dot products over it.
-// * q4 (int4 weights where the ISA has it: AVX2's maddubs, u8 x s8 -> pairs in int16): the
-//   nibbles u = q + 8 (unsigned, unpacked in registers) times the raw qx (int8), then
+// * int8 rows (x86's q4: int4 weights, AVX2's maddubs, u8 x s8 -> pairs in int16; ARM's sdot, int4
+//   and int8 weights): the raw qx (int8) times the weight's integers as stored (the nibbles
+//   u = q + 8 unsigned, or int8 q), then per group
 //
-//     D = sum u qx - (8 + zp) * sum qx - zx * (sum q - G zp)
+//     D' = sum u qx - (8 + zp) * sum qx    (o = 8 for nibbles, 0 for int8)
 //
-//   with sum q the weight's group sums (Args::wsum, linear_dq's weight_sums, computed at fuse
-//   time) and sum qx the rows' (once per call). maddubs multiplies unsigned by signed bytes:
-//   u fits the one, qx the other (x = qx - zx, 9 bits, fits neither), and a pair of their
-//   products, at most 2 * 15 * 128, fits int16.
+//   and C[m, n] = s[m] * (sum_g scale[n, g] * D' - zx * r[n]) + ..., with r[n] the dequantized
+//   weight row's sum, sum_k (q - zp) * scale (Args::row_sums, linear_dq's weight_row_sums, made at
+//   fuse time, one float a column). That is the same C, as sum_g scale D = sum_g scale D' - zx r:
+//   the zx term leaves the integer sums and is taken once per column, in float (XNNPACK's qd8
+//   kernels fold it the same way), so the weight's stream carries no per-group sums. sum qx is the
+//   rows' (once per call). maddubs multiplies unsigned by signed bytes: u fits the one, qx the
+//   other (x = qx - zx, 9 bits, fits neither), and a pair of their products, at most 2 * 15 * 128,
+//   fits int16.
 //
 // The per-ISA copies are compiled once per library, in
 // core/kernels.cpp (-DETFUSE_CORE_KERNELS): core/linear_dq_rows.h over the primitives of
@@ -61,8 +66,7 @@ constexpr int kQmin = -128, kQmax = 127;
 
 // The rows of A quantized: x = qx - zx, [M, K]; s[m]; the sums of x over each group ([M, groups],
 // only where the weight has zero points). The int8-row paths (x86's maddubs on int4, ARM's sdot):
-// qx itself (int8 [M, K], in their primitives' order), zx, and in gsum the sums over each group
-// of qx (x86) or of qx - zx (ARM).
+// qx itself (int8 [M, K], in their primitives' order), zx, and in gsum the sums of qx over each group.
 struct Rows {
   const int16_t* x = nullptr;
   const float* scale = nullptr;
@@ -90,6 +94,14 @@ ETFUSE_ALWAYS_INLINE int16_t quantized(float v, float inv, float zp) {
   float q = std::nearbyint(v * inv) + zp;
   q = q < kQmin ? kQmin : (q > kQmax ? kQmax : q);
   return static_cast<int16_t>(q - zp);
+}
+
+// C[m, n] from an int8-row path's sum_g scale[n, g] * D' (the comment at the top).
+ETFUSE_ALWAYS_INLINE void store_q8(const Args& a, const Rows& r, int64_t m, int64_t n, float sum) {
+  float y = (sum - static_cast<float>(r.zx[m]) * a.row_sums[n]) * r.scale[m];
+  if (a.bias) y += a.bias[n];
+  if (a.residual) y += a.residual[m * a.r_rs + n];
+  a.C[m * a.c_rs + n] = y;
 }
 
 void quantize_rows_portable(const Args& a, int64_t m0, int64_t m1, int16_t* x, float* scale, int32_t* gsum);
@@ -154,9 +166,9 @@ ETFUSE_DQ_NEON_DOT void quantize_rows_dot(const Args& a, int64_t m0, int64_t m1,
 }
 ETFUSE_DQ_NEON_DOT void cols_dot(const Args& a, const Rows& r, int64_t j0, int64_t j1) {
   if (a.bits == 4) {
-    neon::cols_dot<4>(a, r.qx, r.scale, r.zx, r.gsum, j0, j1);
+    neon::cols_dot<4>(a, r, j0, j1);
   } else {
-    neon::cols_dot<8>(a, r.qx, r.scale, r.zx, r.gsum, j0, j1);
+    neon::cols_dot<8>(a, r, j0, j1);
   }
 }
 #endif
@@ -195,13 +207,14 @@ struct Kernels {
 };
 
 #if ETFUSE_HAVE_X86_DISPATCH
-// maddubs takes int4 weights with the fused weight sums, in groups of 32 or multiples of 64
+// maddubs takes int4 weights with the fused row sums, in groups of 32 or multiples of 64
 inline bool maddubs_takes(const Args& a) {
   const int64_t G = a.K / a.groups;
-  return a.bits == 4 && a.wsum && (G == 32 || G % 64 == 0);
+  return a.bits == 4 && a.row_sums && (G == 32 || G % 64 == 0);
 }
 #endif
-inline bool every_call(const Args&) { return true; }
+// the int8-row paths need the weight's row sums (linear_dq's op always gives them)
+inline bool has_row_sums(const Args& a) { return a.row_sums != nullptr; }
 
 inline Kernels kernels(Isa isa) {
   switch (isa) {
@@ -211,7 +224,7 @@ inline Kernels kernels(Isa isa) {
     case Isa::kAvx2: return {&quantize_rows_avx2, &cols_avx2, &quantize_rows_q8_avx2, &cols_q4_avx2, &maddubs_takes};
 #endif
 #if ETFUSE_HAVE_ARM_NEON
-    case Isa::kNeonDot: return {&quantize_rows_neon, &cols_neon, &quantize_rows_dot, &cols_dot, &every_call};
+    case Isa::kNeonDot: return {&quantize_rows_neon, &cols_neon, &quantize_rows_dot, &cols_dot, &has_row_sums};
     case Isa::kNeon: return {&quantize_rows_neon, &cols_neon};
 #endif
     default: return {&quantize_rows_portable, &cols_portable};

@@ -96,8 +96,7 @@ inline void cols(const Args& a, const Rows& r, int64_t j0, int64_t j1) {
 
 #if defined(ETFUSE_DQ_Q8)
 // The int8-row paths (x86's q4, ARM's sdot): rows [m0, m1) of A -> qx (int8, in the primitives'
-// order), their scales, zero points and sums over each group (the primitives': of qx on x86, of
-// qx - zx on ARM).
+// order), their scales, zero points and the sums of qx over each group.
 inline void quantize_rows_q8(const Args& a, int64_t m0, int64_t m1, int8_t* q, float* scale, int32_t* zx,
                              int32_t* qsum) {
   const int64_t G = a.K / a.groups;
@@ -119,12 +118,7 @@ ETFUSE_ALWAYS_INLINE void rows_q4(const Args& a, const Rows& r, int64_t m, int64
   for (int64_t n = j; n < j + nj; ++n) {
     float d[R];
     prim::dot_q4<R, kG32>(a, r, m, n, d);
-    for (int i = 0; i < R; ++i) {
-      float y = d[i] * r.scale[m + i];
-      if (a.bias) y += a.bias[n];
-      if (a.residual) y += a.residual[(m + i) * a.r_rs + n];
-      a.C[(m + i) * a.c_rs + n] = y;
-    }
+    for (int i = 0; i < R; ++i) store_q8(a, r, m + i, n, d[i]);
   }
 }
 

@@ -54,7 +54,7 @@ struct Args {
   const float* residual = nullptr;  // [M, N] added to the sums (rows r_rs apart, columns contiguous) or null
   int64_t r_rs = 0;
   const float* xsum = nullptr;    // [M, groups]: sum of A over each group (set by run when zp)
-  const int32_t* wsum = nullptr;  // linear_dq: [N, groups], sum of the weight's q over each group
+  const float* row_sums = nullptr;  // linear_dq: [N], each dequantized weight row's sum (sum_k (q - zp) * scale)
 };
 
 // The dequantized weight element (n, k), as the pattern computes it.

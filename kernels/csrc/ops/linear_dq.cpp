@@ -2,7 +2,7 @@
 // input's rows quantized to int8 once (torchao's per-token asymmetric steps), integer dot products
 // with the int8 or packed 4-bit weight, the scales applied to the int32 sums (core/linear_dq.h).
 // Arguments, residual and activation epilogue as linear_qw's (ops/quantized_weight_linear.h), and
-// weight_sums (int32 [N, groups], group_sums of the weight's q: Args::wsum).
+// weight_row_sums (float32 [N], each dequantized weight row's sum: Args::row_sums).
 #include "ops/quantized_weight_linear.h"
 #include "core/linear_dq.h"
 
@@ -11,25 +11,25 @@ namespace {
 using namespace etfuse::adapter;
 namespace dq = etfuse::core::linear_dq;
 
-Tensor& linear_dq_out(Context& ctx, const Tensor& input, const Tensor& weight, const Tensor& weight_sums,
+Tensor& linear_dq_out(Context& ctx, const Tensor& input, const Tensor& weight, const Tensor& weight_row_sums,
                       const Tensor& scales, const OptTensor& zero_points, int64_t bits, const OptTensor& bias,
                       Str activation, const OptTensor& residual, Tensor& out) {
   constexpr const char* op = "etfuse::linear_dq.out";
   Status st;
-  Layout lsum, lsc;
-  // weight_sums: int32 with the scales' elements ([N, groups]; [N] per channel), as laid out
-  bool ok = contiguous_of(op, "weight_sums", weight_sums, ScalarType::Int, lsum, st) &&
+  Layout lr, lsc;
+  // weight_row_sums: float32, one per weight row ([N]; the scales' first dimension)
+  bool ok = contiguous_of(op, "weight_row_sums", weight_row_sums, ScalarType::Float, lr, st) &&
       layout_of(scales, "scales", lsc, st);
-  if (ok && lsum.numel() != lsc.numel()) {
-    ok = st.fail("%s: weight_sums %s must have the scales' shape %s", op, etfuse::core::ShapeStr(lsum).c_str(),
+  if (ok && (lr.ndim != 1 || lsc.ndim < 1 || lr.sizes[0] != lsc.sizes[0])) {
+    ok = st.fail("%s: weight_row_sums %s must be [N] for the scales %s", op, etfuse::core::ShapeStr(lr).c_str(),
                  etfuse::core::ShapeStr(lsc).c_str());
   }
   ETFUSE_CHECK(ctx, ok, st, out);
-  const int32_t* wsum = weight_sums.const_data_ptr<int32_t>();
+  const float* row_sums = weight_row_sums.const_data_ptr<float>();
   return quantized_weight_linear_out(op, ctx, input, weight, scales, zero_points, bits, bias, activation, residual,
-                                     out, [wsum](const qw::Args& args) {
+                                     out, [row_sums](const qw::Args& args) {
                                        qw::Args a = args;
-                                       a.wsum = wsum;
+                                       a.row_sums = row_sums;
                                        dq::Scratch scratch;
                                        dq::run(a, scratch, Parallel{});
                                      });

@@ -14,11 +14,16 @@ namespace adapter {
 
 namespace qw = etfuse::core::linear_qw;
 
-inline bool contiguous_of(const char* op, const char* name, const Tensor& t, ScalarType want, Layout& l, Status& st) {
+// t's layout, if it is a CPU tensor of `want`.
+inline bool typed_layout_of(const char* op, const char* name, const Tensor& t, ScalarType want, Layout& l,
+                            Status& st) {
   if (!check_cpu(op, name, t, st) || !layout_of(t, name, l, st)) return false;
-  if (t.scalar_type() != want) {
-    return st.fail("%s: %s must be %s, got %s", op, name, dtype_name(want), dtype_name(t.scalar_type()));
-  }
+  if (t.scalar_type() == want) return true;
+  return st.fail("%s: %s must be %s, got %s", op, name, dtype_name(want), dtype_name(t.scalar_type()));
+}
+
+inline bool contiguous_of(const char* op, const char* name, const Tensor& t, ScalarType want, Layout& l, Status& st) {
+  if (!typed_layout_of(op, name, t, want, l, st)) return false;
   if (!is_contiguous(l)) return st.fail("%s: %s must be contiguous", op, name);
   return true;
 }

@@ -5,12 +5,11 @@
 //     AVX2 pmaddwd path).
 //   * dot (cores with ARMv8.2 sdot): the rows kept as int8 qx, the weight read as stored, its
 //     integers (int8 q, or the int4 nibbles u = q + 8) dotted with qx by sdot, exact in int32:
-//       D = sum qx * w - zx * sum w - (zp + o) * gsum,   gsum = sum (qx - zx),  o = 8 for nibbles, 0 for int8
-//     (the same D as the portable code's sum (qx - zx) * (q - zp)). int4 one row at a time
-//     against 4 columns, 4 groups reduced together (row_int4); int8 two rows at a time.
-//     sum w per (column, group): Args::wsum (linear_dq's weight_sums, sum q, made at fuse time),
-//     or where a caller has none, taken beside the dot products (udot / sdot with ones).
-//   The float steps after D (scales, bias, residual) are the portable code's in another order
+//       D' = sum qx * w - (zp + o) * gsum,   gsum = sum qx,  o = 8 for nibbles, 0 for int8
+//     and the zx term, zx * Args::row_sums[n], taken once per column (core/linear_dq.h's store_q8).
+//     int4 one row at a time against 4 columns, 4 groups reduced together (row_int4); int8 two
+//     rows at a time.
+//   The float steps after D' (scales, zx term, bias, residual) are the portable code's in another order
 //   (4 groups' partial sums): float tolerance, not bit for bit.
 // No includes here: arm_neon.h and <vector> come at file scope from core/linear_dq.h, which also
 // defines ETFUSE_DQ_NEON_DOT (the dot kernels' target).
@@ -133,7 +132,7 @@ ETFUSE_ALWAYS_INLINE void dot_groups_of(const int16_t* const* x, const int32_t* 
 // ---- dot: sdot on int8 rows ---------------------------------------------------------------------
 
 // One row: qx = clamp(rint(v * inv) + zp, -128, 127) (int8, in column order) and gsum, its sums
-// over each group of G columns of qx - zx (core/linear_dq_rows.h's quantize_rows_q8 calls it).
+// over each group of G columns (core/linear_dq_rows.h's quantize_rows_q8 calls it).
 ETFUSE_ALWAYS_INLINE void quantize_q8(const float* v, int64_t K, int64_t G, float inv, float zp, int8_t* q,
                                       int32_t* gsum) {
   const float32x4_t vinv = vdupq_n_f32(inv), vzp = vdupq_n_f32(zp);
@@ -153,19 +152,7 @@ ETFUSE_ALWAYS_INLINE void quantize_q8(const float* v, int64_t K, int64_t G, floa
     int64_t k = 0;
     for (; k + 16 <= G; k += 16) sum += vaddlvq_s16(vpaddlq_s8(vld1q_s8(s + k)));
     for (; k < G; ++k) sum += s[k];
-    gsum[g] = sum - static_cast<int32_t>(G) * z;
-  }
-}
-
-// Row m of C, columns [j, j + nj): the sums scaled by the row's scale, bias and residual added.
-ETFUSE_ALWAYS_INLINE void store_row(const Args& a, const float* rscale, int64_t m, int64_t j, int64_t nj,
-                                    const float* sums) {
-  for (int c = 0; c < nj; ++c) {
-    const int64_t n = j + c;
-    float y = sums[c] * rscale[m];
-    if (a.bias) y += a.bias[n];
-    if (a.residual) y += a.residual[m * a.r_rs + n];
-    a.C[m * a.c_rs + n] = y;
+    gsum[g] = sum;
   }
 }
 
@@ -176,47 +163,37 @@ ETFUSE_ALWAYS_INLINE int32x4_t zero_points4(const int8_t* p) {
   return vmovl_s16(vget_low_s16(vmovl_s8(vreinterpret_s8_u32(vdup_n_u32(v)))));
 }
 
-// One row (qx, its zx and gsum) against NC int4 weight rows (w, w_rs apart): out[c] = sum_g
-// scale * D. Four groups at a time: per column the 4 groups' sdot sums reduce (addp) to one vector
-// [g0 g1 g2 g3], so the scales, weight sums (of q) and zero points are read as stored ([N, groups],
-// rows `groups` apart; zp null: none), 4 groups a load; the last groups % 4 one at a time. With
-// the nibbles u = q + 8:
-//   D = sum qx * u - zx * sum u - (zp + 8) * gsum
-// sum u is taken here by udot on the nibbles the sdots read (ws null), or is ws (sum q) + 8 G.
+// One row (qx and its gsum) against NC int4 weight rows (w, w_rs apart): out[c] = sum_g scale * D'.
+// Four groups at a time: per column the 4 groups' sdot sums reduce (addp) to one vector
+// [g0 g1 g2 g3], so the scales and zero points are read as stored ([N, groups], rows `groups`
+// apart; zp null: none), 4 groups a load; the last groups % 4 one at a time. With the nibbles
+// u = q + 8: D' = sum qx * u - (zp + 8) * gsum.
 template <int NC, int64_t kG>
-ETFUSE_DQ_NEON_DOT ETFUSE_ALWAYS_INLINE void row_int4(const int8_t* x, int32_t zx, const int32_t* gsum, int64_t G_,
-                                                      int64_t groups, const uint8_t* w, int64_t w_rs,
-                                                      const float* sc, const int32_t* ws, const int8_t* zp,
-                                                      float* out) {
+ETFUSE_DQ_NEON_DOT ETFUSE_ALWAYS_INLINE void row_int4(const int8_t* x, const int32_t* gsum, int64_t G_, int64_t groups,
+                                                      const uint8_t* w, int64_t w_rs, const float* sc,
+                                                      const int8_t* zp, float* out) {
   const int64_t G = kG ? kG : G_;
-  const uint8x16_t mask = vdupq_n_u8(15), ones = vdupq_n_u8(1);
-  const int32x4_t zx8 = vdupq_n_s32(ws ? zx * 8 * static_cast<int32_t>(G) : 0);
+  const uint8x16_t mask = vdupq_n_u8(15);
   float32x4_t tot[NC];
   for (int c = 0; c < NC; ++c) tot[c] = vdupq_n_f32(0.0f);
   int64_t g = 0;
   for (; g + 4 <= groups; g += 4) {
     int32x4_t acc[NC][4];
-    uint32x4_t wacc[NC][4];
     for (int t = 0; t < 4; ++t) {
-      for (int c = 0; c < NC; ++c) acc[c][t] = vdupq_n_s32(0), wacc[c][t] = vdupq_n_u32(0);
+      for (int c = 0; c < NC; ++c) acc[c][t] = vdupq_n_s32(0);
       for (int64_t k = (g + t) * G; k < (g + t + 1) * G; k += kChunk) {
         const int8x16_t xl = vld1q_s8(x + k), xh = vld1q_s8(x + k + 16);
         for (int c = 0; c < NC; ++c) {
           const uint8x16_t b = vld1q_u8(w + c * w_rs + k / 2);
-          const uint8x16_t lo = vandq_u8(b, mask), hi = vshrq_n_u8(b, 4);
-          acc[c][t] = vdotq_s32(acc[c][t], xl, vreinterpretq_s8_u8(lo));
-          acc[c][t] = vdotq_s32(acc[c][t], xh, vreinterpretq_s8_u8(hi));
-          if (!ws) wacc[c][t] = vdotq_u32(wacc[c][t], vaddq_u8(lo, hi), ones);
+          acc[c][t] = vdotq_s32(acc[c][t], xl, vreinterpretq_s8_u8(vandq_u8(b, mask)));
+          acc[c][t] = vdotq_s32(acc[c][t], xh, vreinterpretq_s8_u8(vshrq_n_u8(b, 4)));
         }
       }
     }
-    const int32x4_t gs = vld1q_s32(gsum + g), off = vaddq_s32(vshlq_n_s32(gs, 3), zx8);
+    const int32x4_t gs = vld1q_s32(gsum + g), off = vshlq_n_s32(gs, 3);
     for (int c = 0; c < NC; ++c) {
       int32x4_t d = vpaddq_s32(vpaddq_s32(acc[c][0], acc[c][1]), vpaddq_s32(acc[c][2], acc[c][3]));
-      const int32x4_t su = ws ? vld1q_s32(ws + c * groups + g)
-                              : vreinterpretq_s32_u32(vpaddq_u32(vpaddq_u32(wacc[c][0], wacc[c][1]),
-                                                                 vpaddq_u32(wacc[c][2], wacc[c][3])));
-      d = vmlsq_n_s32(vsubq_s32(d, off), su, zx);
+      d = vsubq_s32(d, off);
       if (zp) d = vmlsq_s32(d, zero_points4(zp + c * groups + g), gs);
       tot[c] = vfmaq_f32(tot[c], vcvtq_f32_s32(d), vld1q_f32(sc + c * groups + g));
     }
@@ -224,24 +201,18 @@ ETFUSE_DQ_NEON_DOT ETFUSE_ALWAYS_INLINE void row_int4(const int8_t* x, int32_t z
   float rest[NC] = {};
   for (; g < groups; ++g) {
     int32x4_t acc[NC];
-    uint32x4_t wacc[NC];
-    for (int c = 0; c < NC; ++c) acc[c] = vdupq_n_s32(0), wacc[c] = vdupq_n_u32(0);
+    for (int c = 0; c < NC; ++c) acc[c] = vdupq_n_s32(0);
     for (int64_t k = g * G; k < (g + 1) * G; k += kChunk) {
       const int8x16_t xl = vld1q_s8(x + k), xh = vld1q_s8(x + k + 16);
       for (int c = 0; c < NC; ++c) {
         const uint8x16_t b = vld1q_u8(w + c * w_rs + k / 2);
-        const uint8x16_t lo = vandq_u8(b, mask), hi = vshrq_n_u8(b, 4);
-        acc[c] = vdotq_s32(acc[c], xl, vreinterpretq_s8_u8(lo));
-        acc[c] = vdotq_s32(acc[c], xh, vreinterpretq_s8_u8(hi));
-        if (!ws) wacc[c] = vdotq_u32(wacc[c], vaddq_u8(lo, hi), ones);
+        acc[c] = vdotq_s32(acc[c], xl, vreinterpretq_s8_u8(vandq_u8(b, mask)));
+        acc[c] = vdotq_s32(acc[c], xh, vreinterpretq_s8_u8(vshrq_n_u8(b, 4)));
       }
     }
     for (int c = 0; c < NC; ++c) {
-      const int32_t su = ws ? ws[c * groups + g] + 8 * static_cast<int32_t>(G)
-                            : static_cast<int32_t>(vaddvq_u32(wacc[c]));
       const int32_t z = (zp ? zp[c * groups + g] : 0) + 8;
-      const int32_t d = vaddvq_s32(acc[c]) - zx * su - z * gsum[g];
-      rest[c] += sc[c * groups + g] * static_cast<float>(d);
+      rest[c] += sc[c * groups + g] * static_cast<float>(vaddvq_s32(acc[c]) - z * gsum[g]);
     }
   }
   if (NC == 4) {
@@ -253,86 +224,67 @@ ETFUSE_DQ_NEON_DOT ETFUSE_ALWAYS_INLINE void row_int4(const int8_t* x, int32_t z
 }
 
 template <int NC>
-ETFUSE_DQ_NEON_DOT ETFUSE_ALWAYS_INLINE void row_int4_of(const int8_t* x, int32_t zx, const int32_t* gsum, int64_t G,
+ETFUSE_DQ_NEON_DOT ETFUSE_ALWAYS_INLINE void row_int4_of(const int8_t* x, const int32_t* gsum, int64_t G,
                                                          int64_t groups, const uint8_t* w, int64_t w_rs,
-                                                         const float* sc, const int32_t* ws, const int8_t* zp,
-                                                         float* out) {
+                                                         const float* sc, const int8_t* zp, float* out) {
   switch (G) {
-    case 32: return row_int4<NC, 32>(x, zx, gsum, G, groups, w, w_rs, sc, ws, zp, out);
-    case 64: return row_int4<NC, 64>(x, zx, gsum, G, groups, w, w_rs, sc, ws, zp, out);
-    case 128: return row_int4<NC, 128>(x, zx, gsum, G, groups, w, w_rs, sc, ws, zp, out);
-    default: return row_int4<NC, 0>(x, zx, gsum, G, groups, w, w_rs, sc, ws, zp, out);
+    case 32: return row_int4<NC, 32>(x, gsum, G, groups, w, w_rs, sc, zp, out);
+    case 64: return row_int4<NC, 64>(x, gsum, G, groups, w, w_rs, sc, zp, out);
+    case 128: return row_int4<NC, 128>(x, gsum, G, groups, w, w_rs, sc, zp, out);
+    default: return row_int4<NC, 0>(x, gsum, G, groups, w, w_rs, sc, zp, out);
   }
 }
 
-// Columns [j, j + NC) of C for every row, int4 (the weight's sums from Args::wsum, or taken by each row).
+// Columns [j, j + NC) of C for every row, int4.
 template <int NC>
-ETFUSE_DQ_NEON_DOT ETFUSE_ALWAYS_INLINE void block_int4(const Args& a, const int8_t* qx, const float* rscale,
-                                                        const int32_t* zx, const int32_t* gsum, int64_t j) {
+ETFUSE_DQ_NEON_DOT ETFUSE_ALWAYS_INLINE void block_int4(const Args& a, const Rows& r, int64_t j) {
   const uint8_t* w = a.W + j * a.w_rs;
   const float* sc = a.scales + j * a.groups;
   const int8_t* zp = a.zp ? a.zp + j * a.groups : nullptr;
-  const int32_t* ws = a.wsum ? a.wsum + j * a.groups : nullptr;
   const int64_t G = a.K / a.groups;
   for (int64_t m = 0; m < a.M; ++m) {
     float sums[NC];
-    row_int4_of<NC>(qx + m * a.K, zx[m], gsum + m * a.groups, G, a.groups, w, a.w_rs, sc, ws, zp, sums);
-    store_row(a, rscale, m, j, NC, sums);
+    row_int4_of<NC>(r.qx + m * a.K, r.gsum + m * a.groups, G, a.groups, w, a.w_rs, sc, zp, sums);
+    for (int c = 0; c < NC; ++c) store_q8(a, r, m, j + c, sums[c]);
   }
 }
 
 // Rows [m, m + R) of C, columns [j, j + nj) (nj <= 4; w[c] past nj repeats a valid row), int8
-// weights. ws: [groups][4] sums of the weight's integers per (group, column), taken here when
-// Sums (the block's first rows), read otherwise. zo: [groups][4] zero points.
-template <int R, bool Sums>
-ETFUSE_DQ_NEON_DOT ETFUSE_ALWAYS_INLINE void rows_int8(const Args& a, const int8_t* qx, const int32_t* zx,
-                                                       const int32_t* gsum, int64_t m, const uint8_t* const* w,
-                                                       const float* st, const int32_t* zo, int32_t* ws,
+// weights: out[r][c] = sum_g scale * D'. st, zo: [groups][4] scales and zero points.
+template <int R>
+ETFUSE_DQ_NEON_DOT ETFUSE_ALWAYS_INLINE void rows_int8(const Args& a, const Rows& rows, int64_t m,
+                                                       const uint8_t* const* w, const float* st, const int32_t* zo,
                                                        float (*out)[kCols]) {
   const int64_t G = a.K / a.groups;
   const int64_t whole = G / 16 * 16;
-  const int8x16_t ones = vdupq_n_s8(1);
   const int8_t* x[R];
-  for (int r = 0; r < R; ++r) x[r] = qx + (m + r) * a.K;
+  for (int r = 0; r < R; ++r) x[r] = rows.qx + (m + r) * a.K;
   float32x4_t tot[R];
   for (int r = 0; r < R; ++r) tot[r] = vdupq_n_f32(0.0f);
   for (int64_t g = 0; g < a.groups; ++g) {
     const int64_t k0 = g * G;
-    int32x4_t acc[R][kCols], wacc[kCols];
-    for (int c = 0; c < kCols; ++c) {
-      wacc[c] = vdupq_n_s32(0);
+    int32x4_t acc[R][kCols];
+    for (int c = 0; c < kCols; ++c)
       for (int r = 0; r < R; ++r) acc[r][c] = vdupq_n_s32(0);
-    }
     for (int64_t k = k0; k < k0 + whole; k += 16) {
       int8x16_t xv[R];
       for (int r = 0; r < R; ++r) xv[r] = vld1q_s8(x[r] + k);
       for (int c = 0; c < kCols; ++c) {
         const int8x16_t b = vld1q_s8(reinterpret_cast<const int8_t*>(w[c] + k));
-        if (Sums) wacc[c] = vdotq_s32(wacc[c], b, ones);
         for (int r = 0; r < R; ++r) acc[r][c] = vdotq_s32(acc[r][c], xv[r], b);
       }
     }
-    int32_t rest[R][kCols] = {}, wrest[kCols] = {};
+    int32_t rest[R][kCols] = {};
     for (int c = 0; c < kCols; ++c) {  // groups that are not a multiple of 16 columns
       const int8_t* wc = reinterpret_cast<const int8_t*>(w[c]);
-      for (int64_t k = k0 + whole; k < k0 + G; ++k) {
-        wrest[c] += wc[k];
+      for (int64_t k = k0 + whole; k < k0 + G; ++k)
         for (int r = 0; r < R; ++r) rest[r][c] += x[r][k] * wc[k];
-      }
-    }
-    int32x4_t wsum;
-    if (Sums) {
-      wsum = vaddq_s32(column_sums(wacc[0], wacc[1], wacc[2], wacc[3]), vld1q_s32(wrest));
-      vst1q_s32(ws + g * kCols, wsum);
-    } else {
-      wsum = vld1q_s32(ws + g * kCols);
     }
     const int32x4_t z = vld1q_s32(zo + g * kCols);
     const float32x4_t sv = vld1q_f32(st + g * kCols);
     for (int r = 0; r < R; ++r) {
       int32x4_t d = vaddq_s32(column_sums(acc[r][0], acc[r][1], acc[r][2], acc[r][3]), vld1q_s32(rest[r]));
-      d = vmlsq_n_s32(d, wsum, zx[m + r]);
-      d = vmlsq_n_s32(d, z, gsum[(m + r) * a.groups + g]);
+      d = vmlsq_n_s32(d, z, rows.gsum[(m + r) * a.groups + g]);
       tot[r] = vfmaq_f32(tot[r], vcvtq_f32_s32(d), sv);
     }
   }
@@ -340,20 +292,19 @@ ETFUSE_DQ_NEON_DOT ETFUSE_ALWAYS_INLINE void rows_int8(const Args& a, const int8
 }
 
 // Columns [j0, j1) of C for every row, kCols weight rows at a time. int4: block_int4 (the last
-// columns one at a time). int8: the scales, zero points and Args::wsum transposed to
-// [groups][kCols] once (no wsum: the first rows take the weight's sums), two rows at a time.
+// columns one at a time). int8: the scales and zero points transposed to [groups][kCols] once,
+// two rows at a time.
 template <int Bits>
-ETFUSE_DQ_NEON_DOT void cols_dot(const Args& a, const int8_t* qx, const float* rscale, const int32_t* zx,
-                                 const int32_t* gsum, int64_t j0, int64_t j1) {
+ETFUSE_DQ_NEON_DOT void cols_dot(const Args& a, const Rows& rows, int64_t j0, int64_t j1) {
   std::vector<float> st(Bits == 8 ? static_cast<size_t>(a.groups * kCols) : 0);
-  std::vector<int32_t> zo(st.size()), ws(static_cast<size_t>(a.groups * kCols));
+  std::vector<int32_t> zo(st.size());
   for (int64_t j = j0; j < j1; j += kCols) {
     const int64_t nj = (j1 - j) < kCols ? (j1 - j) : kCols;
     if (Bits == 4) {
       if (nj == kCols) {
-        block_int4<kCols>(a, qx, rscale, zx, gsum, j);
+        block_int4<kCols>(a, rows, j);
       } else {
-        for (int64_t c = 0; c < nj; ++c) block_int4<1>(a, qx, rscale, zx, gsum, j + c);
+        for (int64_t c = 0; c < nj; ++c) block_int4<1>(a, rows, j + c);
       }
       continue;
     }
@@ -364,33 +315,18 @@ ETFUSE_DQ_NEON_DOT void cols_dot(const Args& a, const int8_t* qx, const float* r
       for (int64_t g = 0; g < a.groups; ++g) {
         st[g * kCols + c] = a.scales[n * a.groups + g];
         zo[g * kCols + c] = a.zp ? a.zp[n * a.groups + g] : 0;
-        if (a.wsum) ws[g * kCols + c] = a.wsum[n * a.groups + g];
       }
     }
     float sums[2][kCols];
     int64_t m = 0;
-    if (a.M >= 2) {
-      if (a.wsum) {
-        rows_int8<2, false>(a, qx, zx, gsum, 0, w, st.data(), zo.data(), ws.data(), sums);
-      } else {
-        rows_int8<2, true>(a, qx, zx, gsum, 0, w, st.data(), zo.data(), ws.data(), sums);
-      }
-      for (int r = 0; r < 2; ++r) store_row(a, rscale, r, j, nj, sums[r]);
-      for (m = 2; m + 2 <= a.M; m += 2) {
-        rows_int8<2, false>(a, qx, zx, gsum, m, w, st.data(), zo.data(), ws.data(), sums);
-        for (int r = 0; r < 2; ++r) store_row(a, rscale, m + r, j, nj, sums[r]);
-      }
-      if (m < a.M) {
-        rows_int8<1, false>(a, qx, zx, gsum, m, w, st.data(), zo.data(), ws.data(), sums);
-        store_row(a, rscale, m, j, nj, sums[0]);
-      }
-    } else {
-      if (a.wsum) {
-        rows_int8<1, false>(a, qx, zx, gsum, 0, w, st.data(), zo.data(), ws.data(), sums);
-      } else {
-        rows_int8<1, true>(a, qx, zx, gsum, 0, w, st.data(), zo.data(), ws.data(), sums);
-      }
-      store_row(a, rscale, 0, j, nj, sums[0]);
+    for (; m + 2 <= a.M; m += 2) {
+      rows_int8<2>(a, rows, m, w, st.data(), zo.data(), sums);
+      for (int r = 0; r < 2; ++r)
+        for (int c = 0; c < nj; ++c) store_q8(a, rows, m + r, j + c, sums[r][c]);
+    }
+    if (m < a.M) {
+      rows_int8<1>(a, rows, m, w, st.data(), zo.data(), sums);
+      for (int c = 0; c < nj; ++c) store_q8(a, rows, m, j + c, sums[0][c]);
     }
   }
 }

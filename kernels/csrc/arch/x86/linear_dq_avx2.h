@@ -263,10 +263,10 @@ ETFUSE_ALWAYS_INLINE void group_sums_g64(const uint8_t* w, const int8_t* const* 
   }
 }
 
-// out[r] = sum_g scale[n, g] * D[r, g] for weight row n and R rows of A (Rows' q4 fields, from row
-// m): D = S - (8 + zp) * sum qx - zx * (sum q - G zp) in int32 (core/linear_dq.h), 8 groups a vector.
-// How far ahead (bytes) dot_q4 asks for its weight row, scales and sums: a decode step streams
-// every weight once, and one core's misses in flight did not keep up with the bandwidth (the loads'
+// out[r] = sum_g scale[n, g] * D'[r, g] for weight row n and R rows of A (Rows' q4 fields, from
+// row m): D' = S - (8 + zp) * sum qx in int32 (core/linear_dq.h), 8 groups a vector.
+// How far ahead (bytes) dot_q4 asks for its weight row and scales: a decode step streams every
+// weight once, and one core's misses in flight did not keep up with the bandwidth (the loads'
 // stalls were most of dot_q4's time); about a microsecond of the stream ahead covers the latency.
 constexpr int64_t kPrefetchWeights = 1536, kPrefetchScales = 384;
 template <int R, bool kG32>
@@ -274,19 +274,16 @@ ETFUSE_ALWAYS_INLINE void dot_q4(const Args& a, const Rows& rows, int64_t m, int
   const int64_t K = a.K, groups = a.groups, G = K / groups;
   const uint8_t* w = a.W + n * a.w_rs;
   const float* sc = a.scales + n * groups;
-  const int32_t* ws = a.wsum + n * groups;
   const int8_t* zp = a.zp ? a.zp + n * groups : nullptr;
   const int8_t* x[R];
   const int32_t* qs[R];
-  __m256i zx[R];
   __m256 tot[R];
   for (int r = 0; r < R; ++r) {
     x[r] = rows.qx + (m + r) * K;
     qs[r] = rows.gsum + (m + r) * groups;
-    zx[r] = _mm256_set1_epi32(rows.zx[m + r]);
     tot[r] = _mm256_setzero_ps();
   }
-  const __m256i vG = _mm256_set1_epi32(static_cast<int32_t>(G)), eight = _mm256_set1_epi32(8);
+  const __m256i eight = _mm256_set1_epi32(8);
   for (int64_t g = 0; g < groups; g += 8) {
     const int64_t ng = groups - g < 8 ? groups - g : 8;
     const int8_t* xg[R];
@@ -296,7 +293,6 @@ ETFUSE_ALWAYS_INLINE void dot_q4(const Args& a, const Rows& rows, int64_t m, int
       _mm_prefetch(pw, _MM_HINT_T0);
       _mm_prefetch(pw + 64, _MM_HINT_T0);
       _mm_prefetch(reinterpret_cast<const char*>(sc + g) + kPrefetchScales, _MM_HINT_T0);
-      _mm_prefetch(reinterpret_cast<const char*>(ws + g) + kPrefetchScales, _MM_HINT_T0);
     }
     __m256i S[R];
     if (kG32) {
@@ -306,32 +302,27 @@ ETFUSE_ALWAYS_INLINE void dot_q4(const Args& a, const Rows& rows, int64_t m, int
       group_sums_g64<R>(w + g * G / 2, xg, G, ng, S);
     }
     __m256 sv;
-    __m256i wv, zv = _mm256_setzero_si256(), qv[R];
+    __m256i zv = _mm256_setzero_si256(), qv[R];
     if (ng == 8) {
       sv = _mm256_loadu_ps(sc + g);
-      wv = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(ws + g));
       if (zp) zv = _mm256_cvtepi8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(zp + g)));
       for (int r = 0; r < R; ++r) qv[r] = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(qs[r] + g));
     } else {  // the last groups: zero past them (their sums are 0 too)
       alignas(32) float s8[8] = {};
-      alignas(32) int32_t w8[8] = {}, z8[8] = {}, q8[R][8] = {};
+      alignas(32) int32_t z8[8] = {}, q8[R][8] = {};
       for (int64_t i = 0; i < ng; ++i) {
         s8[i] = sc[g + i];
-        w8[i] = ws[g + i];
         z8[i] = zp ? zp[g + i] : 0;
         for (int r = 0; r < R; ++r) q8[r][i] = qs[r][g + i];
       }
       sv = _mm256_load_ps(s8);
-      wv = _mm256_load_si256(reinterpret_cast<const __m256i*>(w8));
       zv = _mm256_load_si256(reinterpret_cast<const __m256i*>(z8));
       for (int r = 0; r < R; ++r) qv[r] = _mm256_load_si256(reinterpret_cast<const __m256i*>(q8[r]));
     }
-    if (zp) wv = _mm256_sub_epi32(wv, _mm256_mullo_epi32(zv, vG));
     const __m256i z8v = _mm256_add_epi32(zv, eight);
     for (int r = 0; r < R; ++r) {
       const __m256i rowterm = zp ? _mm256_mullo_epi32(z8v, qv[r]) : _mm256_slli_epi32(qv[r], 3);
-      const __m256i d = _mm256_sub_epi32(_mm256_sub_epi32(S[r], rowterm), _mm256_mullo_epi32(zx[r], wv));
-      tot[r] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(d), sv, tot[r]);
+      tot[r] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(_mm256_sub_epi32(S[r], rowterm)), sv, tot[r]);
     }
   }
   for (int r = 0; r < R; ++r) {
