@@ -15,7 +15,7 @@ three ways and run on executorch's runtime, each a `.pte`:
 
 Timed interleaved (benchmarks/kernels.py, `Method.execute()` on inputs set once), the threadpool
 at 1 thread, medians of the rounds; ratios from the same run. The decode bound: the 8da4w
-weight's bytes (int4 nibbles, float32 scales, int32 group sums) over the probe's bandwidth
+weight's bytes (int4 nibbles, float32 scales, one float32 row sum a column) over the probe's bandwidth
 (STREAM add, benchmarks/kernels.py); at these sizes the weights fit in a 32 MB L3, so the probe's
 DRAM figure is a floor, not the cache's rate. Prints the machine's load at the start and the end.
 """
@@ -106,7 +106,7 @@ def main(argv=None) -> int:
                 for call in calls.values():
                     call()
                 us = {v: 1e6 * s for v, s in _kb.interleaved(calls, args.rounds, 0.2).items()}
-                weight = n * k // 2 + 8 * n * (k // args.group)  # nibbles, float32 scales, int32 sums
+                weight = n * k // 2 + 4 * n * (k // args.group) + 4 * n  # nibbles, float32 scales, row sums
                 print(f"| {m} | {k} x {n} | {us['fp32']:.1f} | {us['8da4w']:.1f} | {us['xnnpack']:.1f} | "
                       f"{us['xnnpack'] / us['8da4w']:.2f}x | {us['fp32'] / us['8da4w']:.2f}x | {weight / 1e6:.2f} | "
                       f"{weight / us['8da4w'] / 1e3:.1f} | {weight / gbs / 1e3:.1f} |", flush=True)
