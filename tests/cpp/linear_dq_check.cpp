@@ -15,8 +15,8 @@
 //   linear_dq_check time ISA BITS M N K GROUPS REPS   REPS runs of one linear on ISA (for
 //                                                     counting instructions under qemu)
 #define ETFUSE_CORE_KERNELS 1
-#include "check_random.h"
 #include "isa_loop.h"
+#include "quantized_weight.h"
 #include "core/linear_dq.h"
 
 #include <cmath>
@@ -34,32 +34,17 @@ namespace {
 using check_random::next_bits;
 using check_random::next_value;
 
-const auto blocks = [](int64_t begin, int64_t end, int64_t grain, auto&& fn) {
-  for (int64_t b = begin; b < end; b += grain) fn(b, b + grain < end ? b + grain : end);
+using quantized_weight::blocks;
+
+struct Case : quantized_weight::Case {
+  bool unit;      // every weight scale 1 (the bit-exact variants)
+  bool row_sums;  // Args::row_sums given (linear_dq's weight_row_sums), or none
 };
 
-struct Case {
-  int bits;
-  int64_t M, N, K, groups;
-  bool zp, bias, residual, unit;  // unit: every weight scale 1 (the bit-exact variants)
-  bool row_sums;                  // Args::row_sums given (linear_dq's weight_row_sums), or none
-};
-
-struct Problem {
-  std::vector<float> x, scales, bias, residual;
-  std::vector<uint8_t> w;
-  std::vector<int8_t> q, zp;
+struct Problem : quantized_weight::Problem {
   std::vector<float> row_sums;
   qw::Args args(const Case& c, float* out) const {
-    qw::Args a;
-    a.M = c.M, a.N = c.N, a.K = c.K;
-    a.A = x.data(), a.a_rs = c.K;
-    a.W = w.data(), a.w_rs = c.bits == 4 ? c.K / 2 : c.K, a.bits = c.bits;
-    a.scales = scales.data(), a.groups = c.groups;
-    a.zp = c.zp ? zp.data() : nullptr;
-    a.bias = c.bias ? bias.data() : nullptr;
-    a.residual = c.residual ? residual.data() : nullptr, a.r_rs = c.N;
-    a.C = out, a.c_rs = c.N;
+    qw::Args a = quantized_weight::Problem::args(c, out);
     a.row_sums = c.row_sums ? row_sums.data() : nullptr;
     return a;
   }
@@ -79,21 +64,7 @@ Problem make(const Case& c) {
       p.x[m * c.K + k] = v;
     }
   }
-  p.q.resize(static_cast<size_t>(c.N * c.K));
-  for (auto& v : p.q) v = static_cast<int8_t>(c.bits == 4 ? static_cast<int>(next_bits() % 16) - 8
-                                                           : static_cast<int>(next_bits() % 256) - 128);
-  if (c.bits == 4) {
-    p.w.resize(p.q.size() / 2);
-    qw::pack4(p.q.data(), c.N, c.K, p.w.data());
-  } else {
-    p.w.resize(p.q.size());
-    for (size_t i = 0; i < p.q.size(); ++i) p.w[i] = static_cast<uint8_t>(p.q[i]);
-  }
-  p.scales.resize(static_cast<size_t>(c.N * c.groups));
-  for (auto& v : p.scales) v = c.unit ? 1.0f : 0.01f + 0.04f * std::fabs(next_value());
-  p.zp.resize(p.scales.size());
-  const int zrange = c.bits == 4 ? 17 : 256;  // int8 zero points across their range
-  for (auto& v : p.zp) v = static_cast<int8_t>(static_cast<int>(next_bits() % zrange) - zrange / 2);
+  quantized_weight::make_weight(c, c.bits == 4 ? 17 : 256, c.unit, p);  // int8 zero points across their range
   p.row_sums.resize(static_cast<size_t>(c.N));
   for (int64_t n = 0; n < c.N; ++n) {
     double sum = 0.0;
@@ -103,10 +74,6 @@ Problem make(const Case& c) {
     }
     p.row_sums[n] = static_cast<float>(sum);
   }
-  p.bias.resize(static_cast<size_t>(c.N));
-  for (auto& v : p.bias) v = next_value();
-  p.residual.resize(static_cast<size_t>(c.M * c.N));
-  for (auto& v : p.residual) v = next_value();
   return p;
 }
 
@@ -198,8 +165,8 @@ int check_isa(const char* isa) {
           for (int variant = 0; variant < 5; ++variant) {
             // large M and N only in some variants: the suite's time under qemu
             if (M > 9 && N > 5 && variant != 1 && variant != 3) continue;
-            const Case c{bits, M, N, ks[i][0], ks[i][1], variant >= 1 && variant != 4, variant == 1,
-                         variant == 2, variant >= 3, (N + variant) % 2 == 0};
+            const Case c{{bits, M, N, ks[i][0], ks[i][1], variant >= 1 && variant != 4, variant == 1, variant == 2},
+                         variant >= 3, (N + variant) % 2 == 0};
             if (!check(c, isa)) return -1;
             ++cases;
           }
@@ -209,8 +176,9 @@ int check_isa(const char* isa) {
 
 int time_mode(char** argv) {
   if (!check_isa_loop::use_isa_or_say(argv[2])) return 1;
-  const Case c{std::atoi(argv[3]), std::atoll(argv[4]), std::atoll(argv[5]), std::atoll(argv[6]), std::atoll(argv[7]),
-               false, true, false, false, true};
+  const Case c{{std::atoi(argv[3]), std::atoll(argv[4]), std::atoll(argv[5]), std::atoll(argv[6]), std::atoll(argv[7]),
+                false, true, false},
+               false, true};
   const Problem p = make(c);
   std::vector<float> out(static_cast<size_t>(c.M * c.N));
   dq::Scratch scratch;

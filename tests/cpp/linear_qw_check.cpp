@@ -12,9 +12,8 @@
 //   linear_qw_check time ISA BITS M N K GROUPS REPS   REPS runs of one linear on ISA (for
 //                                                     counting instructions under qemu)
 #define ETFUSE_CORE_KERNELS 1
-#include "check_random.h"
 #include "isa_loop.h"
-#include "core/linear_qw.h"
+#include "quantized_weight.h"
 
 #include <cmath>
 #include <cstdio>
@@ -27,60 +26,17 @@ namespace qw = etfuse::core::linear_qw;
 
 namespace {
 
-using check_random::next_bits;
 using check_random::next_value;
 
-// run's column blocks as a parallel_for would cut them, one after the other
-const auto blocks = [](int64_t begin, int64_t end, int64_t grain, auto&& fn) {
-  for (int64_t b = begin; b < end; b += grain) fn(b, b + grain < end ? b + grain : end);
-};
-
-struct Case {
-  int bits;
-  int64_t M, N, K, groups;
-  bool zp, bias, residual;
-};
-
-struct Problem {
-  std::vector<float> x, scales, bias, residual;
-  std::vector<uint8_t> w;
-  std::vector<int8_t> zp;
-  qw::Args args(const Case& c, float* out) const {
-    qw::Args a;
-    a.M = c.M, a.N = c.N, a.K = c.K;
-    a.A = x.data(), a.a_rs = c.K;
-    a.W = w.data(), a.w_rs = c.bits == 4 ? c.K / 2 : c.K, a.bits = c.bits;
-    a.scales = scales.data(), a.groups = c.groups;
-    a.zp = c.zp ? zp.data() : nullptr;
-    a.bias = c.bias ? bias.data() : nullptr;
-    a.residual = c.residual ? residual.data() : nullptr, a.r_rs = c.N;
-    a.C = out, a.c_rs = c.N;
-    return a;
-  }
-};
+using quantized_weight::blocks;
+using quantized_weight::Case;
+using quantized_weight::Problem;
 
 Problem make(const Case& c) {
   Problem p;
   p.x.resize(static_cast<size_t>(c.M * c.K));
   for (auto& v : p.x) v = next_value();
-  std::vector<int8_t> q(static_cast<size_t>(c.N * c.K));
-  for (auto& v : q) v = static_cast<int8_t>(c.bits == 4 ? static_cast<int>(next_bits() % 16) - 8
-                                                         : static_cast<int>(next_bits() % 256) - 128);
-  if (c.bits == 4) {
-    p.w.resize(q.size() / 2);
-    qw::pack4(q.data(), c.N, c.K, p.w.data());
-  } else {
-    p.w.assign(q.begin(), q.end());
-    for (size_t i = 0; i < q.size(); ++i) p.w[i] = static_cast<uint8_t>(q[i]);
-  }
-  p.scales.resize(static_cast<size_t>(c.N * c.groups));
-  for (auto& v : p.scales) v = 0.01f + 0.04f * std::fabs(next_value());
-  p.zp.resize(p.scales.size());
-  for (auto& v : p.zp) v = static_cast<int8_t>(static_cast<int>(next_bits() % 17) - 8);
-  p.bias.resize(static_cast<size_t>(c.N));
-  for (auto& v : p.bias) v = next_value();
-  p.residual.resize(static_cast<size_t>(c.M * c.N));
-  for (auto& v : p.residual) v = next_value();
+  quantized_weight::make_weight(c, 17, false, p);
   return p;
 }
 
