@@ -16,7 +16,10 @@
 // -> float logits [1, V] or [1, T, V] (the last row is the next token's). The
 // prompt (token ids, default 1) goes in as one call when T may be its length
 // (a dynamic sequence length), else one token per call; then each step feeds
-// the previous step's argmax at the next position. It prints
+// the previous step's argmax at the next position. The program is mapped and
+// locked in memory at load (Module::LoadMode::MmapUseMlockIgnoreErrors, as
+// executorch's LLM runner loads one), so the first prefill does not page in
+// the weights. It prints
 //   prefill tokens=<P> ms=<> tokens_per_s=<> threads=<T>
 //   decode tokens=<N> ms=<> tokens_per_s=<>
 //   generated: <id> <id> ...
@@ -1142,7 +1145,11 @@ int run(const Options& options) {
   check_program_file(options.model);
   const long threads = configure_threads(options.threads);
 
-  Module module(options.model, Module::LoadMode::Mmap);
+  // --generate loads as executorch's LLM runner does (extension/llm/runner): the mapped program
+  // locked in memory at load, so the prefill does not fault in the weights page by page
+  Module module(options.model, options.generate > 0
+                                   ? Module::LoadMode::MmapUseMlockIgnoreErrors
+                                   : Module::LoadMode::Mmap);
   {
     LogCapture capture;
     Error error = module.load(Program::Verification::InternalConsistency);
