@@ -118,6 +118,16 @@ int main() {
                 if (!check(c, isa)) return -1;
                 ++cases;
               }
+    // C transposed on a prepacked B of kPrefetchMinBytes or more (conv2d's run_packed on a big
+    // weight): a block's tiles after the first get tiles_impl's prefetch hint
+    constexpr int64_t kBigN = 440, kBigK = 300;
+    static_assert(kBigN * kBigK * 4 >= etfuse::core::gemm::detail::kPrefetchMinBytes, "a B to prefetch");
+    for (int64_t M : {7, 25})
+      for (int a_layout = 0; a_layout < 2; ++a_layout)
+        for (bool epilogue : {false, true}) {
+          if (!check(Case{M, kBigN, kBigK, a_layout, 2, true, epilogue, epilogue, epilogue}, isa)) return -1;
+          ++cases;
+        }
     return cases;
   });
 }

@@ -276,6 +276,9 @@ ETFUSE_ALWAYS_INLINE void accumulate(int64_t kc, const float* const* arow, int64
 // NEON's). A per-ISA micro-kernel is another such struct (arch/arm/gemm_neon.h), given to
 // tiles_impl; the tiling, packing and epilogues above and below it are the same for all.
 struct PortableAccumulate {
+  // Whether micro_to_c_transposed may give a tile with a prefetch hint to `adjacent` (which then
+  // ignores the hint); otherwise such a tile takes `rows`, which prefetches.
+  static constexpr bool kAdjacentDropsPrefetch = false;
   template <int MR, int NR, int W>
   static ETFUSE_ALWAYS_INLINE void rows(int64_t kc, const float* const* arow, int64_t a_cs, const float* pack,
                                         int64_t ldp, int64_t vstride, typename Vec<W>::type (&acc)[MR][NR / W],
@@ -395,7 +398,7 @@ ETFUSE_ALWAYS_INLINE void micro_to_c_transposed(const Args& g, int64_t kc, const
                                                 float (&tile)[MR][NR], const char* prefetch) {
   typedef typename Vec<W>::type vf;
   vf acc[MR][NR / W];
-  if (g.a_rs == 1 && !prefetch) {
+  if (g.a_rs == 1 && (!prefetch || Acc::kAdjacentDropsPrefetch)) {
     Acc::template adjacent<MR, NR, W>(kc, arow[0], g.a_cs, pack, ldp, vstride, acc);
   } else {
     Acc::template rows<MR, NR, W>(kc, arow, g.a_cs, pack, ldp, vstride, acc, prefetch);

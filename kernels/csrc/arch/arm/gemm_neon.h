@@ -136,6 +136,12 @@ ETFUSE_ALWAYS_INLINE void accumulate_adjacent(int64_t kc, const float* a0, int64
 
 // The accumulation policy of tiles_impl for the NEON tiles (4-wide vectors).
 struct NeonAccumulate {
+  // A transposed problem's tile reads A in place with adjacent_4x16 even where tiles_impl would
+  // prefetch the next B panel (a weight of 512 KiB or more: SqueezeNet's 512 -> 1000 head, its
+  // 64 -> 256 3x3s): the rows path that prefetches is the portable loop, 31 instructions per 16
+  // fmla against the kernel's 74 per 64 (the contiguous-rows kernel above drops the hint too).
+  // The panel is one sequential stream, which ARM cores' hardware prefetchers follow.
+  static constexpr bool kAdjacentDropsPrefetch = true;
   template <int MR, int NR, int W>
   static ETFUSE_ALWAYS_INLINE void rows(int64_t kc, const float* const* arow, int64_t a_cs, const float* pack,
                                         int64_t ldp, int64_t vstride, typename detail::Vec<W>::type (&acc)[MR][NR / W],
@@ -252,6 +258,7 @@ inline bool use_packed_a(const Args& g, int64_t mblocks) {
 // The accumulation of a tile whose A is packed [k][MR] (MR 4 or 3; arow[0] at its slice's first
 // k); other shapes (never given packed A) take NeonAccumulate's.
 struct PackedANeonAccumulate {
+  static constexpr bool kAdjacentDropsPrefetch = true;  // as NeonAccumulate's
   template <int MR, int NR, int W>
   static ETFUSE_ALWAYS_INLINE void rows(int64_t kc, const float* const* arow, int64_t a_cs, const float* pack,
                                         int64_t ldp, int64_t vstride, typename detail::Vec<W>::type (&acc)[MR][NR / W],
