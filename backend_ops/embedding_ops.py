@@ -25,6 +25,12 @@ pattern), and the `.out` fake kernels with the derived ones (executorch's return
 not `out`). Compiled kernels: kernels/csrc/ops/embedding.cpp (one core for the three widths,
 core/embedding.h) and kernels/csrc/ops/pack_embedding_weight.cpp.
 
+`etfuse::embedding_byte_int8_zp` is embedding_byte with int8 zero points subtracted from int8 values
+in int8, wrapping, as `dequantize_per_channel_group` does (torch keeps int8 - int8 in int8: 127 -
+-128 is -1); embedding_byte subtracts in float32, which differs wherever `q - zp` leaves int8. The
+8-bit group rule writes it for int8 zero points whatever their values (a graph module alone, as
+`ExecutorchBackendConfig(passes=...)` hands passes, does not show them).
+
 The packing op is executorch's own (`torch.ops.quant_fusion._pack_embedding_weight`: its test
 file expects that name). `etfuse.fuse` and `transform(default_passes())` fold it into a program
 constant after fusion (passes/pipeline.py); in the `ExecutorchBackendConfig(passes=...)` route
@@ -121,8 +127,38 @@ EMBEDDING_4BIT_DTYPE = _record("embedding_4bit.dtype", _embedding_4bit_dtype, _4
 EMBEDDING_2BIT = _record("embedding_2bit", _embedding_2bit, _2BIT)
 EMBEDDING_2BIT_DTYPE = _record("embedding_2bit.dtype", _embedding_2bit_dtype, _2BIT)
 
-EMBEDDING_OPS = [EMBEDDING_BYTE, EMBEDDING_BYTE_DTYPE, EMBEDDING_4BIT, EMBEDDING_4BIT_DTYPE, EMBEDDING_2BIT,
-                 EMBEDDING_2BIT_DTYPE]
+_EXECUTORCH_OPS = [EMBEDDING_BYTE, EMBEDDING_BYTE_DTYPE, EMBEDDING_4BIT, EMBEDDING_4BIT_DTYPE, EMBEDDING_2BIT,
+                   EMBEDDING_2BIT_DTYPE]
+
+
+def _embedding_byte_int8_zp(weight, weight_scales, weight_zero_points, weight_quant_min, weight_quant_max, indices,
+                            dtype=None):
+    q = weight
+    if weight_zero_points is not None:
+        n, d = weight.shape
+        g = aten.reshape.default(weight_scales, [n, -1]).shape[1]
+        # int8 - int8 stays int8 in torch and wraps (127 - -128 is -1), as dequantize_per_channel_group's
+        # `w_int8.sub(zp)` does; the product and the rounding are embedding_byte's
+        q = aten.reshape.default(aten.sub.Tensor(aten.reshape.default(weight, [n, g, d // g]),
+                                                 aten.reshape.default(weight_zero_points, [n, g, 1])), [n, d])
+    return _embedding(q, weight_scales, None, indices, dtype)
+
+
+# What the 8-bit group rule (patterns/embedding_rules.py) writes for int8 values with int8 zero
+# points, seen or not: the choice depends on dtypes only, so every route writes the same op. An
+# etfuse op, registered on import like the others.
+EMBEDDING_BYTE_INT8_ZP = register(BackendOp(
+    "etfuse",
+    "embedding_byte_int8_zp(Tensor weight, Tensor weight_scales, Tensor? weight_zero_points, int weight_quant_min, "
+    "int weight_quant_max, Tensor indices, *, ScalarType? dtype=None) -> Tensor",
+    _embedding_byte_int8_zp,
+    doc="embedding(dequantize_per_channel_group(weight, scales, zero_points)): weight int8 [N, D], scales as "
+        "embedding_byte's, zero points None or int8 of the scales' shape, subtracted in int8 (wrapping, as torch's "
+        "int8 subtraction does), then embedding_byte's float32 product rounded once to `dtype` (None: the scales')",
+    kernel="embedding"))
+
+# every embedding op: FoldPackedWeightsPass drops their all-zero constant zero points
+EMBEDDING_OPS = [*_EXECUTORCH_OPS, EMBEDDING_BYTE_INT8_ZP]
 
 
 def _pack_embedding_weight(weight, bitwidth):
@@ -155,7 +191,7 @@ def install() -> None:
     """Register the records and make etfuse's patterns and fake kernels executorch's ops' (called
     once, from `etfuse.backend_ops.install()`)."""
     lib = library("quantized_decomposed")
-    for op in EMBEDDING_OPS:
+    for op in _EXECUTORCH_OPS:
         register(op)
         with warnings.catch_warnings():
             # torch.ao's embedding_byte kernel is replaced on purpose (etfuse's pattern is the

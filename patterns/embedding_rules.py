@@ -5,6 +5,7 @@
 |------------------------------------|-----------------------------------------------------------------------------------|--------------------------------------------------|
 | embedding_{w}_affine[_dtype]       | embedding(torchao.dequantize_affine(w, [1, g], scale, zp, int8, qmin, qmax, out), idx) | embedding_{w}[.dtype](pack(w), scale, zp, ...) |
 | embedding_{w}_group[_dtype]        | embedding(dequantize_per_channel_group(w, scales, zps, qmin, qmax, int8, g, out), idx) | the same                                      |
+| embedding_byte_group_int8_zp       | the group pattern at 8 bits, int8 zero points                                     | etfuse::embedding_byte_int8_zp(w, scale, zp, ...) |
 | embedding_byte                     | embedding(dequantize_per_channel(w, scales, zps or None, 0), idx)                 | embedding_byte                                   |
 
 {w} is the width the quant range declares: (qmin, qmax) = (-128, 127) byte, (-8, 7) 4bit, (-2, 1)
@@ -24,6 +25,13 @@ constraints accept a match only where both give the same bits: integer zero poin
 that `q - zp` is exact in the dtype the pattern subtracts in (float zero points: known
 integer values, or float32 throughout), and for `dequantize_per_channel_group` (which rounds the
 product to the scales' dtype before casting) float32 scales or an output of the scales' dtype.
+
+`dequantize_per_channel_group` subtracts int8 zero points from int8 values in int8, and torch wraps
+(127 - -128 gives -1). At 8 bits every int8 zero point may do that, so embedding_byte_group_int8_zp
+(which outranks embedding_byte_group[_dtype]) takes int8 zero points whatever their values: its op
+subtracts in int8 as the pattern does. The choice rests on dtypes alone, so a graph module without
+values (`ExecutorchBackendConfig(passes=...)`) and `etfuse.fuse` write the same op; all-zero
+constant zero points go afterwards (FoldPackedWeightsPass), as for the other embedding ops.
 """
 
 from __future__ import annotations
@@ -34,6 +42,7 @@ import torch
 
 from etfuse.backend_ops.embedding_ops import (
     EMBEDDING_2BIT, EMBEDDING_2BIT_DTYPE, EMBEDDING_4BIT, EMBEDDING_4BIT_DTYPE, EMBEDDING_BYTE, EMBEDDING_BYTE_DTYPE,
+    EMBEDDING_BYTE_INT8_ZP,
 )
 
 from .constraints import all_of
@@ -193,14 +202,24 @@ def _affine_exact(m: Match) -> Optional[str]:
     return _exact_subtraction(m, m.anchor_value.dtype)
 
 
-def _group_exact(m: Match) -> Optional[str]:
-    # dequantize_per_channel_group: (q - zp) in zp's dtype (int: exact), times scales in the
-    # promoted dtype, rounded there, then .to(out): one rounding only if that dtype is float32 or out's.
+def _group_product(m: Match):
+    """The dtype dequantize_per_channel_group multiplies (q - zp) by the scales in, and whether the
+    fused op's single rounding gives its bits (None) or why not."""
     s, out = m.value("scale").dtype, m.anchor_value.dtype
     z = m.value("zero_point").dtype if m.bindings["zero_point"] is not None else torch.int32
     product = s if not z.is_floating_point or z == s else torch.promote_types(z, s)
     if product not in (F32, out):
-        return f"the pattern rounds (q - zp) * scale to {product} before the {out} output; the kernel rounds once"
+        return product, f"the pattern rounds (q - zp) * scale to {product} before the {out} output; the kernel rounds once"
+    return product, None
+
+
+def _group_exact(m: Match) -> Optional[str]:
+    # dequantize_per_channel_group: (q - zp) in zp's dtype (int: exact), times scales in the
+    # promoted dtype, rounded there, then .to(out): one rounding only if that dtype is float32 or out's.
+    product, why = _group_product(m)
+    if why:
+        return why
+    z = m.value("zero_point").dtype if m.bindings["zero_point"] is not None else torch.int32
     if z.is_floating_point:
         return _exact_subtraction(m, z)
     wrap = _integer_subtraction_wraps(m, torch.promote_types(m.value("weight").dtype, z))
@@ -211,10 +230,11 @@ def _group_exact(m: Match) -> Optional[str]:
 
 def _integer_subtraction_wraps(m: Match, in_dtype) -> Optional[str]:
     """q - zp computed in the integer `in_dtype` (an int8 zero point keeps int8 weights in int8)
-    wraps unless every difference fits; the fused op subtracts exactly. Zero points whose values
-    the pass cannot see (a graph module alone, as `ExecutorchBackendConfig.passes` get it) are
-    taken to lie in the quant range, as quantizers make them: 2- and 4-bit tables fuse, an 8-bit
-    one with int8 zero points does not (q - zp reaches +-255)."""
+    wraps unless every difference fits; embedding_{byte,4bit,2bit} subtract exactly. Zero points
+    whose values the pass cannot see (a graph module alone, as `ExecutorchBackendConfig.passes`
+    get it) are taken to lie in the quant range, as quantizers make them: 2- and 4-bit tables
+    fuse; an 8-bit one with int8 zero points is embedding_byte_group_int8_zp's (q - zp reaches
+    +-255), whose op wraps as the pattern does."""
     qmin, qmax = _literal(m, "quant_min"), _literal(m, "quant_max")
     if qmin is None or qmax is None:
         return f"quant range [{qmin}, {qmax}] is not literal"
@@ -225,9 +245,27 @@ def _integer_subtraction_wraps(m: Match, in_dtype) -> Optional[str]:
     else:
         zmin, zmax = (int(z.min()), int(z.max())) if z.numel() else (0, 0)
     if qmin - zmax < info.min or qmax - zmin > info.max:
-        return (f"q - zp wraps in {in_dtype} (quant range [{qmin}, {qmax}], zero points in [{zmin}, {zmax}]) "
+        return (f"q - zp may wrap in {in_dtype} (quant range [{qmin}, {qmax}], zero points in [{zmin}, {zmax}]) "
                 "where the pattern subtracts; the fused op subtracts exactly")
     return None
+
+
+def _int8_difference(m: Match) -> Optional[str]:
+    """embedding_byte_group_int8_zp: int8 values and int8 zero points (their values are not looked
+    at: the op wraps as the pattern does for all), a product rounded once (an int8 difference times
+    a float32, float16 or bfloat16 scale is exact in float32), an output the kernel writes."""
+    w, z = m.value("weight").dtype, m.value("zero_point").dtype if m.bindings["zero_point"] is not None else None
+    if w != I8 or z != I8:
+        return f"weight {w}, zero points {z}: the op takes int8 values and int8 zero points"
+    if m.anchor_value.dtype not in _EXACT:
+        return f"the output is {m.anchor_value.dtype}; the kernel writes float32, float16 or bfloat16"
+    return _group_product(m)[1]
+
+
+def _int8_zp_arguments(m: Match):
+    b = m.bindings
+    return ((b["weight"], b["scale"], b["zero_point"], b["quant_min"], b["quant_max"], b["indices"]),
+            {"dtype": b["output_dtype"]})
 
 
 def _variant(dtype_variant: bool):
@@ -337,6 +375,9 @@ def _rules():
                                            _examples, all_of(check, _no_zero_points), outranks=(name,), dtypes=_DTYPES))
                 rules.append(EmbeddingRule(name, pattern, replacements[(bits, dtype_variant, True)], _examples, check,
                                            dtypes=_DTYPES))
+    rules.append(QuantRule("embedding_byte_group_int8_zp", _group_pattern, EMBEDDING_BYTE_INT8_ZP, _examples,
+                           all_of(_width(8), _table(8), _int8_difference), _int8_zp_arguments,
+                           outranks=("embedding_byte_group", "embedding_byte_group_dtype"), dtypes=_DTYPES))
     return rules
 
 

@@ -613,12 +613,11 @@ def _err(e: BaseException) -> str:
 # what it is). They are counted as KNOWN_ETFUSE_BUG instead of failing the test; delete an entry
 # when its fix lands and the fuzz test will hold the fix.
 KNOWN_ETFUSE_BUGS: list[tuple[str, str]] = [
-    ("Missing out variants: {'quantized_decomposed::dequantize_per_channel_group'}",
-     "the config route (to_executorch(ExecutorchBackendConfig(passes=default_passes())), no weight values) "
-     "leaves an 8-bit group-quantized embedding with an int8 zero-point tensor unfused, all zeros included "
-     "(q - zp may wrap in int8 for zero points it cannot see; 737bf1b fuses 2/4-bit tables there), and the stock "
-     "runtime has no dequantize_per_channel_group kernel; etfuse.fuse fuses it (embedding_byte_group_nozp): "
-     "tests/test_fuzz.py::test_the_config_route_lowers_an_8bit_group_embedding_with_zero_zero_points (strict xfail)"),
+    # ("Missing out variants: {'quantized_decomposed::dequantize_per_channel_group'}", ...) was here: the
+    # config route left an 8-bit group embedding with int8 zero points unfused (q - zp may wrap in int8
+    # for zero points it cannot see); fixed by embedding_byte_group_int8_zp (etfuse::embedding_byte_int8_zp
+    # wraps as the pattern does), see tests/test_fuzz.py::test_the_config_route_lowers_an_8bit_group_embedding_with_zero_zero_points
+    # and tests/test_embeddings.py::test_int8_zero_points_near_the_ends_on_every_route.
     # ("outs_to_grad length", ...) was here: LoopLoweringPass and FusedEdgeProgramManager.to_executorch
     # retraced loops with grad enabled; fixed (both run under torch.no_grad()), see
     # tests/test_contract.py::test_loop_whose_carry_depends_on_a_parameter.

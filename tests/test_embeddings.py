@@ -304,3 +304,108 @@ def test_op_table_lists_the_embeddings():
     assert {"quantized_decomposed::embedding_byte.dtype", "quantized_decomposed::embedding_4bit",
             "quantized_decomposed::embedding_4bit.dtype", "quantized_decomposed::embedding_2bit",
             "quantized_decomposed::embedding_2bit.dtype", "quant_fusion::_pack_embedding_weight"} <= names
+
+
+# ---- int8 zero points of an 8-bit group table ------------------------------------------------
+
+def _wrap_table(n=8, d=16, groups=2, sdt=F32, seed=5):
+    """int8 values and int8 zero points that reach both ends: q - zp leaves int8 both ways."""
+    g = torch.Generator().manual_seed(seed)
+    v = torch.randint(-128, 128, (n, d), dtype=I8, generator=g)
+    v[0], v[1] = 127, -128
+    v[2, ::2], v[2, 1::2] = 127, -128
+    s = (torch.rand(n, groups, generator=g) * 0.05 + 1e-3).to(sdt)
+    z = torch.randint(-128, 128, (n, groups), dtype=I8, generator=g)
+    z[0], z[1], z[2, 0], z[2, -1] = -128, 127, -128, 127
+    return v, s, z
+
+
+def _group_chain(v, s, z, out_dtype):
+    """The unfused program: dequantize_per_channel_group (int8 - int8 in int8), then embedding."""
+    w = qd.dequantize_per_channel_group.default(v, s, z, -128, 127, I8, v.shape[1] // s.shape[1], out_dtype)
+    return lambda idx: torch.nn.functional.embedding(idx, w)
+
+
+def test_int8_zero_points_wrap_as_dequantize_per_channel_group_does():
+    """etfuse::embedding_byte_int8_zp: q - zp in int8, wrapping (127 - -128 = -1), as the unfused
+    program computes it; its pattern, its compiled kernel (AVX2 and baseline loops, strided tables,
+    int32 indices) and dequantize_per_channel_group -> embedding agree bit for bit."""
+    op = bo.EMBEDDING_BYTE_INT8_ZP
+    idx = torch.tensor([[0, 1, 2], [7, 2, 0]])
+    v, s, z = _wrap_table()
+    want = _group_chain(v, s, z, F32)(idx)
+    assert want[0, 0, 0] == -s[0, 0] and want[0, 1, 0] == s[1, 0]  # wrapped: -1 * s and +1 * s
+    torch.library.opcheck(op.aten, (v, s, z, -128, 127, idx), {"dtype": BF16},
+                          test_utils=("test_schema", "test_autograd_registration", "test_faketensor"))
+    for isa in ("auto", "baseline"):
+        etfuse.kernels.set_isa(isa)
+        try:
+            for sdt in (F32, F16, BF16):
+                v, s, z = _wrap_table(sdt=sdt)
+                strided = torch.empty(8, 32, dtype=I8)[:, ::2]
+                strided.copy_(v)
+                for out_dtype in (F32, F16, BF16):
+                    if sdt != F32 and out_dtype != sdt:
+                        continue  # the pattern rounds the product to the scales' dtype first (the rule declines)
+                    want = _group_chain(v, s, z, out_dtype)(idx)
+                    assert torch.equal(op.pattern(v, s, z, -128, 127, idx, dtype=out_dtype), want), (sdt, out_dtype)
+                    for w, i in ((v, idx), (strided, idx.int())):
+                        got = op.aten_out(w, s, z, -128, 127, i, dtype=out_dtype, out=torch.empty(0, dtype=out_dtype))
+                        assert torch.equal(got, want), (isa, sdt, out_dtype)
+                # no zero points: embedding_byte's q * s
+                got = op.aten_out(v, s, None, -128, 127, idx, out=torch.empty(0, dtype=sdt))
+                assert torch.equal(got, E._embedding_byte(v, s, None, -128, 127, idx))
+        finally:
+            etfuse.kernels.set_isa("auto")
+    with pytest.raises(RuntimeError, match=r"weight and weight_zero_points must be int8, got Char and Int"):
+        op.aten_out(v, s, z.int(), -128, 127, idx, out=torch.empty(0, dtype=BF16))
+
+
+class Int8GroupDequantize(torch.nn.Module):
+    """dequantize_per_channel_group -> embedding: 8 bits, int8 zero points at the int8 ends."""
+
+    def __init__(self, scale_dtype, out_dtype):
+        super().__init__()
+        v, s, z = _wrap_table(n=10, d=64, groups=2, sdt=scale_dtype)
+        self.register_buffer("w", v)
+        self.register_buffer("s", s)
+        self.register_buffer("z", z)
+        self.out_dtype = out_dtype
+
+    def forward(self, i):
+        w = qd.dequantize_per_channel_group.default(self.w, self.s, self.z, -128, 127, I8, 32, self.out_dtype)
+        return torch.nn.functional.embedding(i, w)
+
+
+@pytest.mark.parametrize("scale_dtype, out_dtype", [(F32, F32), (F32, F16), (BF16, BF16)])
+def test_int8_zero_points_near_the_ends_on_every_route(scale_dtype, out_dtype):
+    """q = 127 with zp = -128 (and q = -128 with zp = 127): the unfused program wraps q - zp in int8;
+    etfuse.fuse, edge.transform(default_passes()) and the config route (no weight values) all
+    write embedding_byte_int8_zp, and each `.pte` gives eager's bits on the runtime."""
+    idx = torch.tensor([[0, 1], [2, 9]])
+    m = Int8GroupDequantize(scale_dtype, out_dtype)
+    want = m(idx)
+    assert want[0, 0, 0] == (-m.s[0, 0]).to(out_dtype)  # 127 - -128 wrapped to -1
+    edge = to_edge(torch.export.export(m, (idx,)))
+    fused = etfuse.fuse(edge)
+    assert op_names(fused.exported_program().graph_module) == ["etfuse.embedding_byte_int8_zp.default"]
+    programs = {"fuse": fused.to_executorch(), "transform": copy.deepcopy(edge).transform(default_passes()).to_executorch(),
+                "config": copy.deepcopy(edge).to_executorch(ExecutorchBackendConfig(passes=default_passes()))}
+    for route, program in programs.items():
+        names = {o.name for o in program.executorch_program.execution_plan[0].operators}
+        assert names == {"etfuse::embedding_byte_int8_zp"}, (route, names)
+        (got,) = run(program, (idx,))
+        assert got.dtype == out_dtype and torch.equal(got, want), route
+
+
+def test_all_zero_int8_zero_points_are_dropped():
+    """A symmetric 8-bit group table with int8 zero points: fused as embedding_byte_int8_zp whatever
+    the values (the config route cannot see them), then FoldPackedWeightsPass drops the zeros."""
+    m = Int8GroupDequantize(F32, F32)
+    m.z.zero_()
+    idx = torch.tensor([4, 0])
+    fused = etfuse.fuse(to_edge(torch.export.export(m, (idx,))))
+    (node,) = [n for n in fused.exported_program().graph_module.graph.nodes if n.op == "call_function"]
+    assert node.target.name() == "etfuse::embedding_byte_int8_zp" and node.args[2] is None
+    (got,) = run(fused.to_executorch(), (idx,))
+    assert torch.equal(got, m(idx))

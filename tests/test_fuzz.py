@@ -254,13 +254,11 @@ def test_the_config_route_lowers_a_group_embedding_with_zero_points():
     fm.export_edge(spec).to_executorch(ExecutorchBackendConfig(passes=default_passes()))
 
 
-@pytest.mark.xfail(strict=True, reason="etfuse bug (issue 44 routes check): the config route hands the passes no values, "
-                   "so an 8-bit group embedding's int8 zero points (all 0 here) may make q - zp wrap in int8 and the "
-                   "rule declines; the stock runtime has no dequantize_per_channel_group kernel. etfuse.fuse and "
-                   "edge.transform see the zeros and fuse (embedding_byte_group_nozp)")
 def test_the_config_route_lowers_an_8bit_group_embedding_with_zero_zero_points():
     """Fuzz routes check (issue 44), after 737bf1b: the 8-bit form of the test above, zero points
-    an int8 tensor of zeros (a symmetric table as torchao / quantized_decomposed leave it)."""
+    an int8 tensor of zeros (a symmetric table as torchao / quantized_decomposed leave it). The
+    config route cannot see them, so q - zp may wrap in int8 where the pattern subtracts:
+    embedding_byte_group_int8_zp fuses it (its op wraps as the pattern does)."""
     from executorch.exir import ExecutorchBackendConfig
 
     from etfuse.passes import default_passes
@@ -268,6 +266,10 @@ def test_the_config_route_lowers_an_8bit_group_embedding_with_zero_zero_points()
     fm.kernels()
     spec = fm.ModelSpec((2, 3), ((2, 3),), (fm.Op("block", (0,), ("embedding", "group", 8, False, False)),), (1,))
     fm.export_edge(spec).to_executorch(ExecutorchBackendConfig(passes=default_passes()))
+    # every route's .pte runs and matches eager (the unfused program has no stock kernel to run on)
+    outcome = fm.check(spec, routes=True)
+    assert outcome.kind == fm.STOCK_ERROR and outcome.fused_ok, outcome
+    assert outcome.rules == {"etfuse::embedding_byte_group_int8_zp": 1}, outcome
 
 
 def test_check_compares_the_routes(monkeypatch):

@@ -11,6 +11,9 @@
 //   2 bits  a packed uint8 [N, D / 4] table, element 4k + t in bits 2t..2t+1 of byte k, value = field - 2
 // (executorch's `quant_fusion::_pack_embedding_weight` layout). Scales and zero points are [N] /
 // [N, 1] (per row) or [N, G] (groups of gs = D / G columns), read in their own dtype.
+// etfuse::embedding_byte_int8_zp (Args::int8_difference): int8 values and int8 zero points, q - zp
+// taken to int8 (wrapping) before the product, as torch's int8 subtraction in
+// dequantize_per_channel_group does.
 #pragma once
 
 #include <cmath>
@@ -113,6 +116,7 @@ struct Args {
   int bits = 8;  // 8, 4 or 2
   const void* weight = nullptr;  // see the top of this file
   bool int8_weight = true;  // 8 bits: int8 (else uint8); packed tables are uint8
+  bool int8_difference = false;  // 8-bit int8 values, int8 zero points: q - zp wraps to int8
   int64_t rows = 0, dim = 0;  // N and the unpacked D
   int64_t w_stride0 = 0, w_stride1 = 1;  // element strides; packed tables need w_stride1 == 1
   int64_t groups = 1;  // G: dim % groups == 0
@@ -180,6 +184,19 @@ struct Span {
   }
 };
 
+// Columns [j0, j1) of an int8 row whose difference with the int8 zero point z is taken to int8.
+template <class O>
+struct Int8DifferenceSpan {
+  static ETFUSE_ALWAYS_INLINE void run(const int8_t* w, int64_t ws, int64_t j0, int64_t j1, int8_t z, float s,
+                                       typename O::T* o) {
+    for (int64_t j = j0; j < j1; ++j) {
+      // modulo 256 in uint8 (defined), then read back as int8
+      const int8_t d = static_cast<int8_t>(static_cast<uint8_t>(static_cast<uint8_t>(w[j * ws]) - static_cast<uint8_t>(z)));
+      O::store(o + j, static_cast<float>(d) * s);
+    }
+  }
+};
+
 #if ETFUSE_HAVE_X86_DISPATCH
 // 4 bits, float32 out, AVX2: 16 columns (8 bytes) a step from an even column; the rest scalar.
 ETFUSE_EMB_AVX2 inline int64_t span4_f32_avx2(const uint8_t* w, int64_t j0, int64_t j1, float z, float s,
@@ -219,6 +236,12 @@ struct Rows {
         const float z = e.zero_points.data ? e.zero_points.at(r, g) : 0.0f;
         int64_t j = g * gs;
         const int64_t end = j + gs;
+        if constexpr (Bits == 8 && std::is_same<TW, int8_t>::value) {
+          if (e.int8_difference) {  // z holds an int8 value exactly
+            Int8DifferenceSpan<O>::run(wr, e.w_stride1, j, end, static_cast<int8_t>(z), s, o);
+            continue;
+          }
+        }
 #if ETFUSE_HAVE_X86_DISPATCH
         if constexpr (Bits == 4 && std::is_same<O, F32Out>::value) {
           if (avx2 && (j & 1) == 0) j = span4_f32_avx2(reinterpret_cast<const uint8_t*>(wr), j, end, z, s, o);

@@ -1,7 +1,8 @@
 // quantized_decomposed::embedding_byte / embedding_4bit / embedding_2bit, `.out` and `.dtype_out`:
 // rows of a quantized [N, D] table (8 bits, or 4 / 2 bits packed into uint8), dequantized per row
 // or per group of columns, float32 / float16 / bfloat16 out (core/embedding.h, one core for the
-// three widths). Registered as etfuse::quantized_decomposed_* (see quantized_add.cpp).
+// three widths). Registered as etfuse::quantized_decomposed_* (see quantized_add.cpp), and
+// etfuse::embedding_byte_int8_zp (int8 zero points subtracted in int8, wrapping).
 #include <optional>
 #include <vector>
 
@@ -56,14 +57,21 @@ bool table_of(const char* op, const char* name, const Tensor& t, int64_t n, int6
   return true;
 }
 
+// int8_difference: etfuse::embedding_byte_int8_zp (int8 values and zero points, q - zp wraps to int8).
 Tensor& embedding_impl(Context& ctx, const char* op, int bits, const Tensor& weight, const Tensor& scales,
                        const OptTensor& zps, int64_t qmin, int64_t qmax, const Tensor& indices,
-                       std::optional<ScalarType> dtype, Tensor& out) {
+                       std::optional<ScalarType> dtype, Tensor& out, bool int8_difference = false) {
   Status st;
   const bool has_zp = has(zps);
   emb::Args e;
   e.bits = bits;
+  e.int8_difference = int8_difference && has_zp;  // no zero points: embedding_byte's loop
   bool ok = check_cpu(op, "weight", weight, st) && check_cpu(op, "indices", indices, st);
+  if (ok && int8_difference && (weight.scalar_type() != ScalarType::Char ||
+                                (has_zp && zps->scalar_type() != ScalarType::Char))) {
+    ok = st.fail("%s: weight and weight_zero_points must be int8, got %s and %s", op,
+                 dtype_name(weight.scalar_type()), has_zp ? dtype_name(zps->scalar_type()) : "None");
+  }
   if (ok && weight.dim() != 2) ok = st.fail("%s: weight must be [N, D], got rank %lld", op, (long long)weight.dim());
   // the values a packed field holds: [-8, 7] at 4 bits, [-2, 1] at 2; 8 bits: the weight dtype's
   int64_t lo = -(int64_t(1) << (bits - 1)), hi = (int64_t(1) << (bits - 1)) - 1;
@@ -167,6 +175,13 @@ ETFUSE_EMBEDDING(embedding_byte, 8)
 ETFUSE_EMBEDDING(embedding_4bit, 4)
 ETFUSE_EMBEDDING(embedding_2bit, 2)
 
+Tensor& embedding_byte_int8_zp_out(Context& ctx, const Tensor& weight, const Tensor& scales, const OptTensor& zps,
+                                   int64_t qmin, int64_t qmax, const Tensor& indices, std::optional<ScalarType> dtype,
+                                   Tensor& out) {
+  return embedding_impl(ctx, "etfuse::embedding_byte_int8_zp.out", 8, weight, scales, zps, qmin, qmax, indices, dtype,
+                        out, true);
+}
+
 }  // namespace
 
 ETFUSE_REGISTER(etfuse, "quantized_decomposed_embedding_byte.out", embedding_byte_out);
@@ -175,3 +190,4 @@ ETFUSE_REGISTER(etfuse, "quantized_decomposed_embedding_4bit.out", embedding_4bi
 ETFUSE_REGISTER(etfuse, "quantized_decomposed_embedding_4bit.dtype_out", embedding_4bit_dtype_out);
 ETFUSE_REGISTER(etfuse, "quantized_decomposed_embedding_2bit.out", embedding_2bit_out);
 ETFUSE_REGISTER(etfuse, "quantized_decomposed_embedding_2bit.dtype_out", embedding_2bit_dtype_out);
+ETFUSE_REGISTER(etfuse, "embedding_byte_int8_zp.out", embedding_byte_int8_zp_out);
