@@ -178,6 +178,11 @@ def _samples():
         add(plain, "groups of 16", (table, es, ez, lo, hi, idx))
         add(plain, "per row, no zero points", (table, es[:, 0].contiguous(), None, lo, hi, idx[0]))
         add(dtyped, "float16 out", (table, es.half(), ez, lo, hi, idx), {"dtype": F16})
+    wrap_values, wrap_zps = _q((12, 64), I8, 3, -128, 127), _q((12, 4), I8, 4, -128, 127)
+    wrap_values[0], wrap_zps[0] = 127, -128  # q - zp wraps to -1
+    add(E.EMBEDDING_BYTE_INT8_ZP, "int8 zero points at the ends", (wrap_values, es, wrap_zps, -128, 127, idx))
+    add(E.EMBEDDING_BYTE_INT8_ZP, "bfloat16 out, per row", (wrap_values, es[:, :1].contiguous(), wrap_zps[:, :1].contiguous(),
+                                                           -128, 127, idx), {"dtype": BF16})
     add(bo.PACK_EMBEDDING_WEIGHT, "4 bits", (_q((6, 8), I8, lo=-8, hi=7), 4))
     add(bo.PACK_EMBEDDING_WEIGHT, "2 bits", (_q((6, 8), I8, lo=-2, hi=1), 2))
 
