@@ -202,11 +202,16 @@ def _affine_exact(m: Match) -> Optional[str]:
     return _exact_subtraction(m, m.anchor_value.dtype)
 
 
+def _zero_point_dtype(m: Match):
+    """The zero points' dtype; no zero points subtract as int32 zeros would."""
+    return m.value("zero_point").dtype if m.bindings["zero_point"] is not None else torch.int32
+
+
 def _group_product(m: Match):
     """The dtype dequantize_per_channel_group multiplies (q - zp) by the scales in, and whether the
     fused op's single rounding gives its bits (None) or why not."""
     s, out = m.value("scale").dtype, m.anchor_value.dtype
-    z = m.value("zero_point").dtype if m.bindings["zero_point"] is not None else torch.int32
+    z = _zero_point_dtype(m)
     product = s if not z.is_floating_point or z == s else torch.promote_types(z, s)
     if product not in (F32, out):
         return product, f"the pattern rounds (q - zp) * scale to {product} before the {out} output; the kernel rounds once"
@@ -219,7 +224,7 @@ def _group_exact(m: Match) -> Optional[str]:
     product, why = _group_product(m)
     if why:
         return why
-    z = m.value("zero_point").dtype if m.bindings["zero_point"] is not None else torch.int32
+    z = _zero_point_dtype(m)
     if z.is_floating_point:
         return _exact_subtraction(m, z)
     wrap = _integer_subtraction_wraps(m, torch.promote_types(m.value("weight").dtype, z))
