@@ -154,11 +154,11 @@ ETFUSE_TARGET_AVX512BW void channel_blocks(const Problem& pb, int64_t b0, int64_
   const int64_t s = pb.stride[0], KW = pb.KW, taps = pb.KH * KW, HW = pb.H * pb.W, P = pb.OH * pb.OW;
   const int64_t Wp = pb.W + 2 * pb.padding[1], Hp = pb.H + 2 * pb.padding[0], B = (pb.C + 15) / 16;
   thread_local std::vector<float> xbuf, wbuf;
-  thread_local std::vector<__m128i> obuf;
+  thread_local std::vector<uint8_t> obuf;  // 16 channels a pixel (bytes: a vector of __m128i drops its alignment)
   wbuf.resize(std::max(wbuf.size(), static_cast<size_t>(taps * 16)));
   float* wt = wbuf.data();
   xbuf.assign(static_cast<size_t>(Hp * Wp * 16), 0.0f);  // the padding stays 0: only interiors are written
-  obuf.resize(static_cast<size_t>((P + 15) / 16 * 16));
+  obuf.resize(static_cast<size_t>((P + 15) / 16 * 16 * 16));
   std::vector<int64_t> off(static_cast<size_t>(taps)), in_at(static_cast<size_t>(P));
   for (int64_t kh = 0; kh < pb.KH; ++kh)
     for (int64_t kw = 0; kw < KW; ++kw) off[kh * KW + kw] = (kh * Wp + kw) * 16;
@@ -208,14 +208,17 @@ ETFUSE_TARGET_AVX512BW void channel_blocks(const Problem& pb, int64_t b0, int64_
         const __m512 wk = _mm512_loadu_ps(wt + k * 16);
         for (int u = 0; u < 4; ++u) acc[u] = _mm512_fmadd_ps(_mm512_loadu_ps(base[u] + off[k]), wk, acc[u]);
       }
-      for (int u = 0; u < 4 && q + u < P; ++u) obuf[q + u] = int8_epilogue::requant16(pb.requant, acc[u], scale, has_bias, bias);
+      for (int u = 0; u < 4 && q + u < P; ++u) {
+        _mm_storeu_si128(reinterpret_cast<__m128i*>(obuf.data() + (q + u) * 16),
+                         int8_epilogue::requant16(pb.requant, acc[u], scale, has_bias, bias));
+      }
     }
     // out: 16 pixels of the 16 channels at a time
     uint8_t* out = pb.out + (n * pb.C + c0) * P;
     for (int64_t p0 = 0; p0 < P; p0 += 16) {
       const int64_t m = std::min<int64_t>(16, P - p0);
       __m128i v[16];
-      for (int j = 0; j < 16; ++j) v[j] = obuf[p0 + j];
+      for (int j = 0; j < 16; ++j) v[j] = _mm_loadu_si128(reinterpret_cast<const __m128i*>(obuf.data() + (p0 + j) * 16));
       int8_epilogue::transpose16(v);
       const __mmask16 lanes = static_cast<__mmask16>((1u << m) - 1u);
       for (int64_t c = 0; c < nc; ++c) _mm_mask_storeu_epi8(out + c * P + p0, lanes, v[c]);
