@@ -1,5 +1,5 @@
 // linear_dq::run (core/linear_dq.h) on every ISA this CPU has and this build compiles
-// ("baseline", "avx2", "avx512" on x86-64; "baseline", "neon", "neondot" on aarch64: the smlal
+// ("baseline", "avx2", "avx512", "avx512vnni" on x86-64; "baseline", "neon", "neondot" on aarch64: the smlal
 // and sdot kernels of arch/arm/linear_dq_neon.h) against a scalar reference: each row quantized
 // by torchao's steps (row_qparams, quantized), the integer sums D[m, n, g] exact in int64, then
 // scaled in double; and against the portable code. 4-bit weights in groups of 32, 64 and 128
@@ -148,9 +148,11 @@ bool check(const Case& c, const char* isa) {
 }
 
 int check_isa(const char* isa) {
-  // (K, groups): 4 bits in groups of 32 (torchao's), 64, 128 and 96; 8 bits per channel with K
-  // off the 8- and 16-wide steps, and in groups of 3, 11 and 32 columns
-  const int64_t k4[][2] = {{32, 1}, {64, 2}, {64, 1}, {128, 1}, {256, 2}, {96, 1}, {288, 9}, {384, 3}};
+  // (K, groups): 4 bits in groups of 32 (torchao's), 64, 128, 256, 96 and 192, K off AVX-512
+  // VNNI's 128-column superblocks by 32, 64 and 96 columns; 8 bits per channel with K off the 8-
+  // and 16-wide steps, and in groups of 3, 11 and 32 columns
+  const int64_t k4[][2] = {{32, 1},  {64, 2},  {64, 1},  {128, 1}, {256, 2}, {96, 1},
+                           {288, 9}, {384, 3}, {192, 3}, {224, 7}, {512, 2}, {384, 2}};
   const int64_t k8[][2] = {{1, 1}, {3, 1}, {7, 1}, {16, 1}, {17, 1}, {24, 1}, {57, 1}, {288, 1},
                            {33, 3}, {99, 9}, {288, 9}};
   const int64_t rows[] = {1, 2, 3, 4, 5, 6, 7, 8, 9, 64, 67};

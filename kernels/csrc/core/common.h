@@ -35,6 +35,7 @@
 #define ETFUSE_HAVE_X86_DISPATCH 1
 #define ETFUSE_TARGET_AVX2 __attribute__((target("avx2,fma,f16c")))
 #define ETFUSE_TARGET_AVX512 __attribute__((target("avx512f,avx2,fma,f16c")))
+#define ETFUSE_TARGET_VNNI __attribute__((target("avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")))
 #else
 #define ETFUSE_HAVE_X86_DISPATCH 0
 #endif

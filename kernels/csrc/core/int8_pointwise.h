@@ -27,10 +27,6 @@
 #include "common.h"
 #include "int8_epilogue.h"
 
-#if ETFUSE_HAVE_X86_DISPATCH
-#define ETFUSE_TARGET_VNNI __attribute__((target("avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")))
-#endif
-
 namespace etfuse {
 namespace core {
 namespace int8_pointwise {

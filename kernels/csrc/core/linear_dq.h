@@ -35,7 +35,7 @@
 //
 // The per-ISA copies are compiled once per library, in
 // core/kernels.cpp (-DETFUSE_CORE_KERNELS): core/linear_dq_rows.h over the primitives of
-// core/linear_dq_portable.h or arch/x86/linear_dq_avx2.h.
+// core/linear_dq_portable.h, arch/x86/linear_dq_avx2.h or arch/x86/linear_dq_avx512vnni.h.
 #pragma once
 
 #include <algorithm>
@@ -113,6 +113,9 @@ ETFUSE_TARGET_AVX2 void cols_avx2(const Args& a, const Rows& r, int64_t j0, int6
 ETFUSE_TARGET_AVX2 void quantize_rows_q8_avx2(const Args& a, int64_t m0, int64_t m1, int8_t* q, float* scale,
                                               int32_t* zx, int32_t* qsum);
 ETFUSE_TARGET_AVX2 void cols_q4_avx2(const Args& a, const Rows& r, int64_t j0, int64_t j1);
+ETFUSE_TARGET_VNNI void quantize_rows_q8_vnni(const Args& a, int64_t m0, int64_t m1, int8_t* q, float* scale,
+                                              int32_t* zx, int32_t* qsum);
+ETFUSE_TARGET_VNNI void cols_q4_vnni(const Args& a, const Rows& r, int64_t j0, int64_t j1);
 #endif
 #if ETFUSE_HAVE_ARM_NEON
 void quantize_rows_neon(const Args& a, int64_t m0, int64_t m1, int16_t* x, float* scale, int32_t* gsum);
@@ -136,6 +139,20 @@ ETFUSE_DQ_NEON_DOT void cols_dot(const Args& a, const Rows& r, int64_t j0, int64
 #include "arch/x86/linear_dq_avx2.h"
 #define ETFUSE_DQ_NS rows_avx2
 #define ETFUSE_DQ_PRIMITIVES avx2
+#define ETFUSE_DQ_Q8
+#define ETFUSE_DQ_Q4
+#include "linear_dq_rows.h"
+#undef ETFUSE_DQ_NS
+#undef ETFUSE_DQ_PRIMITIVES
+#undef ETFUSE_DQ_Q8
+#undef ETFUSE_DQ_Q4
+#pragma GCC pop_options
+
+#pragma GCC push_options
+#pragma GCC target("avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")
+#include "arch/x86/linear_dq_avx512vnni.h"
+#define ETFUSE_DQ_NS rows_vnni
+#define ETFUSE_DQ_PRIMITIVES vnni
 #define ETFUSE_DQ_Q8
 #define ETFUSE_DQ_Q4
 #include "linear_dq_rows.h"
@@ -192,12 +209,20 @@ ETFUSE_TARGET_AVX2 void quantize_rows_q8_avx2(const Args& a, int64_t m0, int64_t
 ETFUSE_TARGET_AVX2 void cols_q4_avx2(const Args& a, const Rows& r, int64_t j0, int64_t j1) {
   rows_avx2::cols_q4(a, r, j0, j1);
 }
+ETFUSE_TARGET_VNNI void quantize_rows_q8_vnni(const Args& a, int64_t m0, int64_t m1, int8_t* q, float* scale,
+                                              int32_t* zx, int32_t* qsum) {
+  rows_vnni::quantize_rows_q8(a, m0, m1, q, scale, zx, qsum);
+}
+ETFUSE_TARGET_VNNI void cols_q4_vnni(const Args& a, const Rows& r, int64_t j0, int64_t j1) {
+  rows_vnni::cols_q4(a, r, j0, j1);
+}
 #endif
 #endif
 
-// linear_dq's kernels on one ISA: the one place they are chosen. AVX-512 takes the AVX2 copies;
-// aarch64 the NEON ones (arch/arm/linear_dq_neon.h). An ISA's int8-row path (rows kept as int8 qx)
-// runs the calls its `int8_rows` predicate takes; the others take the int16 path.
+// linear_dq's kernels on one ISA: the one place they are chosen. AVX-512 takes the AVX2 copies,
+// AVX-512 VNNI the same with its own int4 path (vpdpbusd); aarch64 the NEON ones
+// (arch/arm/linear_dq_neon.h). An ISA's int8-row path (rows kept as int8 qx) runs the calls its
+// `int8_rows` predicate takes; the others take the int16 path.
 struct Kernels {
   void (*quantize_rows)(const Args&, int64_t, int64_t, int16_t*, float*, int32_t*);
   void (*cols)(const Args&, const Rows&, int64_t, int64_t);
@@ -220,6 +245,7 @@ inline Kernels kernels(Isa isa) {
   switch (isa) {
 #if ETFUSE_HAVE_X86_DISPATCH
     case Isa::kAvx512Vnni:
+      return {&quantize_rows_avx2, &cols_avx2, &quantize_rows_q8_vnni, &cols_q4_vnni, &maddubs_takes};
     case Isa::kAvx512:
     case Isa::kAvx2: return {&quantize_rows_avx2, &cols_avx2, &quantize_rows_q8_avx2, &cols_q4_avx2, &maddubs_takes};
 #endif

@@ -148,8 +148,11 @@ ETFUSE_ALWAYS_INLINE __m256i quantize32(const float* v, __m256 inv, __m256 zp) {
 }
 
 // One row: qx (int8, the q4 order above) and its sums over each group of G columns (a multiple of 32).
+// `superblocks` (AVX-512 VNNI's order, arch/x86/linear_dq_avx512vnni.h): each whole 128-column
+// block as a 64-byte load of its packed weight reads it, [0-15, 32-47, 64-79, 96-111] (the low
+// nibbles) then [16-31, 48-63, 80-95, 112-127] (the high ones); what is left of K as above.
 ETFUSE_ALWAYS_INLINE void quantize_q8(const float* v, int64_t K, int64_t G, float inv, float zp, int8_t* out,
-                                      int32_t* qsum) {
+                                      int32_t* qsum, bool superblocks = false) {
   const __m256 vinv = _mm256_set1_ps(inv), vzp = _mm256_set1_ps(zp);
   const __m256i flip = _mm256_set1_epi8(static_cast<char>(0x80)), zero = _mm256_setzero_si256();
   for (int64_t k0 = 0, g = 0; k0 < K; k0 += G, ++g) {
@@ -157,8 +160,12 @@ ETFUSE_ALWAYS_INLINE void quantize_q8(const float* v, int64_t K, int64_t G, floa
     for (int64_t k = k0; k < k0 + G; k += kChunk) {
       const __m256i q = quantize32(v + k, vinv, vzp);
       acc = _mm256_add_epi64(acc, _mm256_sad_epu8(_mm256_xor_si256(q, flip), zero));
-      const int64_t block = k & ~int64_t(63);
-      if (block + 64 <= K) {
+      const int64_t super = k & ~int64_t(127), block = k & ~int64_t(63);
+      if (superblocks && super + 128 <= K) {
+        const int64_t chunk = (k >> 5) & 3;
+        _mm_storeu_si128(reinterpret_cast<__m128i*>(out + super + 16 * chunk), _mm256_castsi256_si128(q));
+        _mm_storeu_si128(reinterpret_cast<__m128i*>(out + super + 64 + 16 * chunk), _mm256_extracti128_si256(q, 1));
+      } else if (block + 64 <= K) {
         const int64_t half = (k >> 5) & 1;
         _mm_storeu_si128(reinterpret_cast<__m128i*>(out + block + 16 * half), _mm256_castsi256_si128(q));
         _mm_storeu_si128(reinterpret_cast<__m128i*>(out + block + 32 + 16 * half), _mm256_extracti128_si256(q, 1));
@@ -263,29 +270,28 @@ ETFUSE_ALWAYS_INLINE void group_sums_g64(const uint8_t* w, const int8_t* const* 
   }
 }
 
-// out[r] = sum_g scale[n, g] * D'[r, g] for weight row n and R rows of A (Rows' q4 fields, from
-// row m): D' = S - (8 + zp) * sum qx in int32 (core/linear_dq.h), 8 groups a vector.
-// How far ahead (bytes) dot_q4 asks for its weight row and scales: a decode step streams every
+// tot[r] += scale[n, g] * D'[r, g] for weight row n, groups [g0, g1) and R rows of A (Rows' q4
+// fields, from row m), 8 groups a vector: D' = S - (8 + zp) * sum qx in int32 (core/linear_dq.h).
+// How far ahead (bytes) it asks for its weight row and scales: a decode step streams every
 // weight once, and one core's misses in flight did not keep up with the bandwidth (the loads'
 // stalls were most of dot_q4's time); about a microsecond of the stream ahead covers the latency.
 constexpr int64_t kPrefetchWeights = 1536, kPrefetchScales = 384;
 template <int R, bool kG32>
-ETFUSE_ALWAYS_INLINE void dot_q4(const Args& a, const Rows& rows, int64_t m, int64_t n, float* out) {
+ETFUSE_ALWAYS_INLINE void accumulate_q4(const Args& a, const Rows& rows, int64_t m, int64_t n, int64_t g0, int64_t g1,
+                                        __m256* tot) {
   const int64_t K = a.K, groups = a.groups, G = K / groups;
   const uint8_t* w = a.W + n * a.w_rs;
   const float* sc = a.scales + n * groups;
   const int8_t* zp = a.zp ? a.zp + n * groups : nullptr;
   const int8_t* x[R];
   const int32_t* qs[R];
-  __m256 tot[R];
   for (int r = 0; r < R; ++r) {
     x[r] = rows.qx + (m + r) * K;
     qs[r] = rows.gsum + (m + r) * groups;
-    tot[r] = _mm256_setzero_ps();
   }
   const __m256i eight = _mm256_set1_epi32(8);
-  for (int64_t g = 0; g < groups; g += 8) {
-    const int64_t ng = groups - g < 8 ? groups - g : 8;
+  for (int64_t g = g0; g < g1; g += 8) {
+    const int64_t ng = g1 - g < 8 ? g1 - g : 8;
     const int8_t* xg[R];
     for (int r = 0; r < R; ++r) xg[r] = x[r] + g * G;
     {
@@ -325,11 +331,21 @@ ETFUSE_ALWAYS_INLINE void dot_q4(const Args& a, const Rows& rows, int64_t m, int
       tot[r] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(_mm256_sub_epi32(S[r], rowterm)), sv, tot[r]);
     }
   }
-  for (int r = 0; r < R; ++r) {
-    const __m128 h = _mm_add_ps(_mm256_castps256_ps128(tot[r]), _mm256_extractf128_ps(tot[r], 1));
-    const __m128 q = _mm_add_ps(h, _mm_movehl_ps(h, h));
-    out[r] = _mm_cvtss_f32(_mm_add_ss(q, _mm_movehdup_ps(q)));
-  }
+}
+
+ETFUSE_ALWAYS_INLINE float sum_lanes(__m256 v) {
+  const __m128 h = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+  const __m128 q = _mm_add_ps(h, _mm_movehl_ps(h, h));
+  return _mm_cvtss_f32(_mm_add_ss(q, _mm_movehdup_ps(q)));
+}
+
+// out[r] = sum_g scale[n, g] * D'[r, g] for weight row n and R rows of A (from row m).
+template <int R, bool kG32>
+ETFUSE_ALWAYS_INLINE void dot_q4(const Args& a, const Rows& rows, int64_t m, int64_t n, float* out) {
+  __m256 tot[R];
+  for (int r = 0; r < R; ++r) tot[r] = _mm256_setzero_ps();
+  accumulate_q4<R, kG32>(a, rows, m, n, 0, a.groups, tot);
+  for (int r = 0; r < R; ++r) out[r] = sum_lanes(tot[r]);
 }
 
 }  // namespace avx2
