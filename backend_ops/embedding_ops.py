@@ -29,7 +29,9 @@ core/embedding.h) and kernels/csrc/ops/pack_embedding_weight.cpp.
 in int8, wrapping, as `dequantize_per_channel_group` does (torch keeps int8 - int8 in int8: 127 -
 -128 is -1); embedding_byte subtracts in float32, which differs wherever `q - zp` leaves int8. The
 8-bit group rule writes it for int8 zero points whatever their values (a graph module alone, as
-`ExecutorchBackendConfig(passes=...)` hands passes, does not show them).
+`ExecutorchBackendConfig(passes=...)` hands passes, does not show them). `etfuse::embedding_4bit_int8_zp`
+and `embedding_2bit_int8_zp` do the same on embedding_4bit / embedding_2bit's packed tables: int8 zero
+points are legal outside the nibble's range, where `q - zp` leaves int8 (7 - -128 is -121).
 
 The packing op is executorch's own (`torch.ops.quant_fusion._pack_embedding_weight`: its test
 file expects that name). `etfuse.fuse` and `transform(default_passes())` fold it into a program
@@ -157,8 +159,35 @@ EMBEDDING_BYTE_INT8_ZP = register(BackendOp(
         "int8 subtraction does), then embedding_byte's float32 product rounded once to `dtype` (None: the scales')",
     kernel="embedding"))
 
+
+
+def _packed_int8_zp(bits: int):
+    def pattern(weight, weight_scales, weight_zero_points, weight_quant_min, weight_quant_max, indices, dtype=None):
+        q = aten._to_copy.default(_unpack(weight, bits), dtype=torch.int8)  # exact: [-8, 7] / [-2, 1]
+        return _embedding_byte_int8_zp(q, weight_scales, weight_zero_points, weight_quant_min, weight_quant_max,
+                                       indices, dtype)
+
+    return pattern
+
+
+def _packed_int8_zp_op(bits: int, what: str):
+    name = f"embedding_{bits}bit_int8_zp"
+    return register(BackendOp(
+        "etfuse", f"{name}({_ARGS}, *, ScalarType? dtype=None) -> Tensor", _packed_int8_zp(bits),
+        doc=f"embedding_byte_int8_zp on a packed table: weight {what}, zero points None or int8 of the scales' "
+            "shape (any int8 values), q - zp taken to int8 (wrapping) as dequantize_per_channel_group does, "
+            "out `dtype` (None: the scales')",
+        kernel="embedding"))
+
+
+# What the 4- and 2-bit group rules write for int8 zero points whose q - zp may leave int8 (values
+# unseen, or seen outside [hi - 127, lo + 128]): embedding_byte_int8_zp's arithmetic on the packed
+# table embedding_4bit / embedding_2bit read.
+EMBEDDING_4BIT_INT8_ZP = _packed_int8_zp_op(4, _4BIT)
+EMBEDDING_2BIT_INT8_ZP = _packed_int8_zp_op(2, _2BIT)
+
 # every embedding op: FoldPackedWeightsPass drops their all-zero constant zero points
-EMBEDDING_OPS = [*_EXECUTORCH_OPS, EMBEDDING_BYTE_INT8_ZP]
+EMBEDDING_OPS = [*_EXECUTORCH_OPS, EMBEDDING_BYTE_INT8_ZP, EMBEDDING_4BIT_INT8_ZP, EMBEDDING_2BIT_INT8_ZP]
 
 
 def _pack_embedding_weight(weight, bitwidth):

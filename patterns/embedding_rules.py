@@ -6,6 +6,7 @@
 | embedding_{w}_affine[_dtype]       | embedding(torchao.dequantize_affine(w, [1, g], scale, zp, int8, qmin, qmax, out), idx) | embedding_{w}[.dtype](pack(w), scale, zp, ...) |
 | embedding_{w}_group[_dtype]        | embedding(dequantize_per_channel_group(w, scales, zps, qmin, qmax, int8, g, out), idx) | the same                                      |
 | embedding_byte_group_int8_zp       | the group pattern at 8 bits, int8 zero points                                     | etfuse::embedding_byte_int8_zp(w, scale, zp, ...) |
+| embedding_{4bit,2bit}_group_int8_zp | the group pattern at 4 / 2 bits, int8 zero points q - zp may wrap with            | etfuse::embedding_{w}_int8_zp(pack(w), scale, zp, ...) |
 | embedding_byte                     | embedding(dequantize_per_channel(w, scales, zps or None, 0), idx)                 | embedding_byte                                   |
 
 {w} is the width the quant range declares: (qmin, qmax) = (-128, 127) byte, (-8, 7) 4bit, (-2, 1)
@@ -32,6 +33,14 @@ product to the scales' dtype before casting) float32 scales or an output of the 
 subtracts in int8 as the pattern does. The choice rests on dtypes alone, so a graph module without
 values (`ExecutorchBackendConfig(passes=...)`) and `etfuse.fuse` write the same op; all-zero
 constant zero points go afterwards (FoldPackedWeightsPass), as for the other embedding ops.
+
+At 4 and 2 bits an int8 zero point may wrap q - zp too when it lies outside the width's range
+(legal: the ops take any int8), [qmax - 127, qmin + 128] keeping every difference inside int8.
+embedding_{4bit,2bit}_group_int8_zp take int8 zero points unseen (the config route) or seen outside
+that range, and write `etfuse::embedding_{4bit,2bit}_int8_zp` on the packed table (wrapping as the
+pattern does); zero points seen inside it keep the plain group rules (the same bits, and
+`_pack_embedding_weight`'s executorch ops). dequantize_affine subtracts in the output dtype, where
+|q - zp| <= 136 is exact: its rules fuse int8 zero points of any value.
 """
 
 from __future__ import annotations
@@ -42,7 +51,7 @@ import torch
 
 from etfuse.backend_ops.embedding_ops import (
     EMBEDDING_2BIT, EMBEDDING_2BIT_DTYPE, EMBEDDING_4BIT, EMBEDDING_4BIT_DTYPE, EMBEDDING_BYTE, EMBEDDING_BYTE_DTYPE,
-    EMBEDDING_BYTE_INT8_ZP,
+    EMBEDDING_2BIT_INT8_ZP, EMBEDDING_4BIT_INT8_ZP, EMBEDDING_BYTE_INT8_ZP,
 )
 
 from .constraints import all_of
@@ -58,6 +67,7 @@ WIDTHS = {8: (-128, 127), 4: (-8, 7), 2: (-2, 1)}  # bits -> the quant range tha
 _NAMES = {8: "byte", 4: "4bit", 2: "2bit"}
 _OPS = {(8, False): EMBEDDING_BYTE, (8, True): EMBEDDING_BYTE_DTYPE, (4, False): EMBEDDING_4BIT,
         (4, True): EMBEDDING_4BIT_DTYPE, (2, False): EMBEDDING_2BIT, (2, True): EMBEDDING_2BIT_DTYPE}
+_INT8_ZP_OPS = {8: EMBEDDING_BYTE_INT8_ZP, 4: EMBEDDING_4BIT_INT8_ZP, 2: EMBEDDING_2BIT_INT8_ZP}
 # the largest integer magnitude each output dtype holds exactly (all smaller ones too)
 _EXACT = {F32: 2 ** 24, F16: 2048, BF16: 256}
 
@@ -102,6 +112,17 @@ def _replacement(bits: int, dtype_variant: bool, zero_points: bool):
         if dtype_variant:
             return op.aten(packed, scale, zp, quant_min, quant_max, indices, dtype=output_dtype)
         return op.aten(packed, scale, zp, quant_min, quant_max, indices)
+
+    return replacement
+
+
+def _int8_zp_replacement(bits: int):
+    op = _INT8_ZP_OPS[bits]
+
+    def replacement(indices, weight, group_size, scale, zero_point, quant_min, quant_max,
+                    weight_dtype=I8, output_dtype=F16):
+        packed = torch.ops.quant_fusion._pack_embedding_weight.default(weight, bits)
+        return op.aten(packed, scale, zero_point, quant_min, quant_max, indices, dtype=output_dtype)
 
     return replacement
 
@@ -235,16 +256,19 @@ def _group_exact(m: Match) -> Optional[str]:
 
 def _integer_subtraction_wraps(m: Match, in_dtype) -> Optional[str]:
     """q - zp computed in the integer `in_dtype` (an int8 zero point keeps int8 weights in int8)
-    wraps unless every difference fits; embedding_{byte,4bit,2bit} subtract exactly. Zero points
-    whose values the pass cannot see (a graph module alone, as `ExecutorchBackendConfig.passes`
-    get it) are taken to lie in the quant range, as quantizers make them: 2- and 4-bit tables
-    fuse; an 8-bit one with int8 zero points is embedding_byte_group_int8_zp's (q - zp reaches
-    +-255), whose op wraps as the pattern does."""
+    wraps unless every difference fits; embedding_{byte,4bit,2bit} subtract exactly. int8 zero
+    points whose values the pass cannot see (a graph module alone, as `ExecutorchBackendConfig.passes`
+    get it) may lie anywhere in int8: embedding_{byte,4bit,2bit}_group_int8_zp's, whose ops wrap
+    as the pattern does. Wider int zero points unseen are taken to lie in the quant range, as
+    quantizers make them (q - zp then fits int16)."""
     qmin, qmax = _literal(m, "quant_min"), _literal(m, "quant_max")
     if qmin is None or qmax is None:
         return f"quant range [{qmin}, {qmax}] is not literal"
     info = torch.iinfo(in_dtype)
     z = m.constant("zero_point") if m.bindings["zero_point"] is not None else torch.zeros(1)
+    if z is None and in_dtype == I8:
+        return ("int8 zero points unseen may make q - zp wrap in int8 where the pattern subtracts; "
+                "the _int8_zp rule's op wraps as it does")
     if z is None:
         zmin, zmax = qmin, qmax
     else:
@@ -265,6 +289,20 @@ def _int8_difference(m: Match) -> Optional[str]:
     if m.anchor_value.dtype not in _EXACT:
         return f"the output is {m.anchor_value.dtype}; the kernel writes float32, float16 or bfloat16"
     return _group_product(m)[1]
+
+
+def _int8_may_wrap(m: Match) -> Optional[str]:
+    """4- and 2-bit int8_zp rules: int8 zero points unseen, or seen where some q - zp leaves int8
+    (outside [qmax - 127, qmin + 128]); zero points that keep every difference in int8 are the
+    plain group rules' (embedding_{4bit,2bit}[.dtype], the same bits)."""
+    z = m.constant("zero_point") if m.bindings["zero_point"] is not None else None
+    qmin, qmax = _literal(m, "quant_min"), _literal(m, "quant_max")
+    if z is None or qmin is None or qmax is None:
+        return None
+    zmin, zmax = (int(z.min()), int(z.max())) if z.numel() else (0, 0)
+    if zmin >= qmax - 127 and zmax <= qmin + 128:
+        return f"zero points in [{zmin}, {zmax}] keep q - zp inside int8: the plain group rule's"
+    return None
 
 
 def _int8_zp_arguments(m: Match):
@@ -383,6 +421,10 @@ def _rules():
     rules.append(QuantRule("embedding_byte_group_int8_zp", _group_pattern, EMBEDDING_BYTE_INT8_ZP, _examples,
                            all_of(_width(8), _table(8), _int8_difference), _int8_zp_arguments,
                            outranks=("embedding_byte_group", "embedding_byte_group_dtype"), dtypes=_DTYPES))
+    for bits in (4, 2):
+        rules.append(EmbeddingRule(f"embedding_{_NAMES[bits]}_group_int8_zp", _group_pattern, _int8_zp_replacement(bits),
+                                   _examples, all_of(_width(bits), _table(bits), _int8_difference, _int8_may_wrap),
+                                   dtypes=_DTYPES))
     return rules
 
 

@@ -285,11 +285,11 @@ def test_dequantize_per_channel_group_form():
         assert p.report.counts() == {rule: 1}, p.report.declined
         (got,) = run(etfuse.fuse(edge).to_executorch(), (idx,))
         assert torch.equal(got, m(idx))
-    # the graph module alone: int8 zero points of unknown values are taken to be in the quant
-    # range, where a 4-bit q - zp cannot wrap in int8
+    # the graph module alone: int8 zero points of unknown values may lie outside [-8, 7], where a
+    # 4-bit q - zp wraps in int8: the op that wraps as the pattern does
     p = QuantFusionPass()
     p(copy.deepcopy(edge.exported_program().graph_module))
-    assert p.report.counts() == {"embedding_4bit_group_dtype": 1}, p.report.declined
+    assert p.report.counts() == {"embedding_4bit_group_int8_zp": 1}, p.report.declined
     # float16 scales, float32 out: the pattern rounds the product to float16 first; the kernel would not
     edge = to_edge(torch.export.export(GroupDequantize(F16, F32), (idx,)))
     p = QuantFusionPass()
@@ -409,3 +409,107 @@ def test_all_zero_int8_zero_points_are_dropped():
     assert node.target.name() == "etfuse::embedding_byte_int8_zp" and node.args[2] is None
     (got,) = run(fused.to_executorch(), (idx,))
     assert torch.equal(got, m(idx))
+
+
+# ---- int8 zero points of 4-bit and 2-bit group tables ----------------------------------------
+
+def _sub_byte_table(bits, group_size, sdt, wide, n=10, d=64, seed=11):
+    """Values in the width's range; int8 zero points over all of int8 (`wide`: rows 0 and 1 at -128
+    and 127, so q - zp leaves int8 both ways) or inside the width's range."""
+    g = torch.Generator().manual_seed(seed + bits)
+    lo, hi = RANGE[bits]
+    v = torch.randint(lo, hi + 1, (n, d), dtype=I8, generator=g)
+    v[0], v[1] = hi, lo
+    s = (torch.rand(n, d // group_size, generator=g) * 0.05 + 1e-3).to(sdt)
+    if wide:
+        z = torch.randint(-128, 128, s.shape, dtype=I8, generator=g)
+        z[0], z[1] = -128, 127
+    else:
+        z = torch.randint(lo, hi + 1, s.shape, dtype=I8, generator=g)
+    return v, s, z
+
+
+class SubByteGroupDequantize(torch.nn.Module):
+    """dequantize_per_channel_group (or torchao's dequantize_affine) -> embedding at 4 or 2 bits,
+    int8 zero points."""
+
+    def __init__(self, form, bits, group_size, scale_dtype, out_dtype, wide):
+        super().__init__()
+        v, s, z = _sub_byte_table(bits, group_size, scale_dtype, wide)
+        self.register_buffer("w", v)
+        self.register_buffer("s", s)
+        self.register_buffer("z", z)
+        self.form, self.bits, self.group_size, self.out_dtype = form, bits, group_size, out_dtype
+
+    def forward(self, i):
+        lo, hi = RANGE[self.bits]
+        if self.form == "group":
+            w = qd.dequantize_per_channel_group.default(self.w, self.s, self.z, lo, hi, I8, self.group_size, self.out_dtype)
+        else:
+            w = torch.ops.torchao.dequantize_affine(self.w, [1, self.group_size], self.s, self.z, I8, lo, hi, self.out_dtype)
+        return torch.nn.functional.embedding(i, w)
+
+
+_SUB_BYTE_CASES = [  # (form, group size, scale dtype, out dtype)
+    ("group", 16, F32, F32), ("group", 32, F32, BF16), ("group", 64, BF16, BF16), ("group", 32, F16, F16),
+    ("group", 16, F32, F16), ("affine", 32, F32, F32), ("affine", 16, BF16, BF16),
+]
+
+
+@pytest.mark.parametrize("bits", [4, 2])
+@pytest.mark.parametrize("wide", [True, False], ids=["int8_zp", "in_range_zp"])
+@pytest.mark.parametrize("form, group_size, scale_dtype, out_dtype", _SUB_BYTE_CASES)
+def test_sub_byte_int8_zero_points_on_every_route(bits, wide, form, group_size, scale_dtype, out_dtype):
+    """4- and 2-bit group tables whose int8 zero points lie anywhere in int8: the unfused program
+    subtracts them in int8 (dequantize_per_channel_group wraps: 7 - -128 is -121) or in the output
+    dtype (dequantize_affine: exact). etfuse.fuse, transform(default_passes()) and the config route
+    (no weight values) each fuse the embedding, and the fused program (eager) and every `.pte`
+    give eager's bits."""
+    idx = torch.tensor([[0, 1], [5, 9], [1, 0]])
+    m = SubByteGroupDequantize(form, bits, group_size, scale_dtype, out_dtype, wide)
+    want = m(idx)
+    if wide and form == "group":  # the reference wraps: q = hi with zp = -128 leaves int8
+        exact = (m.w[0, 0].float() - m.z[0, 0].float()) * m.s[0, 0].float()
+        assert want[0, 0, 0] != exact.to(out_dtype)
+    edge = to_edge(torch.export.export(m, (idx,)))
+    fused = etfuse.fuse(copy.deepcopy(edge))
+    assert not [n for n in op_names(fused.exported_program().graph_module) if "dequantize" in n]
+    assert torch.equal(fused.exported_program().module()(idx), want)
+    programs = {"fuse": fused.to_executorch(), "transform": copy.deepcopy(edge).transform(default_passes()).to_executorch(),
+                "config": copy.deepcopy(edge).to_executorch(ExecutorchBackendConfig(passes=default_passes()))}
+    for route, program in programs.items():
+        names = {o.name for o in program.executorch_program.execution_plan[0].operators}
+        assert not [n for n in names if "dequantize" in n], (route, names)
+        (got,) = run(program, (idx,))
+        assert got.dtype == out_dtype and torch.equal(got, want), route
+
+
+@pytest.mark.parametrize("bits", [4, 2])
+def test_packed_int8_zero_points_wrap_as_dequantize_per_channel_group_does(bits):
+    """etfuse::embedding_{4bit,2bit}_int8_zp on the packed table: its pattern, its compiled kernel
+    (AVX2 and baseline loops; groups whose zero point cannot wrap take the plain loops) and
+    dequantize_per_channel_group -> embedding agree bit for bit, zero points anywhere in int8."""
+    op = {4: bo.EMBEDDING_4BIT_INT8_ZP, 2: bo.EMBEDDING_2BIT_INT8_ZP}[bits]
+    lo, hi = RANGE[bits]
+    idx = torch.tensor([[0, 1, 2], [9, 2, 0]])
+    v, s, z = _sub_byte_table(bits, 16, F32, True)
+    z[2] = torch.tensor([0, hi - 127, lo + 128, hi - 128])  # cannot wrap (three) and wraps (the last)
+    w = pack(v, bits)
+    torch.library.opcheck(op.aten, (w, s, z, lo, hi, idx), {"dtype": BF16},
+                          test_utils=("test_schema", "test_autograd_registration", "test_faketensor"))
+    for isa in ("auto", "baseline"):
+        etfuse.kernels.set_isa(isa)
+        try:
+            for sdt, out_dtype in ((F32, F32), (F32, F16), (F32, BF16), (F16, F16), (BF16, BF16)):
+                s2 = s.to(sdt)
+                ref = qd.dequantize_per_channel_group.default(v, s2, z, lo, hi, I8, 16, out_dtype)
+                want = torch.nn.functional.embedding(idx, ref)
+                assert torch.equal(op.pattern(w, s2, z, lo, hi, idx, dtype=out_dtype), want), (sdt, out_dtype)
+                got = op.aten_out(w, s2, z, lo, hi, idx.int(), dtype=out_dtype, out=torch.empty(0, dtype=out_dtype))
+                assert torch.equal(got, want), (isa, sdt, out_dtype)
+            got = op.aten_out(w, s, None, lo, hi, idx, out=torch.empty(0))
+            assert torch.equal(got, RECORD[bits][0].pattern(w, s, None, lo, hi, idx))
+        finally:
+            etfuse.kernels.set_isa("auto")
+    with pytest.raises(RuntimeError, match=r"weight_zero_points must be int8, got Int"):
+        op.aten_out(w, s, z.int(), lo, hi, idx, out=torch.empty(0))

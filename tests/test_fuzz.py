@@ -242,9 +242,9 @@ def test_the_config_route_lowers_a_loop_whose_carry_depends_on_a_parameter():
 def test_the_config_route_lowers_a_group_embedding_with_zero_points():
     """Fuzz routes check (issue 44), coverage sample model 55 shrunk: a 2-bit group-quantized
     embedding with zero points (all in its quant range [-2, 1], so q - zp cannot wrap in int8).
-    The config route hands the passes no values: the rule takes unseen zero points to be in the
-    quant range and fuses (declining left dequantize_per_channel_group, which the stock runtime
-    has no kernel for)."""
+    The config route hands the passes no values: unseen int8 zero points may lie anywhere in int8,
+    so embedding_2bit_group_int8_zp fuses it (its op wraps as the pattern does; declining left
+    dequantize_per_channel_group, which the stock runtime has no kernel for)."""
     from executorch.exir import ExecutorchBackendConfig
 
     from etfuse.passes import default_passes

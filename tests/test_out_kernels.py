@@ -183,6 +183,11 @@ def _samples():
     add(E.EMBEDDING_BYTE_INT8_ZP, "int8 zero points at the ends", (wrap_values, es, wrap_zps, -128, 127, idx))
     add(E.EMBEDDING_BYTE_INT8_ZP, "bfloat16 out, per row", (wrap_values, es[:, :1].contiguous(), wrap_zps[:, :1].contiguous(),
                                                            -128, 127, idx), {"dtype": BF16})
+    for op, bits, (lo, hi) in ((E.EMBEDDING_4BIT_INT8_ZP, 4, (-8, 7)), (E.EMBEDDING_2BIT_INT8_ZP, 2, (-2, 1))):
+        packed = E._pack_embedding_weight(_q((12, 64), I8, 5, lo, hi), bits)
+        add(op, "int8 zero points outside the width", (packed, es, wrap_zps, lo, hi, idx))
+        add(op, "bfloat16 out, per row", (packed, es[:, :1].contiguous(), wrap_zps[:, :1].contiguous(), lo, hi, idx),
+            {"dtype": BF16})
     add(bo.PACK_EMBEDDING_WEIGHT, "4 bits", (_q((6, 8), I8, lo=-8, hi=7), 4))
     add(bo.PACK_EMBEDDING_WEIGHT, "2 bits", (_q((6, 8), I8, lo=-2, hi=1), 2))
 

@@ -11,9 +11,10 @@
 //   2 bits  a packed uint8 [N, D / 4] table, element 4k + t in bits 2t..2t+1 of byte k, value = field - 2
 // (executorch's `quant_fusion::_pack_embedding_weight` layout). Scales and zero points are [N] /
 // [N, 1] (per row) or [N, G] (groups of gs = D / G columns), read in their own dtype.
-// etfuse::embedding_byte_int8_zp (Args::int8_difference): int8 values and int8 zero points, q - zp
+// etfuse::embedding_{byte,4bit,2bit}_int8_zp (Args::int8_difference): int8 zero points, q - zp
 // taken to int8 (wrapping) before the product, as torch's int8 subtraction in
-// dequantize_per_channel_group does.
+// dequantize_per_channel_group does. A packed group whose zero point keeps every q - zp inside int8
+// takes the plain loops (the same bits).
 #pragma once
 
 #include <cmath>
@@ -116,7 +117,7 @@ struct Args {
   int bits = 8;  // 8, 4 or 2
   const void* weight = nullptr;  // see the top of this file
   bool int8_weight = true;  // 8 bits: int8 (else uint8); packed tables are uint8
-  bool int8_difference = false;  // 8-bit int8 values, int8 zero points: q - zp wraps to int8
+  bool int8_difference = false;  // int8 zero points (8 bits: int8 values too): q - zp wraps to int8
   int64_t rows = 0, dim = 0;  // N and the unpacked D
   int64_t w_stride0 = 0, w_stride1 = 1;  // element strides; packed tables need w_stride1 == 1
   int64_t groups = 1;  // G: dim % groups == 0
@@ -184,14 +185,20 @@ struct Span {
   }
 };
 
-// Columns [j0, j1) of an int8 row whose difference with the int8 zero point z is taken to int8.
-template <class O>
+// Columns [j0, j1) of a row whose difference with the int8 zero point z is taken to int8.
+template <int Bits, class O, class TW>
 struct Int8DifferenceSpan {
-  static ETFUSE_ALWAYS_INLINE void run(const int8_t* w, int64_t ws, int64_t j0, int64_t j1, int8_t z, float s,
+  static ETFUSE_ALWAYS_INLINE void run(const TW* w, int64_t ws, int64_t j0, int64_t j1, int8_t z, float s,
                                        typename O::T* o) {
     for (int64_t j = j0; j < j1; ++j) {
+      int q;
+      if constexpr (Bits == 8) {
+        q = w[j * ws];
+      } else {
+        q = Unpack<Bits>::value(reinterpret_cast<const uint8_t*>(w), j);
+      }
       // modulo 256 in uint8 (defined), then read back as int8
-      const int8_t d = static_cast<int8_t>(static_cast<uint8_t>(static_cast<uint8_t>(w[j * ws]) - static_cast<uint8_t>(z)));
+      const int8_t d = static_cast<int8_t>(static_cast<uint8_t>(static_cast<uint8_t>(q) - static_cast<uint8_t>(z)));
       O::store(o + j, static_cast<float>(d) * s);
     }
   }
@@ -236,9 +243,12 @@ struct Rows {
         const float z = e.zero_points.data ? e.zero_points.at(r, g) : 0.0f;
         int64_t j = g * gs;
         const int64_t end = j + gs;
-        if constexpr (Bits == 8 && std::is_same<TW, int8_t>::value) {
-          if (e.int8_difference) {  // z holds an int8 value exactly
-            Int8DifferenceSpan<O>::run(wr, e.w_stride1, j, end, static_cast<int8_t>(z), s, o);
+        if constexpr (Bits < 8 || std::is_same<TW, int8_t>::value) {
+          // z holds an int8 value exactly; packed values lie in [lo, hi], so q - z stays in int8
+          // for z in [hi - 127, lo + 128] (every z at 8 bits may wrap)
+          constexpr int lo = -(1 << (Bits - 1)), hi = (1 << (Bits - 1)) - 1;
+          if (e.int8_difference && (Bits == 8 || z < hi - 127 || z > lo + 128)) {
+            Int8DifferenceSpan<Bits, O, TW>::run(wr, e.w_stride1, j, end, static_cast<int8_t>(z), s, o);
             continue;
           }
         }

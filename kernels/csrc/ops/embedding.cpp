@@ -2,7 +2,7 @@
 // rows of a quantized [N, D] table (8 bits, or 4 / 2 bits packed into uint8), dequantized per row
 // or per group of columns, float32 / float16 / bfloat16 out (core/embedding.h, one core for the
 // three widths). Registered as etfuse::quantized_decomposed_* (see quantized_add.cpp), and
-// etfuse::embedding_byte_int8_zp (int8 zero points subtracted in int8, wrapping).
+// etfuse::embedding_{byte,4bit,2bit}_int8_zp (int8 zero points subtracted in int8, wrapping).
 #include <optional>
 #include <vector>
 
@@ -57,7 +57,7 @@ bool table_of(const char* op, const char* name, const Tensor& t, int64_t n, int6
   return true;
 }
 
-// int8_difference: etfuse::embedding_byte_int8_zp (int8 values and zero points, q - zp wraps to int8).
+// int8_difference: etfuse::embedding_{byte,4bit,2bit}_int8_zp (int8 zero points, q - zp wraps to int8).
 Tensor& embedding_impl(Context& ctx, const char* op, int bits, const Tensor& weight, const Tensor& scales,
                        const OptTensor& zps, int64_t qmin, int64_t qmax, const Tensor& indices,
                        std::optional<ScalarType> dtype, Tensor& out, bool int8_difference = false) {
@@ -67,10 +67,13 @@ Tensor& embedding_impl(Context& ctx, const char* op, int bits, const Tensor& wei
   e.bits = bits;
   e.int8_difference = int8_difference && has_zp;  // no zero points: embedding_byte's loop
   bool ok = check_cpu(op, "weight", weight, st) && check_cpu(op, "indices", indices, st);
-  if (ok && int8_difference && (weight.scalar_type() != ScalarType::Char ||
-                                (has_zp && zps->scalar_type() != ScalarType::Char))) {
+  if (ok && int8_difference && bits == 8 && (weight.scalar_type() != ScalarType::Char ||
+                                             (has_zp && zps->scalar_type() != ScalarType::Char))) {
     ok = st.fail("%s: weight and weight_zero_points must be int8, got %s and %s", op,
                  dtype_name(weight.scalar_type()), has_zp ? dtype_name(zps->scalar_type()) : "None");
+  }
+  if (ok && int8_difference && bits < 8 && has_zp && zps->scalar_type() != ScalarType::Char) {
+    ok = st.fail("%s: weight_zero_points must be int8, got %s", op, dtype_name(zps->scalar_type()));
   }
   if (ok && weight.dim() != 2) ok = st.fail("%s: weight must be [N, D], got rank %lld", op, (long long)weight.dim());
   // the values a packed field holds: [-8, 7] at 4 bits, [-2, 1] at 2; 8 bits: the weight dtype's
@@ -175,12 +178,16 @@ ETFUSE_EMBEDDING(embedding_byte, 8)
 ETFUSE_EMBEDDING(embedding_4bit, 4)
 ETFUSE_EMBEDDING(embedding_2bit, 2)
 
-Tensor& embedding_byte_int8_zp_out(Context& ctx, const Tensor& weight, const Tensor& scales, const OptTensor& zps,
-                                   int64_t qmin, int64_t qmax, const Tensor& indices, std::optional<ScalarType> dtype,
-                                   Tensor& out) {
-  return embedding_impl(ctx, "etfuse::embedding_byte_int8_zp.out", 8, weight, scales, zps, qmin, qmax, indices, dtype,
-                        out, true);
-}
+#define ETFUSE_EMBEDDING_INT8_ZP(NAME, BITS)                                                                    \
+  Tensor& NAME##_out(Context& ctx, const Tensor& weight, const Tensor& scales, const OptTensor& zps, int64_t qmin, \
+                     int64_t qmax, const Tensor& indices, std::optional<ScalarType> dtype, Tensor& out) {          \
+    return embedding_impl(ctx, "etfuse::" #NAME ".out", BITS, weight, scales, zps, qmin, qmax, indices, dtype, out, \
+                          true);                                                                                    \
+  }
+
+ETFUSE_EMBEDDING_INT8_ZP(embedding_byte_int8_zp, 8)
+ETFUSE_EMBEDDING_INT8_ZP(embedding_4bit_int8_zp, 4)
+ETFUSE_EMBEDDING_INT8_ZP(embedding_2bit_int8_zp, 2)
 
 }  // namespace
 
@@ -191,3 +198,5 @@ ETFUSE_REGISTER(etfuse, "quantized_decomposed_embedding_4bit.dtype_out", embeddi
 ETFUSE_REGISTER(etfuse, "quantized_decomposed_embedding_2bit.out", embedding_2bit_out);
 ETFUSE_REGISTER(etfuse, "quantized_decomposed_embedding_2bit.dtype_out", embedding_2bit_dtype_out);
 ETFUSE_REGISTER(etfuse, "embedding_byte_int8_zp.out", embedding_byte_int8_zp_out);
+ETFUSE_REGISTER(etfuse, "embedding_4bit_int8_zp.out", embedding_4bit_int8_zp_out);
+ETFUSE_REGISTER(etfuse, "embedding_2bit_int8_zp.out", embedding_2bit_int8_zp_out);
