@@ -829,9 +829,10 @@ class Embedding(Block):
     """A quantized embedding table read at indices computed from x: torchao's dequantize_affine
     (groups of the row) or quantized_decomposed's dequantize_per_channel_group at 2, 4, 8 bits,
     float32 or float16 output (the `.dtype` ops), int8 zero points (`zp` True), int8 zeros (False:
-    the `_nozp` forms; at 8 bits embedding_byte_group_int8_zp, as any int8 zero points) or none
-    (None: embedding_byte_group[_dtype] at 8 bits); and dequantize_per_channel (embedding_byte):
-    embedding_rules. A sink ([*x.shape, D])."""
+    the `_nozp` forms; at 8 bits embedding_byte_group_int8_zp, as any int8 zero points), none
+    (None: embedding_byte_group[_dtype] at 8 bits) or int8 zero points anywhere in int8 ("wide",
+    one at -128: at 4 and 2 bits q - zp leaves int8, embedding_{4bit,2bit}_group_int8_zp); and
+    dequantize_per_channel (embedding_byte): embedding_rules. A sink ([*x.shape, D])."""
 
     name, family = "embedding", "embedding"
     shapes = ((2, 3),)
@@ -841,11 +842,11 @@ class Embedding(Block):
         return len(shape) in (2, 3)
 
     def keys(self, shape, quant=False):
-        return [3, 3, 2, 3]  # form, bits (2, 4, 8), float16 output, zero points (int8 zeros, int8, none)
+        return [3, 3, 2, 4]  # form, bits (2, 4, 8), float16 output, zero points (int8 zeros, int8, none, wide)
 
     def draw(self, draw, shape, quant=False):
         form, bits, half, zp = super().draw(draw, shape)
-        return (self.FORMS[form], (2, 4, 8)[bits], bool(half), (False, True, None)[zp])
+        return (self.FORMS[form], (2, 4, 8)[bits], bool(half), (False, True, None, "wide")[zp])
 
     D, ROWS = 8, 6
 
@@ -854,6 +855,9 @@ class Embedding(Block):
         groups = 2 if form != "per_channel" else 1
         q, s, z, lo, hi = _qweight(g, self.ROWS, self.D, 8 if form == "per_channel" else bits, groups, bool(zp))
         z = None if zp is None else z
+        if zp == "wide":  # int8 zero points outside the width's range are legal
+            z = torch.randint(-128, 128, z.shape, dtype=torch.int8, generator=g)
+            z[0, 0] = -128
         m = _Fn(Embedding._forward)
         m.form, m.bits, m.lo, m.hi = form, bits, lo, hi
         m.out = torch.float16 if half else torch.float32

@@ -272,6 +272,18 @@ def test_the_config_route_lowers_an_8bit_group_embedding_with_zero_zero_points()
     assert outcome.rules == {"etfuse::embedding_byte_group_int8_zp": 1}, outcome
 
 
+@pytest.mark.parametrize("bits", [4, 2])
+def test_every_route_fuses_a_sub_byte_group_embedding_with_int8_zero_points_outside_its_range(bits):
+    """Fuzz draw "wide" (issue 44): a 4- or 2-bit group embedding whose int8 zero points lie
+    anywhere in int8 (one at -128: q - zp wraps in int8 in dequantize_per_channel_group). Every
+    route fuses it with embedding_{4bit,2bit}_group_int8_zp and its `.pte` matches eager."""
+    fm.kernels()
+    spec = fm.ModelSpec((2, 3), ((2, 3),), (fm.Op("block", (0,), ("embedding", "group", bits, False, "wide")),), (1,))
+    outcome = fm.check(spec, routes=True)
+    assert outcome.kind == fm.STOCK_ERROR and outcome.fused_ok, outcome
+    assert outcome.rules == {f"function::embedding_{bits}bit_group_int8_zp": 1}, outcome
+
+
 def test_check_compares_the_routes(monkeypatch):
     """The routes check is not vacuous: an `edge.transform` route that left out FusionPass gives another
     `.pte` operator plan, an etfuse routes failure."""
