@@ -122,15 +122,19 @@ ETFUSE_ALWAYS_INLINE void rows_q4(const Args& a, const Rows& r, int64_t m, int64
   }
 }
 
-// Columns [j0, j1) of C for every row: per block of kCols weight rows (in L1), two rows of A at a
-// time, each weight row's nibbles unpacked in registers once for both.
+// Columns [j0, j1) of C for every row: per block of kCols weight rows (in L1), prim::kQ4Rows rows
+// of A at a time, each weight row's nibbles unpacked in registers once for them.
 template <bool kG32>
 inline void cols_q4_of(const Args& a, const Rows& r, int64_t j0, int64_t j1) {
+  constexpr int R = prim::kQ4Rows;
   for (int64_t j = j0; j < j1; j += kCols) {
     const int64_t nj = (j1 - j) < kCols ? (j1 - j) : kCols;
     int64_t m = 0;
-    for (; m + 2 <= a.M; m += 2) rows_q4<2, kG32>(a, r, m, j, nj);
-    if (m < a.M) rows_q4<1, kG32>(a, r, m, j, nj);
+    for (; m + R <= a.M; m += R) rows_q4<R, kG32>(a, r, m, j, nj);
+    if (R > 2) {
+      for (; m + 2 <= a.M; m += 2) rows_q4<2, kG32>(a, r, m, j, nj);
+    }
+    for (; m < a.M; ++m) rows_q4<1, kG32>(a, r, m, j, nj);
   }
 }
 

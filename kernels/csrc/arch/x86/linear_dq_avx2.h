@@ -339,6 +339,9 @@ ETFUSE_ALWAYS_INLINE float sum_lanes(__m256 v) {
   return _mm_cvtss_f32(_mm_add_ss(q, _mm_movehdup_ps(q)));
 }
 
+// Rows of A dot_q4 takes at a time (core/linear_dq_rows.h cols_q4_of): 16 vector registers.
+constexpr int kQ4Rows = 2;
+
 // out[r] = sum_g scale[n, g] * D'[r, g] for weight row n and R rows of A (from row m).
 template <int R, bool kG32>
 ETFUSE_ALWAYS_INLINE void dot_q4(const Args& a, const Rows& rows, int64_t m, int64_t n, float* out) {

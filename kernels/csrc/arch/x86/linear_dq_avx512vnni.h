@@ -21,6 +21,9 @@ ETFUSE_ALWAYS_INLINE void quantize_q8(const float* v, int64_t K, int64_t G, floa
   avx2::quantize_q8(v, K, G, inv, zp, out, qsum, superblocks(G));
 }
 
+// Rows of A dot_q4 takes at a time: 32 vector registers hold 4 rows' sums beside the nibbles.
+constexpr int kQ4Rows = 4;
+
 // How far ahead (bytes) dot_q4 asks for its weight row and scales (avx2::kPrefetchWeights' reason).
 constexpr int64_t kPrefetchWeights = avx2::kPrefetchWeights, kPrefetchScales = avx2::kPrefetchScales;
 
