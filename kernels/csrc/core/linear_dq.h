@@ -130,8 +130,6 @@ ETFUSE_DQ_NEON_DOT void cols_dot(const Args& a, const Rows& r, int64_t j0, int64
 #define ETFUSE_DQ_NS rows_portable
 #define ETFUSE_DQ_PRIMITIVES portable
 #include "linear_dq_rows.h"
-#undef ETFUSE_DQ_NS
-#undef ETFUSE_DQ_PRIMITIVES
 
 #if ETFUSE_HAVE_X86_DISPATCH
 #pragma GCC push_options
@@ -142,10 +140,6 @@ ETFUSE_DQ_NEON_DOT void cols_dot(const Args& a, const Rows& r, int64_t j0, int64
 #define ETFUSE_DQ_Q8
 #define ETFUSE_DQ_Q4
 #include "linear_dq_rows.h"
-#undef ETFUSE_DQ_NS
-#undef ETFUSE_DQ_PRIMITIVES
-#undef ETFUSE_DQ_Q8
-#undef ETFUSE_DQ_Q4
 #pragma GCC pop_options
 
 #pragma GCC push_options
@@ -156,10 +150,6 @@ ETFUSE_DQ_NEON_DOT void cols_dot(const Args& a, const Rows& r, int64_t j0, int64
 #define ETFUSE_DQ_Q8
 #define ETFUSE_DQ_Q4
 #include "linear_dq_rows.h"
-#undef ETFUSE_DQ_NS
-#undef ETFUSE_DQ_PRIMITIVES
-#undef ETFUSE_DQ_Q8
-#undef ETFUSE_DQ_Q4
 #pragma GCC pop_options
 #endif
 
@@ -169,9 +159,6 @@ ETFUSE_DQ_NEON_DOT void cols_dot(const Args& a, const Rows& r, int64_t j0, int64
 #define ETFUSE_DQ_PRIMITIVES neon
 #define ETFUSE_DQ_Q8
 #include "linear_dq_rows.h"
-#undef ETFUSE_DQ_NS
-#undef ETFUSE_DQ_PRIMITIVES
-#undef ETFUSE_DQ_Q8
 
 void quantize_rows_neon(const Args& a, int64_t m0, int64_t m1, int16_t* x, float* scale, int32_t* gsum) {
   rows_neon::quantize_rows(a, m0, m1, x, scale, gsum);

@@ -2,7 +2,7 @@
 // included once per ISA with ETFUSE_DQ_NS (its namespace) and ETFUSE_DQ_PRIMITIVES (the
 // primitives' namespace: min_max, quantize, widen, dot_groups_of; with ETFUSE_DQ_Q8 defined also
 // quantize_q8, the rows kept as int8 qx, and with ETFUSE_DQ_Q4 dot_q4, the int4 path on them).
-// No include guard, on purpose.
+// No include guard, on purpose; it undefines the four macros at its end.
 namespace ETFUSE_DQ_NS {
 
 namespace prim = ETFUSE_DQ_PRIMITIVES;
@@ -148,3 +148,8 @@ inline void cols_q4(const Args& a, const Rows& r, int64_t j0, int64_t j1) {
 #endif
 
 }  // namespace ETFUSE_DQ_NS
+
+#undef ETFUSE_DQ_NS
+#undef ETFUSE_DQ_PRIMITIVES
+#undef ETFUSE_DQ_Q8
+#undef ETFUSE_DQ_Q4
