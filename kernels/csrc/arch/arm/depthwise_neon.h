@@ -10,6 +10,7 @@
 #include <arm_neon.h>
 
 #include <cstdint>
+#include <cstring>
 #include <utility>
 
 #include "core/common.h"
@@ -127,12 +128,27 @@ struct DepthwiseNeon {
   }
 };
 
+// DirectNeon's 8-plane blocks in assembly: the sums of plane p, vector u in v(8 + U * p + u), the
+// taps' 3 (or 2) input vectors in v0-v2 (one ld1), two taps' weights in v3-v6 (one ld1 of 4).
+#define ETFUSE_DN_FMLA3(a, b, c, w, l) \
+  "fmla " #a ".4s, v0.4s, " #w ".s[" #l "]\n fmla " #b ".4s, v1.4s, " #w ".s[" #l "]\n fmla " #c ".4s, v2.4s, " #w ".s[" #l "]\n"
+#define ETFUSE_DN_TAP3(lo4, hi4)                                                                           \
+  ETFUSE_DN_FMLA3(v8, v9, v10, lo4, 0) ETFUSE_DN_FMLA3(v11, v12, v13, lo4, 1)                               \
+  ETFUSE_DN_FMLA3(v14, v15, v16, lo4, 2) ETFUSE_DN_FMLA3(v17, v18, v19, lo4, 3)                             \
+  ETFUSE_DN_FMLA3(v20, v21, v22, hi4, 0) ETFUSE_DN_FMLA3(v23, v24, v25, hi4, 1)                             \
+  ETFUSE_DN_FMLA3(v26, v27, v28, hi4, 2) ETFUSE_DN_FMLA3(v29, v30, v31, hi4, 3)
+#define ETFUSE_DN_FMLA2(a, b, w, l) "fmla " #a ".4s, v0.4s, " #w ".s[" #l "]\n fmla " #b ".4s, v1.4s, " #w ".s[" #l "]\n"
+#define ETFUSE_DN_TAP2(lo4, hi4)                                                                                  \
+  ETFUSE_DN_FMLA2(v8, v9, lo4, 0) ETFUSE_DN_FMLA2(v10, v11, lo4, 1) ETFUSE_DN_FMLA2(v12, v13, lo4, 2)             \
+  ETFUSE_DN_FMLA2(v14, v15, lo4, 3) ETFUSE_DN_FMLA2(v16, v17, hi4, 0) ETFUSE_DN_FMLA2(v18, v19, hi4, 1)           \
+  ETFUSE_DN_FMLA2(v20, v21, hi4, 2) ETFUSE_DN_FMLA2(v22, v23, hi4, 3)
+
 // The direct conv's blocks (core/conv2d/direct_planes.h, detail::direct_planes) for up to 8 output planes, a
 // GEMM tile whose B is read in place from the phase planes: per tap one load of the planes'
 // weights (laid out [tap][8]: ldp of two vectors), U input vectors and an fmla by lane per plane
 // and vector; two taps per loop step. 8 planes x 3 vectors keep 24 sums in registers: 24 fmla
-// for 5 loads where 4 x 4 took 16 for 5 (and each tap's pointer step), 26 instructions per 16
-// fmla in all on ResNet8's 16 -> 16 on 32x32.
+// for 5 loads where 4 x 4 took 16 for 5 (and each tap's pointer step). 8 planes (every block of
+// a conv with a multiple of 8 output channels) run block8's assembly, fewer the intrinsics.
 struct DirectNeon {
   static constexpr bool kLaneWeights = true;  // wl[k * kPlanes + p]
   static constexpr int kPlanes = 8;
@@ -147,10 +163,90 @@ struct DirectNeon {
       for (int u = 0; u < U; ++u) r[p][u] = vfmaq_laneq_f32(r[p][u], x[u], w[p / 4], p % 4);
     });
   }
+  // block<4, U, 8> for U = 3 or 2, in assembly: GCC 12 kept the intrinsics' 24 sums in registers
+  // but stored all of them to the stack every loop step (12 stp per 48 fmla, 75 instructions in
+  // all); here 55 per two taps. The same sums in the same order as the intrinsics.
+  template <int U>
+  ETFUSE_ALWAYS_INLINE static void block8(int64_t q, const float* seed, int64_t taps, const float* const* tap,
+                                          const float* wl, float lo, float hi, float* acc, int64_t acc_s) {
+    uint32_t lo_bits, hi_bits;
+    std::memcpy(&lo_bits, &lo, 4);
+    std::memcpy(&hi_bits, &hi, 4);
+    const int64_t q4 = q * 4, acc_s4 = acc_s * 4;
+    float* out = acc + q;
+#define ETFUSE_DN_ASM(SEED, LD_X, TAP, CLAMP, STORE)                                             \
+  asm volatile(                                                                                  \
+      "mov x9, %[tap]\n mov x10, %[wl]\n mov x11, %[seed]\n" SEED "lsr x14, %[taps], #1\n"       \
+      "cbz x14, 2f\n"                                                                            \
+      "1:\n"                                                                                     \
+      "ldp x12, x13, [x9], #16\n ld1 {v3.4s, v4.4s, v5.4s, v6.4s}, [x10], #64\n"                 \
+      "add x12, x12, %[q4]\n add x13, x13, %[q4]\n" LD_X("x12") TAP(v3, v4) LD_X("x13") TAP(v5, v6) \
+      "subs x14, x14, #1\n b.ne 1b\n"                                                            \
+      "2:\n"                                                                                     \
+      "tbz %[taps], #0, 3f\n"                                                                    \
+      "ldr x12, [x9]\n ld1 {v3.4s, v4.4s}, [x10]\n add x12, x12, %[q4]\n" LD_X("x12") TAP(v3, v4)  \
+      "3:\n"                                                                                     \
+      "dup v0.4s, %w[lo]\n dup v1.4s, %w[hi]\n" CLAMP "mov x9, %[out]\n" STORE                   \
+      :                                                                                          \
+      : [tap] "r"(tap), [wl] "r"(wl), [seed] "r"(seed), [taps] "r"(taps), [q4] "r"(q4), [lo] "r"(lo_bits), \
+        [hi] "r"(hi_bits), [out] "r"(out), [as] "r"(acc_s4)                                      \
+      : "cc", "memory", "x9", "x10", "x11", "x12", "x13", "x14", "v0", "v1", "v2", "v3", "v4", "v5", "v6", \
+        "v7", "v8", "v9", "v10", "v11", "v12", "v13", "v14", "v15", "v16", "v17", "v18", "v19", "v20", "v21", \
+        "v22", "v23", "v24", "v25", "v26", "v27", "v28", "v29", "v30", "v31")
+#define ETFUSE_DN_SEED3(a, b, c) "ld1r {" #a ".4s}, [x11], #4\n mov " #b ".16b, " #a ".16b\n mov " #c ".16b, " #a ".16b\n"
+#define ETFUSE_DN_SEED2(a, b) "ld1r {" #a ".4s}, [x11], #4\n mov " #b ".16b, " #a ".16b\n"
+#define ETFUSE_DN_LD3(x) "ld1 {v0.4s, v1.4s, v2.4s}, [" x "]\n"
+#define ETFUSE_DN_LD2(x) "ld1 {v0.4s, v1.4s}, [" x "]\n"
+#define ETFUSE_DN_CL(v) "fmax " #v ".4s, " #v ".4s, v0.4s\n fmin " #v ".4s, " #v ".4s, v1.4s\n"
+#define ETFUSE_DN_CL8(a, b, c, d, e, f, g, h) \
+  ETFUSE_DN_CL(a) ETFUSE_DN_CL(b) ETFUSE_DN_CL(c) ETFUSE_DN_CL(d) ETFUSE_DN_CL(e) ETFUSE_DN_CL(f) ETFUSE_DN_CL(g) ETFUSE_DN_CL(h)
+#define ETFUSE_DN_ST3(a, c) "st1 {" #a ".4s - " #c ".4s}, [x9], %[as]\n"
+#define ETFUSE_DN_ST2(a, b) "st1 {" #a ".4s, " #b ".4s}, [x9], %[as]\n"
+    if constexpr (U == 3) {
+      ETFUSE_DN_ASM(ETFUSE_DN_SEED3(v8, v9, v10) ETFUSE_DN_SEED3(v11, v12, v13) ETFUSE_DN_SEED3(v14, v15, v16)
+                        ETFUSE_DN_SEED3(v17, v18, v19) ETFUSE_DN_SEED3(v20, v21, v22) ETFUSE_DN_SEED3(v23, v24, v25)
+                            ETFUSE_DN_SEED3(v26, v27, v28) ETFUSE_DN_SEED3(v29, v30, v31),
+                    ETFUSE_DN_LD3, ETFUSE_DN_TAP3,
+                    ETFUSE_DN_CL8(v8, v9, v10, v11, v12, v13, v14, v15)
+                        ETFUSE_DN_CL8(v16, v17, v18, v19, v20, v21, v22, v23)
+                            ETFUSE_DN_CL8(v24, v25, v26, v27, v28, v29, v30, v31),
+                    ETFUSE_DN_ST3(v8, v10) ETFUSE_DN_ST3(v11, v13) ETFUSE_DN_ST3(v14, v16) ETFUSE_DN_ST3(v17, v19)
+                        ETFUSE_DN_ST3(v20, v22) ETFUSE_DN_ST3(v23, v25) ETFUSE_DN_ST3(v26, v28)
+                            ETFUSE_DN_ST3(v29, v31));
+    } else {
+      static_assert(U == 2, "3 or 2 vectors");
+      ETFUSE_DN_ASM(ETFUSE_DN_SEED2(v8, v9) ETFUSE_DN_SEED2(v10, v11) ETFUSE_DN_SEED2(v12, v13)
+                        ETFUSE_DN_SEED2(v14, v15) ETFUSE_DN_SEED2(v16, v17) ETFUSE_DN_SEED2(v18, v19)
+                            ETFUSE_DN_SEED2(v20, v21) ETFUSE_DN_SEED2(v22, v23),
+                    ETFUSE_DN_LD2, ETFUSE_DN_TAP2,
+                    ETFUSE_DN_CL8(v8, v9, v10, v11, v12, v13, v14, v15) ETFUSE_DN_CL8(v16, v17, v18, v19, v20, v21, v22, v23),
+                    ETFUSE_DN_ST2(v8, v9) ETFUSE_DN_ST2(v10, v11) ETFUSE_DN_ST2(v12, v13) ETFUSE_DN_ST2(v14, v15)
+                        ETFUSE_DN_ST2(v16, v17) ETFUSE_DN_ST2(v18, v19) ETFUSE_DN_ST2(v20, v21)
+                            ETFUSE_DN_ST2(v22, v23));
+    }
+#undef ETFUSE_DN_ASM
+#undef ETFUSE_DN_SEED3
+#undef ETFUSE_DN_SEED2
+#undef ETFUSE_DN_LD3
+#undef ETFUSE_DN_LD2
+#undef ETFUSE_DN_CL
+#undef ETFUSE_DN_CL8
+#undef ETFUSE_DN_ST3
+#undef ETFUSE_DN_ST2
+  }
   template <int W, int U, int P>
   ETFUSE_ALWAYS_INLINE static void block(int64_t q, const float* seed, int64_t taps, const float* const* tap,
                                          const float* wl, float lo, float hi, float* acc, int64_t acc_s) {
     static_assert(W == 4 && P <= kPlanes, "NEON vectors, at most 8 planes");
+    if constexpr (P == 8 && (U == 3 || U == 2)) {
+      block8<U>(q, seed, taps, tap, wl, lo, hi, acc, acc_s);
+    } else {
+      block_intrinsics<U, P>(q, seed, taps, tap, wl, lo, hi, acc, acc_s);
+    }
+  }
+  template <int U, int P>
+  ETFUSE_ALWAYS_INLINE static void block_intrinsics(int64_t q, const float* seed, int64_t taps, const float* const* tap,
+                                                    const float* wl, float lo, float hi, float* acc, int64_t acc_s) {
     float32x4_t r[P][U];
     for (int p = 0; p < P; ++p)
       for (int u = 0; u < U; ++u) r[p][u] = vdupq_n_f32(seed[p]);
