@@ -18,7 +18,7 @@ namespace conv2d {
 
 namespace detail {
 
-constexpr int64_t kDirectNeonRows = 12;  // Kernels::direct_rows on NEON
+constexpr int64_t kDirectNeonRows = 8;  // Kernels::direct_rows on NEON
 
 // conv2d's kernels on one ISA: the one place they are chosen. A null entry is a path that ISA
 // does not take (run_paths goes on to the next).
@@ -41,8 +41,10 @@ struct Kernels {
   // neoverse-n1 (instructions per call, implicit GEMM -> direct): 32 -> 64 stride 2 on 64x64
   // 8.26 -> 7.19 M, 16 -> 64 on 55x55 12.4 -> 10.4, 32 -> 128 on 27x27 12.8 -> 10.3, 48 -> 192 on
   // 13x13 6.58 -> 6.32, 64 -> 64 on 24x24 9.28 -> 8.18, 128 -> 128 on 12x12 10.97 -> 9.49, a 7x7
-  // stride-2 stem to 48x48 9.66 -> 8.30; on 8x8 the dropped columns (2 of 10) lose (64 -> 64:
-  // 1.27 -> 1.31), 16x16 is even (64 -> 128: 7.75 vs 7.81).
+  // stride-2 stem to 48x48 9.66 -> 8.30. With the 8-plane blocks in assembly (arm::DirectNeon::block8)
+  // 8-wide rows win too, their dropped columns (2 of 10) included: 64 -> 64 on 8x8 1.27 -> 1.18,
+  // 32 -> 64 stride 2 to 8x8 0.68 -> 0.60, 32 -> 128 on 11x11 2.58 -> 1.90 (rows under 8 are
+  // not direct: kDirectMinWidth).
   int64_t direct_rows = 0;
 };
 
