@@ -10,7 +10,7 @@ import pytest
 
 import isa_checks
 
-CASES = 683  # conv2d_check's cases per ISA
+CASES = 703  # conv2d_check's cases per ISA
 ROWS = 4  # of them, the depthwise convs that detail::depthwise_rows takes on NEON
 BLOCKS = 262  # and detail::depthwise_blocks_neon
 

@@ -3,7 +3,7 @@
 // 7x7 at stride 1 and 2 with padding 0-3 (also unequal), odd map sizes from 1 to 37 wide, channel
 // counts not multiples of 4, two images, strided input and output planes; the direct conv of a
 // stem (groups 1, 1-3 input channels, 1-17 output channels), a grouped one and wider convs
-// (5-16 input channels, 13-24 output channels, output rows 12-30 wide); each with and
+// (5-16 input channels, 13-40 output channels, output rows 10-30 wide); each with and
 // without bias, per-channel scale (a folded batch norm) and the clamp (none, min, both). The
 // work is split into ranges of tasks as a thread pool would. tests/test_conv2d_isa.py builds it
 // natively and for aarch64 (run under qemu-aarch64). Prints one line per ISA checked, with how
@@ -175,11 +175,12 @@ int main() {
               ++cases;
             }
     // wide output rows with more channels (groups 1): NEON's direct kernel takes them whatever
-    // the channels (Kernels::direct_rows), 8 planes a block and the remainder
+    // the channels (Kernels::direct_rows, from 8 wide: the 10x10 map), 8 planes a block and the
+    // remainder; 40 channels of 144 taps only for that rule
     for (int64_t s : {1, 2})
       for (int64_t Cin : {5, 16})
-        for (int64_t Cout : {13, 24})
-          for (const auto& hw : {std::array<int64_t, 2>{14, 25}, std::array<int64_t, 2>{27, 30}}) {
+        for (int64_t Cout : {13, 24, 40})
+          for (const auto& hw : {std::array<int64_t, 2>{14, 25}, std::array<int64_t, 2>{27, 30}, std::array<int64_t, 2>{10, 10}}) {
             const Case c{1 + variant % 2, Cin, Cout, 1, hw[0], hw[1], 3, 3, s, s, 1, variant % 2, variant % 4,
                          variant % 3, variant % 5 == 0};
             ++variant;
