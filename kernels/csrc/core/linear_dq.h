@@ -201,7 +201,11 @@ ETFUSE_TARGET_VNNI void quantize_rows_q8_vnni(const Args& a, int64_t m0, int64_t
   rows_vnni::quantize_rows_q8(a, m0, m1, q, scale, zx, qsum);
 }
 ETFUSE_TARGET_VNNI void cols_q4_vnni(const Args& a, const Rows& r, int64_t j0, int64_t j1) {
-  rows_vnni::cols_q4(a, r, j0, j1);
+  if (vnni::gemm_takes(a)) {
+    vnni::gemm_q4(a, r, j0, j1);
+  } else {
+    rows_vnni::cols_q4(a, r, j0, j1);
+  }
 }
 #endif
 #endif
