@@ -122,10 +122,11 @@ ETFUSE_ALWAYS_INLINE void dot_q4(const Args& a, const Rows& rows, int64_t m, int
 constexpr int64_t kGemmMinRows = 4;
 constexpr int kGemmRows = 4;
 
-// Whether gemm_q4 takes the call: whole superblocks (qx in one order) and enough rows.
+// Whether gemm_q4 takes the call: whole superblocks (qx in one order), enough rows, and weight
+// rows of whole dwords (its gathers).
 inline bool gemm_takes(const Args& a) {
   const int64_t G = a.K / a.groups;
-  return a.M >= kGemmMinRows && a.K % 128 == 0 && superblocks(G);
+  return a.M >= kGemmMinRows && a.K % 128 == 0 && superblocks(G) && a.w_rs % 4 == 0;
 }
 
 // Where qx's 4 bytes for dword w's low nibbles are (the high ones: 64 further), superblock order.
