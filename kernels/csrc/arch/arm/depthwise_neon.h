@@ -263,6 +263,10 @@ struct DirectNeon {
     }
   }
 };
+#undef ETFUSE_DN_FMLA3
+#undef ETFUSE_DN_TAP3
+#undef ETFUSE_DN_FMLA2
+#undef ETFUSE_DN_TAP2
 
 // Depthwise convs 4 channels a vector (core/conv2d/depthwise_blocks.h, detail::depthwise_blocks_neon), as
 // XNNPACK's NHWC kernels run them: a block's 4 input planes are interleaved into a zero-padded
