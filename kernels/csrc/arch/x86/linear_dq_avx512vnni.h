@@ -109,18 +109,20 @@ ETFUSE_ALWAYS_INLINE void dot_q4(const Args& a, const Rows& rows, int64_t m, int
 }
 
 // --- prefill: 16 columns a vector ----------------------------------------------------------
-//
-// With several rows of A, dot_q4's lanes (columns of K) cost a float conversion and FMA per row
+// dot_q4 runs one weight row (one column of C) at a time: across the lanes, summed once per column
 // for every 128 columns of K and re-read the rows for every column of C. gemm_q4 puts 16 columns
-// of C in the lanes instead: a block of 16 weight rows is transposed once into `t` (dword w of
+// of C in the lanes instead: blocks of 16 weight rows are transposed once into `t` (dword w of
 // every row side by side: its low nibbles are columns 32 c + 4 j .. + 3 of K, its high ones
 // 32 c + 16 + 4 j .. + 3, c = w / 4, j = w % 4), each row of A broadcasts the 4 bytes of qx that
 // meet them (quantize_q8's superblock order), and one vpdpbusd takes 64 products for 16 columns.
-// The scales are applied once per group and row, all 16 columns at once.
+// Each broadcast feeds kGemmBlocks blocks of 16 columns. The scales are applied once per group
+// and row, all columns at once.
 
-// Rows of A from which gemm_q4 runs (fewer: dot_q4), and the rows it takes at a time.
+// Rows of A from which gemm_q4 runs (fewer: dot_q4), the rows it takes at a time, and the blocks
+// of 16 columns.
 constexpr int64_t kGemmMinRows = 4;
 constexpr int kGemmRows = 4;
+constexpr int kGemmBlocks = 2;
 
 // Whether gemm_q4 takes the call: whole superblocks (qx in one order), enough rows, and weight
 // rows of whole dwords (its gathers).
@@ -129,93 +131,127 @@ inline bool gemm_takes(const Args& a) {
   return a.M >= kGemmMinRows && a.K % 128 == 0 && superblocks(G) && a.w_rs % 4 == 0;
 }
 
-// Where qx's 4 bytes for dword w's low nibbles are (the high ones: 64 further), superblock order.
-ETFUSE_ALWAYS_INLINE int64_t word_offset(int64_t w) {
-  const int64_t chunk = w >> 2;
-  return 128 * (chunk >> 2) + 16 * (chunk & 3) + 4 * (w & 3);
+// acc + u * (the 4 bytes at x + D, in every lane): vpdpbusd with an embedded broadcast, the load
+// folded into the instruction at a constant offset (GCC emits a separate vpbroadcastd when the 4
+// bytes feed several vpdpbusd, and an address computation per load for an "m" operand).
+template <int D>
+ETFUSE_ALWAYS_INLINE __m512i dpbusd_broadcast(__m512i acc, __m512i u, const int8_t* x) {
+  asm("vpdpbusd %c[d](%[x])%{1to16%}, %[u], %[acc]"
+      : [acc] "+v"(acc)
+      : [u] "v"(u), [x] "r"(x), [d] "i"(D), "m"(*reinterpret_cast<const int32_t*>(x + D)));
+  return acc;
 }
 
-ETFUSE_ALWAYS_INLINE __m512i broadcast4(const int8_t* p) {
-  int32_t v;
-  std::memcpy(&v, p, 4);
-  return _mm512_set1_epi32(v);
-}
-
-// Rows [m, m + R) of C, columns [j, j + nc) (nc <= 16) from the transposed block.
-template <int R>
+// Rows [m, m + R) of C, columns [j, j + nc) (nc <= 16 B) from the transposed blocks: t holds
+// dword w of block b at 16 (B w + b), st and zt group g's at 16 (B g + b).
+template <int R, int B>
 ETFUSE_ALWAYS_INLINE void gemm_rows(const Args& a, const Rows& rows, int64_t m, int64_t j, int64_t nc,
                                     const int32_t* t, const float* st, const int32_t* zt) {
-  const int64_t K = a.K, groups = a.groups, words = K / a.groups / 8;
-  const __mmask16 cols = static_cast<__mmask16>((1u << nc) - 1u);
+  const int64_t K = a.K, groups = a.groups, chunks = K / a.groups / 32;  // 4 dwords (32 of K) a chunk
   const __m512i mask = _mm512_set1_epi8(15);
   const int8_t* x[R];
   const int32_t* qs[R];
-  __m512 tot[R];
+  __m512 tot[R][B];
   for (int r = 0; r < R; ++r) {
     x[r] = rows.qx + (m + r) * K;
     qs[r] = rows.gsum + (m + r) * groups;
-    tot[r] = _mm512_setzero_ps();
+    for (int b = 0; b < B; ++b) tot[r][b] = _mm512_setzero_ps();
   }
-  const __m512i z8 = _mm512_set1_epi32(8);
+  int64_t c = 0;  // chunk
   for (int64_t g = 0; g < groups; ++g) {
-    const __m512i zg = zt ? _mm512_loadu_si512(zt + 16 * g) : z8;  // 8 + zp per column
-    __m512i acc[R];
-    for (int r = 0; r < R; ++r) acc[r] = _mm512_mullo_epi32(zg, _mm512_set1_epi32(-qs[r][g]));
-    for (int64_t w = g * words; w < (g + 1) * words; ++w) {
-      const __m512i v = _mm512_loadu_si512(t + 16 * w);
-      const __m512i lo = _mm512_and_si512(v, mask), hi = _mm512_and_si512(_mm512_srli_epi16(v, 4), mask);
-      const int64_t off = word_offset(w);
+    // the sums start at -(8 + zp) * sum qx: one broadcast per row when every zero point is 0
+    __m512i acc[R][B];
+    if (zt) {
       for (int r = 0; r < R; ++r) {
-        acc[r] = _mm512_dpbusd_epi32(acc[r], lo, broadcast4(x[r] + off));
-        acc[r] = _mm512_dpbusd_epi32(acc[r], hi, broadcast4(x[r] + off + 64));
+        const __m512i nq = _mm512_set1_epi32(-qs[r][g]);
+        for (int b = 0; b < B; ++b) acc[r][b] = _mm512_mullo_epi32(_mm512_loadu_si512(zt + 16 * (B * g + b)), nq);
       }
+    } else {
+      for (int r = 0; r < R; ++r)
+        for (int b = 0; b < B; ++b) acc[r][b] = _mm512_set1_epi32(-8 * qs[r][g]);
     }
-    const __m512 sv = _mm512_loadu_ps(st + 16 * g);
-    for (int r = 0; r < R; ++r) tot[r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(acc[r]), sv, tot[r]);
+    for (const int64_t c1 = c + chunks; c < c1; ++c) {
+      const int64_t off = 128 * (c >> 2) + 16 * (c & 3);  // qx of the chunk's low nibbles; high: + 64
+      const int32_t* tc = t + 16 * B * 4 * c;
+      const int8_t* xc[R];
+      for (int r = 0; r < R; ++r) xc[r] = x[r] + off;
+      // dword U of the chunk (a template argument: the broadcasts' offsets are constants)
+      const auto word = [&](auto step) __attribute__((always_inline)) {
+        constexpr int U = decltype(step)::value;
+        __m512i lo[B], hi[B];
+        for (int b = 0; b < B; ++b) {
+          const __m512i v = _mm512_loadu_si512(tc + 16 * (B * U + b));
+          lo[b] = _mm512_and_si512(v, mask);
+          hi[b] = _mm512_and_si512(_mm512_srli_epi16(v, 4), mask);
+        }
+        for (int r = 0; r < R; ++r) {
+          for (int b = 0; b < B; ++b) {
+            acc[r][b] = dpbusd_broadcast<4 * U>(acc[r][b], lo[b], xc[r]);
+            acc[r][b] = dpbusd_broadcast<64 + 4 * U>(acc[r][b], hi[b], xc[r]);
+          }
+        }
+      };
+      word(std::integral_constant<int, 0>{});
+      word(std::integral_constant<int, 1>{});
+      word(std::integral_constant<int, 2>{});
+      word(std::integral_constant<int, 3>{});
+    }
+    for (int b = 0; b < B; ++b) {
+      const __m512 sv = _mm512_loadu_ps(st + 16 * (B * g + b));
+      for (int r = 0; r < R; ++r) tot[r][b] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(acc[r][b]), sv, tot[r][b]);
+    }
   }
-  // store_q8 on 16 columns
-  const __m512 rs = _mm512_maskz_loadu_ps(cols, a.row_sums + j);
-  const __m512 bias = a.bias ? _mm512_maskz_loadu_ps(cols, a.bias + j) : _mm512_setzero_ps();
-  for (int r = 0; r < R; ++r) {
-    const int64_t mm = m + r;
-    __m512 y = _mm512_fnmadd_ps(_mm512_set1_ps(static_cast<float>(rows.zx[mm])), rs, tot[r]);
-    y = _mm512_fmadd_ps(y, _mm512_set1_ps(rows.scale[mm]), bias);
-    if (a.residual) y = _mm512_add_ps(y, _mm512_maskz_loadu_ps(cols, a.residual + mm * a.r_rs + j));
-    _mm512_mask_storeu_ps(a.C + mm * a.c_rs + j, cols, y);
+  // store_q8 on 16 columns a block
+  for (int b = 0; b < B; ++b) {
+    const int64_t jb = j + 16 * b, nb = nc - 16 * b;
+    if (nb <= 0) break;
+    const __mmask16 cols = static_cast<__mmask16>(nb >= 16 ? 0xffffu : (1u << nb) - 1u);
+    const __m512 rs = _mm512_maskz_loadu_ps(cols, a.row_sums + jb);
+    const __m512 bias = a.bias ? _mm512_maskz_loadu_ps(cols, a.bias + jb) : _mm512_setzero_ps();
+    for (int r = 0; r < R; ++r) {
+      const int64_t mm = m + r;
+      __m512 y = _mm512_fnmadd_ps(_mm512_set1_ps(static_cast<float>(rows.zx[mm])), rs, tot[r][b]);
+      y = _mm512_fmadd_ps(y, _mm512_set1_ps(rows.scale[mm]), bias);
+      if (a.residual) y = _mm512_add_ps(y, _mm512_maskz_loadu_ps(cols, a.residual + mm * a.r_rs + jb));
+      _mm512_mask_storeu_ps(a.C + mm * a.c_rs + jb, cols, y);
+    }
   }
 }
 
-// Columns [j0, j1) of C for every row (gemm_takes(a)): per block of 16 weight rows, their packed
-// dwords, scales and (8 + zero points) transposed, then kGemmRows rows of A at a time.
+// Columns [j0, j1) of C for every row (gemm_takes(a)): per kGemmBlocks blocks of 16 weight rows,
+// their packed dwords, scales and (8 + zero points) transposed, then kGemmRows rows of A at a time.
 inline void gemm_q4(const Args& a, const Rows& rows, int64_t j0, int64_t j1) {
+  constexpr int B = kGemmBlocks;
   const int64_t K = a.K, groups = a.groups, words = K / 8;
   thread_local std::vector<int32_t> t, zt;
   thread_local std::vector<float> st;
-  t.resize(static_cast<size_t>(16 * words));
-  st.resize(static_cast<size_t>(16 * groups));
-  zt.resize(a.zp ? static_cast<size_t>(16 * groups) : 0);
-  for (int64_t j = j0; j < j1; j += 16) {
-    const int64_t nc = j1 - j < 16 ? j1 - j : 16;
-    // past the last column: its first row again, not stored
-    alignas(64) int32_t row[16];
-    for (int c = 0; c < 16; ++c) row[c] = static_cast<int32_t>(c < nc ? c : 0);
-    const __m512i rowv = _mm512_load_si512(row);
-    const __m512i wstep = _mm512_mullo_epi32(rowv, _mm512_set1_epi32(static_cast<int32_t>(a.w_rs / 4)));
-    const int32_t* wbase = reinterpret_cast<const int32_t*>(a.W + j * a.w_rs);
-    for (int64_t w = 0; w < words; ++w) {
-      _mm512_storeu_si512(t.data() + 16 * w, _mm512_i32gather_epi32(wstep, wbase + w, 4));
-    }
-    const __m512i gstep = _mm512_mullo_epi32(rowv, _mm512_set1_epi32(static_cast<int32_t>(groups)));
-    for (int64_t g = 0; g < groups; ++g) {
-      _mm512_storeu_ps(st.data() + 16 * g, _mm512_i32gather_ps(gstep, a.scales + j * groups + g, 4));
-      if (a.zp) {
-        for (int c = 0; c < 16; ++c) zt[16 * g + c] = 8 + a.zp[(j + row[c]) * groups + g];
+  t.resize(static_cast<size_t>(16 * B * words));
+  st.resize(static_cast<size_t>(16 * B * groups));
+  zt.resize(a.zp ? static_cast<size_t>(16 * B * groups) : 0);
+  for (int64_t j = j0; j < j1; j += 16 * B) {
+    const int64_t nc = j1 - j < 16 * B ? j1 - j : 16 * B;
+    for (int b = 0; b < B; ++b) {
+      // past the last column: the first row again, not stored
+      alignas(64) int32_t row[16];
+      for (int c = 0; c < 16; ++c) row[c] = static_cast<int32_t>(16 * b + c < nc ? 16 * b + c : 0);
+      const __m512i rowv = _mm512_load_si512(row);
+      const __m512i wstep = _mm512_mullo_epi32(rowv, _mm512_set1_epi32(static_cast<int32_t>(a.w_rs / 4)));
+      const int32_t* wbase = reinterpret_cast<const int32_t*>(a.W + j * a.w_rs);
+      for (int64_t w = 0; w < words; ++w) {
+        _mm512_storeu_si512(t.data() + 16 * (B * w + b), _mm512_i32gather_epi32(wstep, wbase + w, 4));
+      }
+      const __m512i gstep = _mm512_mullo_epi32(rowv, _mm512_set1_epi32(static_cast<int32_t>(groups)));
+      for (int64_t g = 0; g < groups; ++g) {
+        _mm512_storeu_ps(st.data() + 16 * (B * g + b), _mm512_i32gather_ps(gstep, a.scales + j * groups + g, 4));
+        if (a.zp) {
+          for (int c = 0; c < 16; ++c) zt[16 * (B * g + b) + c] = 8 + a.zp[(j + row[c]) * groups + g];
+        }
       }
     }
     const int32_t* z = a.zp ? zt.data() : nullptr;
     int64_t m = 0;
-    for (; m + kGemmRows <= a.M; m += kGemmRows) gemm_rows<kGemmRows>(a, rows, m, j, nc, t.data(), st.data(), z);
-    for (; m < a.M; ++m) gemm_rows<1>(a, rows, m, j, nc, t.data(), st.data(), z);
+    for (; m + kGemmRows <= a.M; m += kGemmRows) gemm_rows<kGemmRows, B>(a, rows, m, j, nc, t.data(), st.data(), z);
+    for (; m < a.M; ++m) gemm_rows<1, B>(a, rows, m, j, nc, t.data(), st.data(), z);
   }
 }
 
