@@ -125,7 +125,7 @@ constexpr int kGemmRows = 4;
 constexpr int kGemmBlocks = 2;
 
 // Whether gemm_q4 takes the call: whole superblocks (qx in one order), enough rows, and weight
-// rows of whole dwords (its gathers).
+// rows of whole dwords (its transposes).
 inline bool gemm_takes(const Args& a) {
   const int64_t G = a.K / a.groups;
   return a.M >= kGemmMinRows && a.K % 128 == 0 && superblocks(G) && a.w_rs % 4 == 0;
@@ -218,40 +218,81 @@ ETFUSE_ALWAYS_INLINE void gemm_rows(const Args& a, const Rows& rows, int64_t m, 
   }
 }
 
+// out[e], lane c = dword e of in[c] (16 x 16 dwords): pairs, then quads within 128-bit lanes,
+// then the lanes themselves; 64 shuffles where 16 gathers of 16 rows were a fifth of gemm_q4's time.
+ETFUSE_ALWAYS_INLINE void transpose16x16(const __m512i (&in)[16], __m512i (&out)[16]) {
+  __m512i a[16], s[16];
+  for (int i = 0; i < 8; ++i) {
+    a[2 * i] = _mm512_unpacklo_epi32(in[2 * i], in[2 * i + 1]);
+    a[2 * i + 1] = _mm512_unpackhi_epi32(in[2 * i], in[2 * i + 1]);
+  }
+  for (int i = 0; i < 4; ++i) {
+    s[4 * i] = _mm512_unpacklo_epi64(a[4 * i], a[4 * i + 2]);
+    s[4 * i + 1] = _mm512_unpackhi_epi64(a[4 * i], a[4 * i + 2]);
+    s[4 * i + 2] = _mm512_unpacklo_epi64(a[4 * i + 1], a[4 * i + 3]);
+    s[4 * i + 3] = _mm512_unpackhi_epi64(a[4 * i + 1], a[4 * i + 3]);
+  }
+  // s[4 i + k], 128-bit lane L: dword 4 L + k of in[4 i .. 4 i + 3]
+  for (int k = 0; k < 4; ++k) {
+    const __m512i lo01 = _mm512_shuffle_i32x4(s[k], s[4 + k], 0x44), hi01 = _mm512_shuffle_i32x4(s[k], s[4 + k], 0xee);
+    const __m512i lo23 = _mm512_shuffle_i32x4(s[8 + k], s[12 + k], 0x44);
+    const __m512i hi23 = _mm512_shuffle_i32x4(s[8 + k], s[12 + k], 0xee);
+    out[k] = _mm512_shuffle_i32x4(lo01, lo23, 0x88);
+    out[4 + k] = _mm512_shuffle_i32x4(lo01, lo23, 0xdd);
+    out[8 + k] = _mm512_shuffle_i32x4(hi01, hi23, 0x88);
+    out[12 + k] = _mm512_shuffle_i32x4(hi01, hi23, 0xdd);
+  }
+}
+
+// dst[16 * stride * i] lane c = src_c[i] for i in [0, n) (n a multiple of 16): 16 rows of dwords
+// side by side, 16 x 16 at a time.
+ETFUSE_ALWAYS_INLINE void transpose_rows(const int32_t* const (&src)[16], int64_t n, int32_t* dst, int64_t stride) {
+  for (int64_t i0 = 0; i0 < n; i0 += 16) {
+    __m512i in[16], out[16];
+    for (int c = 0; c < 16; ++c) in[c] = _mm512_loadu_si512(src[c] + i0);
+    transpose16x16(in, out);
+    for (int e = 0; e < 16; ++e) _mm512_storeu_si512(dst + 16 * stride * (i0 + e), out[e]);
+  }
+}
+
 // Columns [j0, j1) of C for every row (gemm_takes(a)): per kGemmBlocks blocks of 16 weight rows,
 // their packed dwords, scales and (8 + zero points) transposed, then kGemmRows rows of A at a time.
 inline void gemm_q4(const Args& a, const Rows& rows, int64_t j0, int64_t j1) {
   constexpr int B = kGemmBlocks;
   const int64_t K = a.K, groups = a.groups, words = K / 8;
-  thread_local std::vector<int32_t> t, zt;
-  thread_local std::vector<float> st;
-  t.resize(static_cast<size_t>(16 * B * words));
-  st.resize(static_cast<size_t>(16 * B * groups));
-  zt.resize(a.zp ? static_cast<size_t>(16 * B * groups) : 0);
+  thread_local std::vector<int32_t> tv, ztv;
+  thread_local std::vector<float> stv;
+  tv.resize(static_cast<size_t>(16 * B * words));
+  stv.resize(static_cast<size_t>(16 * B * groups));
+  ztv.resize(a.zp ? static_cast<size_t>(16 * B * groups) : 0);
+  int32_t* const t = tv.data();
+  float* const st = stv.data();
+  int32_t* const zt = a.zp ? ztv.data() : nullptr;
   for (int64_t j = j0; j < j1; j += 16 * B) {
     const int64_t nc = j1 - j < 16 * B ? j1 - j : 16 * B;
     for (int b = 0; b < B; ++b) {
       // past the last column: the first row again, not stored
-      alignas(64) int32_t row[16];
-      for (int c = 0; c < 16; ++c) row[c] = static_cast<int32_t>(16 * b + c < nc ? 16 * b + c : 0);
-      const __m512i rowv = _mm512_load_si512(row);
-      const __m512i wstep = _mm512_mullo_epi32(rowv, _mm512_set1_epi32(static_cast<int32_t>(a.w_rs / 4)));
-      const int32_t* wbase = reinterpret_cast<const int32_t*>(a.W + j * a.w_rs);
-      for (int64_t w = 0; w < words; ++w) {
-        _mm512_storeu_si512(t.data() + 16 * (B * w + b), _mm512_i32gather_epi32(wstep, wbase + w, 4));
+      int64_t row[16];
+      const int32_t* wrow[16];
+      const int32_t* srow[16];
+      for (int c = 0; c < 16; ++c) {
+        row[c] = j + (16 * b + c < nc ? 16 * b + c : 0);
+        wrow[c] = reinterpret_cast<const int32_t*>(a.W + row[c] * a.w_rs);  // gemm_takes: words % 16 == 0
+        srow[c] = reinterpret_cast<const int32_t*>(a.scales + row[c] * groups);
       }
-      const __m512i gstep = _mm512_mullo_epi32(rowv, _mm512_set1_epi32(static_cast<int32_t>(groups)));
-      for (int64_t g = 0; g < groups; ++g) {
-        _mm512_storeu_ps(st.data() + 16 * (B * g + b), _mm512_i32gather_ps(gstep, a.scales + j * groups + g, 4));
-        if (a.zp) {
-          for (int c = 0; c < 16; ++c) zt[16 * (B * g + b) + c] = 8 + a.zp[(j + row[c]) * groups + g];
-        }
+      transpose_rows(wrow, words, t + 16 * b, B);
+      const int64_t whole = groups / 16 * 16;  // the scales' last groups % 16: one by one
+      transpose_rows(srow, whole, reinterpret_cast<int32_t*>(st) + 16 * b, B);
+      for (int64_t g = whole; g < groups; ++g)
+        for (int c = 0; c < 16; ++c) st[16 * (B * g + b) + c] = a.scales[row[c] * groups + g];
+      if (zt) {
+        for (int64_t g = 0; g < groups; ++g)
+          for (int c = 0; c < 16; ++c) zt[16 * (B * g + b) + c] = 8 + a.zp[row[c] * groups + g];
       }
     }
-    const int32_t* z = a.zp ? zt.data() : nullptr;
     int64_t m = 0;
-    for (; m + kGemmRows <= a.M; m += kGemmRows) gemm_rows<kGemmRows, B>(a, rows, m, j, nc, t.data(), st.data(), z);
-    for (; m < a.M; ++m) gemm_rows<1, B>(a, rows, m, j, nc, t.data(), st.data(), z);
+    for (; m + kGemmRows <= a.M; m += kGemmRows) gemm_rows<kGemmRows, B>(a, rows, m, j, nc, t, st, zt);
+    for (; m < a.M; ++m) gemm_rows<1, B>(a, rows, m, j, nc, t, st, zt);
   }
 }
 
