@@ -291,7 +291,7 @@ def main(argv=None) -> int:
     if unknown:
         ap.error(f"unknown models {unknown}; known: {list(MODELS)} and groups {sorted(GROUPS)}")
     if "mobilebert" in names and not _has_transformers():
-        print("mobilebert skipped: the `transformers` package is not installed", file=sys.stderr)
+        print("mobilebert skipped: the `transformers` package is not installed (pip install \".[bench]\")", file=sys.stderr)
         names.remove("mobilebert")
     counted = set(args.programs.split(","))
     if counted - set(PROGRAMS):

@@ -274,7 +274,7 @@ def main(argv=None) -> int:
     with tempfile.TemporaryDirectory() as tmp:
         for name in [n for n in args.models.split(",") if n]:
             if NEEDS.get(name) == "transformers" and import_transformers() is None:
-                print(f"| {name} | skipped: `transformers` is not installed (pip install transformers) |", flush=True)
+                print(f"| {name} | skipped: `transformers` is not installed (pip install \".[bench]\") |", flush=True)
                 continue
             model, example = ZOO[name]()
             inputs = flat(example)
