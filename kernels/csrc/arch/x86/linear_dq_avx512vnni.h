@@ -24,8 +24,9 @@ ETFUSE_ALWAYS_INLINE void quantize_q8(const float* v, int64_t K, int64_t G, floa
 // Rows of A dot_q4 takes at a time: 32 vector registers hold 4 rows' sums beside the nibbles.
 constexpr int kQ4Rows = 4;
 
-// How far ahead (bytes) dot_q4 asks for its weight row and scales (avx2::kPrefetchWeights' reason).
-constexpr int64_t kPrefetchWeights = avx2::kPrefetchWeights, kPrefetchScales = avx2::kPrefetchScales;
+// How far ahead (bytes) dot_q4 asks for its weight row and scales (avx2::kPrefetchWeights' reason):
+// twice AVX2's distance, as this path reads a row in fewer instructions (docs/performance.md).
+constexpr int64_t kPrefetchWeights = 2 * avx2::kPrefetchWeights, kPrefetchScales = 2 * avx2::kPrefetchScales;
 
 // Superblock `sb`'s u * qx sums for R rows added into acc[r]: 16 int32 lanes, lane l from
 // columns of the superblock's group l / 4 (G = 32), l / 8 (G = 64) or its one group (G >= 128).
