@@ -6,7 +6,7 @@
 | embedding_{w}_affine[_dtype]       | embedding(torchao.dequantize_affine(w, [1, g], scale, zp, int8, qmin, qmax, out), idx) | embedding_{w}[.dtype](pack(w), scale, zp, ...) |
 | embedding_{w}_group[_dtype]        | embedding(dequantize_per_channel_group(w, scales, zps, qmin, qmax, int8, g, out), idx) | the same                                      |
 | embedding_byte_group_int8_zp       | the group pattern at 8 bits, int8 zero points                                     | etfuse::embedding_byte_int8_zp(w, scale, zp, ...) |
-| embedding_{4bit,2bit}_group_int8_zp | the group pattern at 4 / 2 bits, int8 zero points q - zp may wrap with            | etfuse::embedding_{w}_int8_zp(pack(w), scale, zp, ...) |
+| embedding_{4bit,2bit}_group_int8_zp | the group pattern at 4 / 2 bits, int8 zero points                                | etfuse::embedding_{w}_int8_zp(pack(w), scale, zp, ...) |
 | embedding_byte                     | embedding(dequantize_per_channel(w, scales, zps or None, 0), idx)                 | embedding_byte                                   |
 
 {w} is the width the quant range declares: (qmin, qmax) = (-128, 127) byte, (-8, 7) 4bit, (-2, 1)
@@ -35,11 +35,11 @@ values (`ExecutorchBackendConfig(passes=...)`) and `etfuse.fuse` write the same 
 constant zero points go afterwards (FoldPackedWeightsPass), as for the other embedding ops.
 
 At 4 and 2 bits an int8 zero point may wrap q - zp too when it lies outside the width's range
-(legal: the ops take any int8), [qmax - 127, qmin + 128] keeping every difference inside int8.
-embedding_{4bit,2bit}_group_int8_zp take int8 zero points unseen (the config route) or seen outside
-that range, and write `etfuse::embedding_{4bit,2bit}_int8_zp` on the packed table (wrapping as the
-pattern does); zero points seen inside it keep the plain group rules (the same bits, and
-`_pack_embedding_weight`'s executorch ops). dequantize_affine subtracts in the output dtype, where
+(legal: the ops take any int8). embedding_{4bit,2bit}_group_int8_zp (which outrank the plain and
+`_nozp` group rules) take int8 zero points whatever their values, all 0 included, as at 8 bits, and write
+`etfuse::embedding_{4bit,2bit}_int8_zp` on the packed table (wrapping as the pattern does): a choice
+on values would give `etfuse.fuse`, which sees them, another op than `edge.transform` and the
+config route, which do not (the fuzz run found that). dequantize_affine subtracts in the output dtype, where
 |q - zp| <= 136 is exact: its rules fuse int8 zero points of any value.
 """
 
@@ -291,20 +291,6 @@ def _int8_difference(m: Match) -> Optional[str]:
     return _group_product(m)[1]
 
 
-def _int8_may_wrap(m: Match) -> Optional[str]:
-    """4- and 2-bit int8_zp rules: int8 zero points unseen, or seen where some q - zp leaves int8
-    (outside [qmax - 127, qmin + 128]); zero points that keep every difference in int8 are the
-    plain group rules' (embedding_{4bit,2bit}[.dtype], the same bits)."""
-    z = m.constant("zero_point") if m.bindings["zero_point"] is not None else None
-    qmin, qmax = _literal(m, "quant_min"), _literal(m, "quant_max")
-    if z is None or qmin is None or qmax is None:
-        return None
-    zmin, zmax = (int(z.min()), int(z.max())) if z.numel() else (0, 0)
-    if zmin >= qmax - 127 and zmax <= qmin + 128:
-        return f"zero points in [{zmin}, {zmax}] keep q - zp inside int8: the plain group rule's"
-    return None
-
-
 def _int8_zp_arguments(m: Match):
     b = m.bindings
     return ((b["weight"], b["scale"], b["zero_point"], b["quant_min"], b["quant_max"], b["indices"]),
@@ -423,7 +409,8 @@ def _rules():
                            outranks=("embedding_byte_group", "embedding_byte_group_dtype"), dtypes=_DTYPES))
     for bits in (4, 2):
         rules.append(EmbeddingRule(f"embedding_{_NAMES[bits]}_group_int8_zp", _group_pattern, _int8_zp_replacement(bits),
-                                   _examples, all_of(_width(bits), _table(bits), _int8_difference, _int8_may_wrap),
+                                   _examples, all_of(_width(bits), _table(bits), _int8_difference),
+                                   outranks=tuple(f"embedding_{_NAMES[bits]}_group{v}{z}" for v in ("", "_dtype") for z in ("", "_nozp")),
                                    dtypes=_DTYPES))
     return rules
 

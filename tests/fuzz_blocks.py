@@ -828,11 +828,12 @@ def draw_half(g) -> bool:
 class Embedding(Block):
     """A quantized embedding table read at indices computed from x: torchao's dequantize_affine
     (groups of the row) or quantized_decomposed's dequantize_per_channel_group at 2, 4, 8 bits,
-    float32 or float16 output (the `.dtype` ops), int8 zero points (`zp` True), int8 zeros (False:
-    the `_nozp` forms; at 8 bits embedding_byte_group_int8_zp, as any int8 zero points), none
-    (None: embedding_byte_group[_dtype] at 8 bits) or int8 zero points anywhere in int8 ("wide",
-    one at -128: at 4 and 2 bits q - zp leaves int8, embedding_{4bit,2bit}_group_int8_zp); and
-    dequantize_per_channel (embedding_byte): embedding_rules. A sink ([*x.shape, D])."""
+    float32 or float16 output (the `.dtype` ops), with zero points `zp`: int8 (True), int8 zeros
+    (False: the affine `_nozp` forms; the group form's int8 zero points, whatever their values, are
+    embedding_{byte,4bit,2bit}_group_int8_zp's), none (None: the group `_nozp` forms at 4 and 2 bits,
+    embedding_byte_group[_dtype] at 8), int8 anywhere in int8 ("wide", one at -128: q - zp leaves
+    int8 at 4 and 2 bits) or int32 in the quant range ("int32": the plain group rules at 4 and 2
+    bits); and dequantize_per_channel (embedding_byte): embedding_rules. A sink ([*x.shape, D])."""
 
     name, family = "embedding", "embedding"
     shapes = ((2, 3),)
@@ -842,11 +843,11 @@ class Embedding(Block):
         return len(shape) in (2, 3)
 
     def keys(self, shape, quant=False):
-        return [3, 3, 2, 4]  # form, bits (2, 4, 8), float16 output, zero points (int8 zeros, int8, none, wide)
+        return [3, 3, 2, 5]  # form, bits (2, 4, 8), float16 output, zero points (int8 zeros, int8, none, wide, int32)
 
     def draw(self, draw, shape, quant=False):
         form, bits, half, zp = super().draw(draw, shape)
-        return (self.FORMS[form], (2, 4, 8)[bits], bool(half), (False, True, None, "wide")[zp])
+        return (self.FORMS[form], (2, 4, 8)[bits], bool(half), (False, True, None, "wide", "int32")[zp])
 
     D, ROWS = 8, 6
 
@@ -858,6 +859,8 @@ class Embedding(Block):
         if zp == "wide":  # int8 zero points outside the width's range are legal
             z = torch.randint(-128, 128, z.shape, dtype=torch.int8, generator=g)
             z[0, 0] = -128
+        if zp == "int32":  # wider zero points in the quant range: the plain group rules' at 4 and 2 bits
+            z = z.to(torch.int32)
         m = _Fn(Embedding._forward)
         m.form, m.bits, m.lo, m.hi = form, bits, lo, hi
         m.out = torch.float16 if half else torch.float32
