@@ -3,6 +3,12 @@
     python benchmarks/fuzz.py --graphs 10000 [--seed 0] [--timeout 300] [--jobs 1] [--failures FILE]
     python benchmarks/fuzz.py --shrink 39 [--seed 0]      # graph 39 shrunk to a minimal model
     python benchmarks/fuzz.py ... --deadline 840           # start no graph after 840 s (resume: --start)
+    python benchmarks/fuzz.py ... --results R.jsonl        # every graph's result; rerun to resume
+
+With --results every graph's result is appended to the file with the code's fingerprint (a hash of
+etfuse's sources and the generator, FINGERPRINTED): a rerun skips the graphs already there and its
+summary counts them, so one run of 10,000 graphs can span sittings, on one code only (a file from
+another code is refused).
 
 At the end of a run every etfuse failure (mismatch, error, unstable) is shrunk in its own process
 (`fuzz_models.shrink`: ops, body ops, outputs, seed removed while the same comparison fails) and
@@ -180,6 +186,48 @@ def shrink(seed: int, i: int, repro_dir=None, aarch64_cpu: str = "neoverse-n1") 
     return 0
 
 
+ROOT = TESTS.parent
+# what decides a graph's outcome: etfuse itself (ops, rules, passes, kernels, the runner) and the
+# generator; a results file holds graphs of one fingerprint only ("10,000 graphs on the final code")
+FINGERPRINTED = ("src/etfuse", "backend_ops", "patterns", "passes", "kernels", "tests/fuzz_models.py",
+                 "tests/fuzz_blocks.py", "tests/readme_consumer.py", "tests/deploy_models.py", "pyproject.toml")
+_SOURCE_SUFFIXES = {".py", ".h", ".hpp", ".c", ".cc", ".cpp", ".txt", ".cmake", ".in", ".toml", ".json"}
+
+
+def code_fingerprint(root: Path = ROOT) -> str:
+    """A short hash of the FINGERPRINTED sources' paths and contents (build outputs and caches left out)."""
+    import hashlib
+
+    h = hashlib.sha256()
+    for top in FINGERPRINTED:
+        base = root / top
+        files = [base] if base.is_file() else sorted(f for f in base.rglob("*") if f.is_file()
+                                                       and f.suffix in _SOURCE_SUFFIXES
+                                                       and "__pycache__" not in f.parts and "build" not in f.parts)
+        for f in files:
+            h.update(str(f.relative_to(root)).encode() + b"\0" + f.read_bytes() + b"\0")
+    return h.hexdigest()[:16]
+
+
+def read_results(path: str, code: str) -> dict:
+    """{graph index: result} from a --results file, every line checked at `code`; SystemExit naming
+    the file and both fingerprints when it holds another code's graphs."""
+    done = {}
+    if not Path(path).exists():
+        return done
+    with open(path) as f:
+        for n, line in enumerate(f, 1):
+            if not line.strip():
+                continue
+            res = json.loads(line)
+            if res.get("code") != code:
+                raise SystemExit(f"{path}:{n}: graph {res.get('i')} was checked at code {res.get('code')}, this "
+                                 f"checkout is {code} (benchmarks/fuzz.py FINGERPRINTED changed): a run counts "
+                                 "graphs of one code only; start a new --results file")
+            done[res["i"]] = res
+    return done
+
+
 def rule_families() -> dict:
     """{rule key: family} from etfuse.patterns' family lists."""
     import etfuse.patterns as P
@@ -249,6 +297,9 @@ def main(argv=None) -> int:
                     help="seconds: start no graph after this (the summary still prints); resume with --start")
     ap.add_argument("--every", type=int, default=25, help="print cumulative counts every N graphs")
     ap.add_argument("--failures", default=None, help="JSON-lines file for failures, aborts and hangs")
+    ap.add_argument("--results", default=None,
+                    help="JSON-lines file of every graph's result, with the code fingerprint: graphs already in it "
+                         "are not run again and count in the summary (resume a run, across sessions)")
     ap.add_argument("--shrink", type=int, default=None, metavar="I",
                     help="check graph I of --seed in this process and shrink it to a minimal model "
                          "with the same outcome")
@@ -282,12 +333,19 @@ def main(argv=None) -> int:
     by_pass = collections.Counter()  # pass -> graphs it changed
     failed = []
     lock = threading.Lock()
+    code = code_fingerprint()
+    earlier = read_results(a.results, code) if a.results else {}
+    results = open(a.results, "a") if a.results else None
     todo = queue.Queue()
     for i in range(a.start, a.start + a.graphs):
-        todo.put(i)
+        if i not in earlier:
+            todo.put(i)
     failures = open(a.failures, "a") if a.failures else None
+    print(f"code {code}; {len(earlier)} graphs from {a.results}, {todo.qsize()} to run" if a.results
+          else f"code {code}", flush=True)
     t0 = time.time()
     done = [0]
+    ran = [0]
 
     def report(final=False):
         el = time.time() - t0
@@ -296,7 +354,7 @@ def main(argv=None) -> int:
                            ("pass", *fm.FAILURES, "known_etfuse_bug", "stock_bug",
                             "stock_error", "skip", "abort", "hang", "harness_error"))
                 + f" aarch64={counts['aarch64']}"
-                + f" time={el:.0f}s ({el / max(done[0], 1):.2f}s/graph)")
+                + f" time={el:.0f}s ({el / max(ran[0], 1):.2f}s/graph run here)")
         print(line, flush=True)
         if final or done[0] % (a.every * 4) == 0:
             print(f"    graphs with a fused op: {counts['with_fusion']}; fused ops: "
@@ -305,9 +363,15 @@ def main(argv=None) -> int:
             for k, v in errors.most_common(12):
                 print(f"    {v:6d}  {k}", flush=True)
 
-    def record(i, res):
+    def record(i, res, earlier=False):
         with lock:
             done[0] += 1
+            if not earlier:
+                ran[0] += 1
+                if results:
+                    keep = {k: v for k, v in res.items() if k != "detail" or res["kind"] != "pass"}
+                    results.write(json.dumps({**keep, "i": i, "code": code}) + "\n")
+                    results.flush()
             counts[res["kind"]] += 1
             ops = res.get("fused_ops") or {}
             counts["with_fusion"] += bool(ops)
@@ -321,19 +385,25 @@ def main(argv=None) -> int:
             if res.get("int8_exact") is not None:
                 counts["int8_exact" if res["int8_exact"] else "int8_within_a_step"] += 1
             if res["kind"] in fm.FAILURES:
-                failed.append(i)
+                if not earlier:
+                    failed.append(i)
             if res.get("error") and res["kind"] != "pass":
                 errors[f"{res['kind']}: {res['error'][:140]}"] += 1
             if res["kind"] == "stock_bug":
                 counts["stock_bug_fused_ok" if res.get("fused_ok") else "stock_bug_fused_wrong"] += 1
-            if res["kind"] in (*fm.FAILURES, "abort", "hang", "harness_error", "stock_bug", "known_etfuse_bug"):
+            if not earlier and res["kind"] in (*fm.FAILURES, "abort", "hang", "harness_error", "stock_bug",
+                                               "known_etfuse_bug"):
                 spec = repr(spec_for(a.seed, i))
                 print(f"--- graph {i}: {res['kind']}: {res['detail'][:600]}\n{spec}", flush=True)
                 if failures:
                     failures.write(json.dumps({**res, "i": i, "seed": a.seed, "spec": spec}) + "\n")
                     failures.flush()
-            if done[0] % a.every == 0:
+            if not earlier and done[0] % a.every == 0:
                 report()
+
+    for i in sorted(earlier):
+        if a.start <= i < a.start + a.graphs:
+            record(i, earlier[i], earlier=True)
 
     def job():
         w = None

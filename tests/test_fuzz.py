@@ -360,3 +360,53 @@ def test_fuzzed_programs_run_alike_on_the_aarch64_runner():
         if min(checked.values()) >= 3:
             break
     assert min(checked.values()) >= 3, checked
+
+
+def _fuzz_script():
+    import importlib.util
+    from pathlib import Path
+
+    path = Path(__file__).resolve().parent.parent / "benchmarks" / "fuzz.py"
+    spec = importlib.util.spec_from_file_location("fuzz_script", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_fuzz_run_resumes_from_its_results_file(tmp_path, capsys):
+    """`benchmarks/fuzz.py --results F` (the 10,000-graph run, over several sittings): every graph's
+    result goes to F with the code fingerprint; a second run skips the graphs in F and counts them
+    in its summary; F from another code is refused, naming the file, the graph and both codes."""
+    import json
+
+    fuzz = _fuzz_script()
+    results = tmp_path / "results.jsonl"
+    args = ["--seed", "44", "--jobs", "1", "--no-shrink", "--results", str(results)]
+    assert fuzz.main(["--graphs", "1", *args]) == 0
+    code = fuzz.code_fingerprint()
+    assert [(r["i"], r["code"]) for r in map(json.loads, results.read_text().splitlines())] == [(0, code)]
+    capsys.readouterr()
+    assert fuzz.main(["--graphs", "2", *args]) == 0
+    out = capsys.readouterr().out
+    assert f"code {code}; 1 graphs from {results}, 1 to run" in out
+    assert "[final] graphs=2/2 " in out
+    assert [r["i"] for r in map(json.loads, results.read_text().splitlines())] == [0, 1]
+    old = tmp_path / "old.jsonl"
+    old.write_text(json.dumps({"i": 0, "kind": "pass", "code": "0" * 16}) + "\n")
+    with pytest.raises(SystemExit, match=f"old.jsonl:1: graph 0 was checked at code {'0' * 16}, this checkout is {code}"):
+        fuzz.main(["--graphs", "1", *args[:-1], str(old)])
+
+
+def test_code_fingerprint_follows_the_sources(tmp_path):
+    """The fingerprint changes with a rule's source and not with a build output or a cache."""
+    fuzz = _fuzz_script()
+    (tmp_path / "patterns" / "__pycache__").mkdir(parents=True)
+    rule = tmp_path / "patterns" / "rules.py"
+    rule.write_text("A = 1\n")
+    before = fuzz.code_fingerprint(tmp_path)
+    (tmp_path / "patterns" / "__pycache__" / "rules.cpython-311.pyc").write_bytes(b"\0")
+    (tmp_path / "patterns" / "build").mkdir()
+    (tmp_path / "patterns" / "build" / "x.cpp").write_text("int x;\n")
+    assert fuzz.code_fingerprint(tmp_path) == before
+    rule.write_text("A = 2\n")
+    assert fuzz.code_fingerprint(tmp_path) != before
