@@ -186,7 +186,10 @@ def _table(bits: int):
 
 
 def _zero_point_bound(m: Match) -> Optional[tuple[float, bool]]:
-    """(largest |zp|, all integer-valued) when known from the values or the dtype, else None."""
+    """(largest |zp|, all integer-valued) when known from the values or the dtype, else None.
+    Integer zero points wider than int8 whose values the pass cannot see (the config route) are taken
+    to lie in the quant range, as quantizers make them and as the group rules take them: bounded by
+    their dtype alone, an int32 zero point would keep every route but etfuse.fuse's from fusing."""
     if m.bindings["zero_point"] is None:
         return 0.0, True
     z = m.constant("zero_point")
@@ -197,6 +200,9 @@ def _zero_point_bound(m: Match) -> Optional[tuple[float, bool]]:
     if dt.is_floating_point:
         return None
     info = torch.iinfo(dt)
+    qmin, qmax = _literal(m, "quant_min"), _literal(m, "quant_max")
+    if info.bits > 8 and qmin is not None and qmax is not None:
+        return float(max(-qmin, qmax)), True
     return float(max(-info.min, info.max)), True
 
 
