@@ -9,6 +9,8 @@
 // * rows: linear_dq's layout (a column's weights contiguous, its scales in an array beside):
 //   dot_q4's loop, 128 columns of K a 64-byte load, qx from L1, the scales spread over the lanes by
 //   a permute, one horizontal sum a column;
+// * rows, scales inline: the same bytes and loop, each 16 groups' 16 scales (64 bytes) stored
+//   after their 4 superblocks in the column's stream, so the step reads one stream, not two;
 // * blocks: 16 columns side by side, a 64-byte line = 8 values of K (one dword) of each, a
 //   group's 4 lines then its 16 scales in the same stream; qx broadcast 4 bytes at a time, the
 //   16 columns' sums in the lanes (no horizontal sum, no permute).
@@ -53,22 +55,25 @@ __attribute__((noinline)) int64_t plain_read(const uint8_t* p, size_t bytes) {
 
 // rows: byte b of superblock sb of a column: low nibble = k 128 sb + b, high = k 128 sb + 64 + b
 // (qx stored in that order, as quantize_q8 does for dot_q4). qsum[g] = sum of qx over group g.
-template <int kPrefetch>
+// kInline: w holds each column's 16-group chunks as 4 superblocks then 16 scales (sc unused).
+template <int kPrefetch, bool kInline = false>
 __attribute__((noinline)) void rows(const uint8_t* w, const float* sc, const int8_t* qx, const int32_t* qsum,
                                     float xs, int64_t N, float* out) {
   const __m512i mask = _mm512_set1_epi8(15);
   const __m512i step = _mm512_setr_epi32(0, 0, 0, 0, 1, 1, 1, 1, 2, 2, 2, 2, 3, 3, 3, 3);
+  constexpr int64_t kChunk = kInline ? 320 : 256;  // bytes of a column's 16 groups
   for (int64_t n = 0; n < N; ++n) {
-    const uint8_t* r = w + n * (K / 2);
+    const uint8_t* r = w + n * (K / 128 / 4) * kChunk;
     const float* s = sc + n * kGroups;
     __m512 tot = _mm512_setzero_ps(), bias = _mm512_setzero_ps();
     for (int64_t g0 = 0; g0 < kGroups; g0 += 16) {
-      const __m512 s16 = _mm512_loadu_ps(s + g0);
+      const uint8_t* chunk = r + g0 / 16 * kChunk;
+      const __m512 s16 = kInline ? _mm512_load_ps(reinterpret_cast<const float*>(chunk + 256)) : _mm512_loadu_ps(s + g0);
       bias = _mm512_fmadd_ps(s16, _mm512_cvtepi32_ps(_mm512_loadu_si512(qsum + g0)), bias);
       for (int j = 0; j < 4; ++j) {
         const int64_t sb = g0 / 4 + j;
-        if (kPrefetch) _mm_prefetch(reinterpret_cast<const char*>(r + 64 * sb) + kPrefetch, _MM_HINT_T0);
-        const __m512i v = _mm512_loadu_si512(r + 64 * sb);
+        if (kPrefetch) _mm_prefetch(reinterpret_cast<const char*>(chunk + 64 * j) + kPrefetch, _MM_HINT_T0);
+        const __m512i v = _mm512_loadu_si512(chunk + 64 * j);
         const __m512i lo = _mm512_and_si512(v, mask), hi = _mm512_and_si512(_mm512_srli_epi16(v, 4), mask);
         __m512i acc = _mm512_dpbusd_epi32(_mm512_setzero_si512(), lo, _mm512_loadu_si512(qx + 128 * sb));
         acc = _mm512_dpbusd_epi32(acc, hi, _mm512_loadu_si512(qx + 128 * sb + 64));
@@ -138,6 +143,12 @@ int main(int argc, char** argv) {
       for (int b = 0; b < 64; ++b)
         wr[n * K / 2 + 64 * sb + b] = q[n * K + 128 * sb + b] | (q[n * K + 128 * sb + 64 + b] << 4);
   std::memcpy(sr, s.data(), s.size() * sizeof(float));
+  uint8_t* wi = huge<uint8_t>(N * (K / 2 + kGroups * 4));  // rows with the scales inline
+  for (int64_t n = 0, off = 0; n < N; ++n)
+    for (int64_t c = 0; c < kGroups / 16; ++c, off += 320) {
+      std::memcpy(wi + off, wr + n * K / 2 + 256 * c, 256);
+      std::memcpy(wi + off + 256, sr + n * kGroups + 16 * c, 64);
+    }
   // rows assigns lane l of superblock sb (bytes 4 l .. 4 l + 3: k of both nibble halves) to group
   // 4 sb + l / 4, as dot_q4's lanes meet its groups in quantize_q8's order; ref_rows sums the same.
   // blocks
@@ -186,6 +197,8 @@ int main(int argc, char** argv) {
   };
   rows<3072>(wr, sr, qxr, qsum_rows, xs, N, out.data());
   bool ok = check("rows", ref_rows);
+  rows<0, true>(wi, nullptr, qxr, qsum_rows, xs, N, out.data());
+  ok = check("inline", ref_rows) && ok;
   blocks<0>(wb, x.data(), qsum, xs, N, out.data());
   ok = check("blocks", ref) && ok;
   if (!ok) return 1;
@@ -193,7 +206,8 @@ int main(int argc, char** argv) {
   const double bytes = N * (K / 2 + kGroups * 4.0);
   struct Run { const char* name; double best; } runs[] = {
       {"plain read", 1e9}, {"rows, prefetch 3072 B", 1e9}, {"rows, no prefetch", 1e9},
-      {"blocks, no prefetch", 1e9}, {"blocks, prefetch 3072 B", 1e9}};
+      {"blocks, no prefetch", 1e9}, {"blocks, prefetch 3072 B", 1e9},
+      {"rows inline, no prefetch", 1e9}, {"rows inline, prefetch 3072 B", 1e9}};
   volatile int64_t sink = 0;
   for (int r = 0; r < reps; ++r) {  // the variants take turns
     double t = now();
@@ -211,6 +225,12 @@ int main(int argc, char** argv) {
     t = now();
     blocks<3072>(wb, x.data(), qsum, xs, N, out.data());
     runs[4].best = std::min(runs[4].best, now() - t);
+    t = now();
+    rows<0, true>(wi, nullptr, qxr, qsum_rows, xs, N, out.data());
+    runs[5].best = std::min(runs[5].best, now() - t);
+    t = now();
+    rows<3072, true>(wi, nullptr, qxr, qsum_rows, xs, N, out.data());
+    runs[6].best = std::min(runs[6].best, now() - t);
   }
   std::printf("%lld x %lld int4 g32, %.1f MB of weights and scales, best of %d:\n", static_cast<long long>(N),
               static_cast<long long>(K), bytes / 1e6, reps);
