@@ -21,7 +21,13 @@ same nodes, equal constants) and the operator is pure:
   `update_cache_`): two reads of it on either side of the write differ;
 * the later node is not a program output (the graph signature names each output once);
 * it is not a quantize / dequantize (`quantized_decomposed`): PT2E keeps one per consumer on
-  purpose, and the XNNPACK partitioner needs them so.
+  purpose, and the XNNPACK partitioner needs them so;
+* reading the earlier node does not give a control-flow op one tensor as two operands (nor do
+  merged constants): torch cannot retrace such a program (fuzz seed 44, graph 2770);
+* it is not a copy a compat pass inserted on purpose (`CondOutputCopyPass`, `CondViewCopyPass`:
+  `meta["etfuse"]["copied"]`): they run after this pass, so merging such a copy with an earlier
+  copy of the same result (export's, before a `while_loop`) only happened when a fused program was
+  fused again, which then differed from fusing once (fuzz seed 44, graph 2085).
 
 The later node's users then read the earlier one, which already comes first in the graph; in a
 functional graph (before `to_executorch` makes cache updates in place) this only moves reads of
@@ -95,7 +101,7 @@ def _key(value):
 
 
 def _node_key(node: fx.Node, written: set) -> Optional[tuple]:
-    if not _pure(node) or any(user.op == "output" for user in node.users):
+    if not _pure(node) or any(user.op == "output" for user in node.users) or "copied" in node.meta.get("etfuse", {}):
         return None  # a program output stays its own node: the output list names each once
     reads: list = []
     fx.node.map_arg((node.args, node.kwargs), reads.append)
@@ -103,6 +109,19 @@ def _node_key(node: fx.Node, written: set) -> Optional[tuple]:
         return None
     args, kwargs = _key(node.args), _key(node.kwargs)
     return None if args is None or kwargs is None else (node.target, args, kwargs)
+
+
+def _would_repeat_an_operand(node: fx.Node, into: fx.Node) -> bool:
+    """Whether reading `into` in place of `node` gives a control-flow op (`cond`, `scan`, ...) one
+    tensor as two operands: torch then cannot retrace the program ("cond_true might be aliasing
+    the input or the output!"; fuzz seed 44 graph 2770: two branches' equal weight scales)."""
+    for user in node.users:
+        if user.op == "call_function" and isinstance(user.target, torch._ops.HigherOrderOperator):
+            operands: list = []
+            fx.node.map_arg((user.args, user.kwargs), operands.append)
+            if into in operands:
+                return True
+    return False
 
 
 def merge_common_subexpressions(graph: fx.Graph, find_only: bool = False) -> int:
@@ -119,7 +138,7 @@ def merge_common_subexpressions(graph: fx.Graph, find_only: bool = False) -> int
             earlier = first.setdefault(key, node)
         except TypeError:  # a constant that does not hash after all
             continue
-        if earlier is not node:
+        if earlier is not node and not _would_repeat_an_operand(node, earlier):
             if find_only:  # the first repeat merged sees the graph as given: it is this one
                 return 1
             node.replace_all_uses_with(earlier)
@@ -164,9 +183,11 @@ def _merge_constants(ep):
     dropped = set()
     for node, first in same.items():
         duplicate = by_name[node.name]
+        if _would_repeat_an_operand(duplicate, by_name[first.name]):
+            continue
         duplicate.replace_all_uses_with(by_name[first.name])
         dropped.add(duplicate)
-    return without_unused_constants(new, dropped)
+    return without_unused_constants(new, dropped) if dropped else None
 
 
 class CommonSubexpressionPass(ExportedProgramPassBase):

@@ -19,6 +19,7 @@ import os
 import random
 
 import pytest
+import torch
 from hypothesis import HealthCheck, Phase, assume, event, given, settings
 from hypothesis import strategies as st
 
@@ -171,6 +172,62 @@ def test_fusing_the_fused_program_again_changes_nothing():
                         (fm.Op("block", (0,), ("rope", 0)), fm.Op("block", (1,), ("rope", 1))), (2,), seed=2)
     fused = etfuse.fuse(fm.export_edge(spec))
     assert fm.op_list(etfuse.fuse(fused).exported_program()) == fm.op_list(fused.exported_program())
+
+
+def test_fusing_again_keeps_the_copies_the_compat_passes_inserted():
+    """Fuzz seed 44 graph 2085, shrunk (issue 44): a scan result read by a view (CondViewCopyPass
+    copies it) and carried into a while loop (export copies it): fusing the fused program again
+    merged the two copies (CommonSubexpressionPass), so fusing twice differed from fusing once."""
+    import etfuse
+
+    fm.kernels()
+    spec = fm.ModelSpec(
+        shape=(2, 2, 1), inputs=((2, 2, 1),),
+        ops=(fm.Op("scalar", (0,), ("rsub", 1.0)), fm.Op("relu", (0,)), fm.Op("linear", (1,), (True, "")),
+             fm.Op("scan", (0, 3), ("ys",), ((fm.Op("relu", ("a",)), fm.Op("scalar", (0,), ("rsub", 1.0))),)),
+             fm.Op("block", (4,), ("permute", False, (0, 2, 1))),
+             fm.Op("while", (4, 2), (2,), ((fm.Op("block", ("a",), ("gated", 1, 1)), fm.Op("add", ("b", "a")),
+                                            fm.Op("sub", (1, 0)), fm.Op("mul", ("b", 2))),))),
+        outputs=(6, 5))
+    fused = etfuse.fuse(fm.export_edge(spec))
+    once = fm.op_list(fused.exported_program())
+    assert once.count("dim_order_ops._clone_dim_order.default") >= 2, once  # both copies are there
+    assert fm.op_list(etfuse.fuse(fused).exported_program()) == once
+
+
+def test_a_stock_kernel_wrong_upstream_of_an_output_is_a_stock_bug_when_the_whole_program_cannot_run():
+    """Fuzz seed 44 graph 2551, shrunk (issue 44): a channels-last input's unsqueeze -> permute is
+    wrong on the stock runtime (its unsqueeze_copy kernel), in the fused program too; the stock
+    program as a whole cannot run (an int8 add of mixed dim orders), so the check runs the stock
+    program of the wrong output alone: wrong the same way, a stock bug, not etfuse's."""
+    fm.kernels()
+    spec = fm.ModelSpec(shape=(2, 4, 5, 5), inputs=((2, 4, 5, 5), (5,), (5,)),
+                        ops=(fm.Op("block", (0,), ("permute", True, (1, 3, 2, 0, 4))),
+                             fm.Op("block", (0,), ("qadd_scalar", "int", "int8"))),
+                        outputs=(4, 3), layout="channels_last")
+    outcome = fm.check(spec)
+    assert outcome.kind == fm.STOCK_BUG and outcome.fused_ok is False, outcome
+    assert "outputs [1] alone, on the stock runtime" in outcome.detail
+
+
+def test_equal_constants_of_two_branches_stay_two_operands_of_the_cond():
+    """Fuzz seed 44 graph 2770, shrunk (issue 44): each branch of a cond holds a quantized conv whose
+    weight scales and zero points equal the other's; CommonSubexpressionPass stored them once and
+    gave the cond one tensor as two operands, which torch cannot retrace ("cond_true might be
+    aliasing the input or the output!")."""
+    import etfuse
+
+    fm.kernels()
+    spec = fm.ModelSpec(shape=(1, 2, 5, 4), inputs=((1, 2, 5, 4),), ops=(fm.Op("cond", (0, 0, 0), (), (
+        (fm.Op("block", ("a",), ("qgemm", "requant_relu", True, 3, (-0.5, 0.25), "int8")),),
+        (fm.Op("block", ("a",), ("qgemm", "requant_relu", True, 1, (0.0, 6.0), "int8")),))),), outputs=(1,))
+    fused = etfuse.fuse(fm.export_edge(spec))
+    (cond,) = [n for n in fused.exported_program().graph.nodes if n.target is torch.ops.higher_order.cond]
+    operands = cond.args[3]
+    assert len(set(operands)) == len(operands), operands
+    fused.exported_program().run_decompositions()
+    outcome = fm.check(spec)
+    assert outcome.kind == fm.PASS, outcome
 
 
 def test_a_cache_write_into_a_copy_leaves_the_source_alone_on_the_runtime():
