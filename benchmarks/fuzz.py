@@ -88,10 +88,10 @@ Runs at earlier codes found etfuse bugs at graphs 357 and 613 (config route, int
 points), 2085 and 2702 (fuse twice != once), 2270, 2329 and 3069 (a cache write into a copy,
 wrong on the runtime) and 2770 (a cond no longer retraceable), and mislabelled 2551 (a stock
 bug); each fixed with a test. At code 577be2473500118e (after those fixes), Zen 4, 2 cores, nothing
-else running: graphs 0-2094 (and 2096) in ~1950 s (0.93 s/graph): pass 1679, etfuse mismatches /
-errors / unstable / routes / aarch64 0, stock bugs 41 (39 right in the fused program), stock
-errors 352, skipped 23, aborts 0, hangs 0; 140 graphs on aarch64; 283 int8 graphs bit-exact with
-the stock int8 runtime; 178 of 209 rules fired. The results are benchmarks/fuzz_runs/
+else running: graphs 0-2714 (and a few past) at ~0.93 s/graph: pass 2194, etfuse mismatches /
+errors / unstable / routes / aarch64 0, stock bugs 48 (44 right in the fused program), stock
+errors 442, skipped 31, aborts 0, hangs 0; 180 graphs on aarch64; 373 int8 graphs bit-exact with
+the stock int8 runtime; 185 of 209 rules fired. The results are benchmarks/fuzz_runs/
 seed44-577be2473500118e.jsonl.gz (gunzip it and pass it as --results to resume at that code).
 """
 
