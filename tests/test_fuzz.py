@@ -230,6 +230,21 @@ def test_equal_constants_of_two_branches_stay_two_operands_of_the_cond():
     assert outcome.kind == fm.PASS, outcome
 
 
+def test_a_transposed_result_of_a_cond_read_by_another_is_copied_in_its_own_strides():
+    """Fuzz seed 44 graph 7361, shrunk (issue 44): a cond over a transposed [2, 8] input (dim order
+    [1, 0]) whose result a second cond reads. CondOutputCopyPass copied the result with its dim
+    order, [1, 0], which executorch maps to no memory format: `etfuse.fuse` raised while
+    verifying the node it wrote. The copy now keeps the result's strides (dim_order None)."""
+    fm.kernels()
+    spec = fm.ModelSpec(shape=(2, 8), inputs=((2, 8), (), (1, 1)), ops=(
+        fm.Op("cond", (1, 0, 2), (), ((fm.Op("block", ("a",), ("qadd_scalar", "float", "uint8")),),
+                                      (fm.Op("add", ("b", "a")),))),
+        fm.Op("cond", (3, 3, 3), (), ((fm.Op("clamp", ("a",), (0.0, None)),), (fm.Op("add", ("b", "b")),)))),
+        outputs=(4,), layout="transposed")
+    outcome = fm.check(spec, routes=True)
+    assert outcome.kind not in fm.FAILURES, outcome
+
+
 def test_a_cache_write_into_a_copy_leaves_the_source_alone_on_the_runtime():
     """Fuzz seed 44 graph 149 (issue 44): `c = h.clone(); c[:, pos] = v; return c, h` gave a wrong h on
     the runtime: DropIdentityCopiesPass dropped the clone and to_executorch ran the fused

@@ -58,12 +58,18 @@ class ResultCopyPass(ExportPass):
             base = redirect.get(n)
             env[n] = graph.node_copy(n, lambda a: kept[a] if a is base else env[a])
             if n in todo:
-                val = n.meta["val"]
-                dim_order = list(val.dim_order()) if hasattr(val, "dim_order") else list(range(val.dim()))
-                clone = graph.call_function(_CLONE, (env[n],), {"dim_order": dim_order})
+                clone = graph.call_function(_CLONE, (env[n],), {"dim_order": _dim_order(n.meta["val"])})
                 clone.meta = {**n.meta, "etfuse": {"copied": n.name}}
                 kept[n] = clone
                 if todo[n] is None:
                     env[n] = clone
                 self.copied.append((path, n.name))
         return graph
+
+
+def _dim_order(val) -> Optional[list[int]]:
+    """The copy's dim order: the result's, where executorch has a memory format for it (contiguous,
+    channels-last); otherwise None, which keeps the result's strides (preserve_format). A
+    transposed result's [1, 0] has none: executorch's clone would raise on it while lowering."""
+    order = list(val.dim_order()) if hasattr(val, "dim_order") else list(range(val.dim()))
+    return order if order == list(range(len(order))) or order == [0, 2, 3, 1] else None
