@@ -214,6 +214,7 @@ def shrink(seed: int, i: int, repro_dir=None, aarch64_cpu: str = "neoverse-n1") 
     print(f"minimal:\n{small!r}\n{outcome}", flush=True)
     if repro_dir is not None:
         path = Path(repro_dir) / f"repro_{seed}_{i}.py"
+        path.parent.mkdir(parents=True, exist_ok=True)  # shrinking takes minutes: not lost to a missing folder
         path.write_text(fm.reproducer(small, outcome, f"graph {i} of seed {seed}, shrunk from {len(spec.ops)} to "
                                                       f"{len(small.ops)} ops", aarch64=runner))
         print(f"reproducer: {path}", flush=True)
