@@ -37,8 +37,10 @@ its own process (the programs and thread counts taking turns, round by round):
 * the bandwidth bound of decode: bytes of weights a token reads (every linear's weights, the output
   linear included; 8da4w: 4-bit values and float32 scales per group of 32) / the machine's
   bandwidth as etfuse's probe measures it (kernels/csrc/bench/probe.h: a STREAM add on the
-  ExecuTorch threadpool, 12 bytes per element) at the same thread count, the better of a probe
-  before the exports and one after the runs.
+  ExecuTorch threadpool, 12 bytes per element) at the same thread count, probed right before and
+  right after each timing run (the better of the two): a shared host's bandwidth drifts by a
+  quarter within an hour, so each run is paired with its own probe and decode / bound is the
+  median of the runs' ratios (their range beside it).
 
 If an export's RSS grows past --memory-gib it is stopped (the machine stays up), the script says so
 and measures the most layers that fit (halving), reporting per-layer numbers beside the totals.
@@ -409,7 +411,6 @@ def main(argv=None) -> int:
     load_start = os.getloadavg()
     print(f"# etfuse LLM benchmark\n\n{cpu_model()}, {os.cpu_count()} CPUs, load average "
           f"{load_start[0]:.2f} / {load_start[1]:.2f} / {load_start[2]:.2f} (1 / 5 / 15 min) at the start\n", flush=True)
-    probed = {t: [bandwidth_gbs(t)] for t in threads}  # probed again at the end: the better of the two
     memory_gib = min(args.memory_gib, available_gib() - 1)  # a shared machine: leave the others theirs
     runner = None
     if args.runner == "cpp":
@@ -429,11 +430,11 @@ def main(argv=None) -> int:
         for k in range(args.rounds):  # each round starts one program later: no place in the round is a bias
             for job in jobs[k % len(jobs):] + jobs[:k % len(jobs)] if jobs else []:
                 d, r, t = job
-                samples[job].append(child("run", {"pte": exported[d, r]["path"], "threads": t, "cfg": cfg,
-                                                  "runner": runner}))
-    for t in threads:
-        probed[t].append(bandwidth_gbs(t))
-    bandwidth = {t: max(gbs) for t, gbs in probed.items()}
+                before = bandwidth_gbs(t)  # each run's own bound: the probes on either side of it
+                s = child("run", {"pte": exported[d, r]["path"], "threads": t, "cfg": cfg, "runner": runner})
+                samples[job].append({**s, "probe_gbs": max(before, bandwidth_gbs(t))})
+    probes = {t: [s["probe_gbs"] for (_, _, jt), runs in samples.items() if jt == t for s in runs] for t in threads}
+    bandwidth = {t: statistics.median(probes[t]) if probes[t] else bandwidth_gbs(t) for t in threads}
     note = (f"An export at {' and at '.join(map(str, too_big))} layers passed the {memory_gib:.1f} GiB cap on RSS: "
             if too_big else "")
     print_table(cfg, dtypes, routes, threads, exported, samples, bandwidth, note, args.layers)
@@ -448,9 +449,10 @@ def print_table(cfg, dtypes, routes, threads, exported, samples, bandwidth, note
     cache_resident = min(weight_bytes_per_token(cfg, d) for d in dtypes) < 64e6
     print(f"\nllama: dim {cfg['dim']}, {cfg['layers']} layers, {cfg['heads']} heads, {cfg['kv_heads']} KV heads, "
           f"FFN {cfg['hidden']}, vocab {cfg['vocab']}, tied output; prompt {cfg['prompt']} tokens, decode "
-          f"{cfg['decode']}; medians of the runs. Bandwidth (probe, STREAM add): "
+          f"{cfg['decode']}; medians of the runs. Bandwidth (probe, STREAM add, around each run; median): "
           + ", ".join(f"{bandwidth[t]:.1f} GB/s at {t} thread{'s' * (t > 1)}" for t in threads)
-          + f". Bound: {weights_mb} MB of weights per token / that bandwidth"
+          + f". Bound: {weights_mb} MB of weights per token / that bandwidth; decode / bound: the median of "
+          "each run's decode over its own probes' bound (the runs' range)"
           + (" (at this size they fit in the caches: no bound)" if cache_resident else "")
           + ". Error vs eager: max |logits - eager's| / max |eager's| of the first prefill.\n")
     if per_layer:
@@ -481,16 +483,19 @@ def print_table(cfg, dtypes, routes, threads, exported, samples, bandwidth, note
                 error = statistics.median(s["rel_error"] for s in ok) if ok and ok[0]["rel_error"] is not None else None
                 tail = (f" {e['peak_kib'] / 1024:,.0f} | {e['pte_bytes'] / 1e6:,.1f} | "
                         f"{'-' if error is None else f'{error:.1e}'} | {ops} |")
-                bound = bandwidth[t] * 1e9 / weights
+                bounds = [s["probe_gbs"] * 1e9 / weights for s in runs]
+                bound = statistics.median(bounds) if bounds else bandwidth[t] * 1e9 / weights
                 if not ok:
                     print(f"{head} does not run: {errors[0] if errors else 'no runs'} | | {bound:.1f} | | |{tail}"
                           + " |" * (2 * per_layer))
                     continue
                 prefill = statistics.median(cfg["prompt"] / s["prefill_s"] for s in ok)
                 decode = statistics.median(cfg["decode"] / s["decode_s"] for s in ok)
+                ratios = [cfg["decode"] / s["decode_s"] / (s["probe_gbs"] * 1e9 / weights) for s in ok]
                 peak = statistics.median(s["peak_kib"] for s in ok) / 1024
                 above = statistics.median(s["peak_kib"] - s["before_kib"] for s in ok) / 1024
-                row = (f"{head} {prefill:.1f} | {decode:.1f} | {bound:.1f} | {decode / bound:.0%} | "
+                ratio = f"{statistics.median(ratios):.0%} ({min(ratios):.0%}-{max(ratios):.0%})"
+                row = (f"{head} {prefill:.1f} | {decode:.1f} | {bound:.1f} | {ratio} | "
                        f"{peak:,.0f} ({above:,.0f}) |{tail}")
                 if per_layer:
                     row += (f" {1e3 / decode / cfg['layers']:.2f} | {1e3 / prefill / cfg['layers']:.3f} |")

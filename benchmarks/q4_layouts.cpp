@@ -11,6 +11,8 @@
 //   a permute, one horizontal sum a column;
 // * rows, scales inline: the same bytes and loop, each 16 groups' 16 scales (64 bytes) stored
 //   after their 4 superblocks in the column's stream, so the step reads one stream, not two;
+// * rows, scales at the row's end / start: each column's scales after / before all its nibbles
+//   (start: linear_dq's pack_int4_scaled rows);
 // * blocks: 16 columns side by side, a 64-byte line = 8 values of K (one dword) of each, a
 //   group's 4 lines then its 16 scales in the same stream; qx broadcast 4 bytes at a time, the
 //   16 columns' sums in the lanes (no horizontal sum, no permute).
@@ -56,15 +58,18 @@ __attribute__((noinline)) int64_t plain_read(const uint8_t* p, size_t bytes) {
 // rows: byte b of superblock sb of a column: low nibble = k 128 sb + b, high = k 128 sb + 64 + b
 // (qx stored in that order, as quantize_q8 does for dot_q4). qsum[g] = sum of qx over group g.
 // kInline: w holds each column's 16-group chunks as 4 superblocks then 16 scales (sc unused).
-template <int kPrefetch, bool kInline = false>
+// kRowEnd: w holds each column's superblocks then all its scales (sc unused).
+template <int kPrefetch, bool kInline = false, bool kRowEnd = false, bool kRowStart = false>
 __attribute__((noinline)) void rows(const uint8_t* w, const float* sc, const int8_t* qx, const int32_t* qsum,
                                     float xs, int64_t N, float* out) {
   const __m512i mask = _mm512_set1_epi8(15);
   const __m512i step = _mm512_setr_epi32(0, 0, 0, 0, 1, 1, 1, 1, 2, 2, 2, 2, 3, 3, 3, 3);
   constexpr int64_t kChunk = kInline ? 320 : 256;  // bytes of a column's 16 groups
+  constexpr int64_t kRow = K / 2 + (kRowEnd || kRowStart ? 4 * kGroups : 0);
   for (int64_t n = 0; n < N; ++n) {
-    const uint8_t* r = w + n * (K / 128 / 4) * kChunk;
-    const float* s = sc + n * kGroups;
+    const uint8_t* r = kInline ? w + n * (K / 128 / 4) * kChunk : w + n * kRow;
+    const float* s = kRowEnd ? reinterpret_cast<const float*>(r + K / 2) : sc + n * kGroups;
+    if (kRowStart) s = reinterpret_cast<const float*>(r), r += 4 * kGroups;
     __m512 tot = _mm512_setzero_ps(), bias = _mm512_setzero_ps();
     for (int64_t g0 = 0; g0 < kGroups; g0 += 16) {
       const uint8_t* chunk = r + g0 / 16 * kChunk;
@@ -149,6 +154,16 @@ int main(int argc, char** argv) {
       std::memcpy(wi + off, wr + n * K / 2 + 256 * c, 256);
       std::memcpy(wi + off + 256, sr + n * kGroups + 16 * c, 64);
     }
+  uint8_t* we = huge<uint8_t>(N * (K / 2 + kGroups * 4));  // rows with the scales at each row's end
+  for (int64_t n = 0; n < N; ++n) {
+    std::memcpy(we + n * (K / 2 + kGroups * 4), wr + n * K / 2, K / 2);
+    std::memcpy(we + n * (K / 2 + kGroups * 4) + K / 2, sr + n * kGroups, kGroups * 4);
+  }
+  uint8_t* ws = huge<uint8_t>(N * (K / 2 + kGroups * 4));  // rows with the scales at each row's start
+  for (int64_t n = 0; n < N; ++n) {
+    std::memcpy(ws + n * (K / 2 + kGroups * 4), sr + n * kGroups, kGroups * 4);
+    std::memcpy(ws + n * (K / 2 + kGroups * 4) + kGroups * 4, wr + n * K / 2, K / 2);
+  }
   // rows assigns lane l of superblock sb (bytes 4 l .. 4 l + 3: k of both nibble halves) to group
   // 4 sb + l / 4, as dot_q4's lanes meet its groups in quantize_q8's order; ref_rows sums the same.
   // blocks
@@ -199,6 +214,10 @@ int main(int argc, char** argv) {
   bool ok = check("rows", ref_rows);
   rows<0, true>(wi, nullptr, qxr, qsum_rows, xs, N, out.data());
   ok = check("inline", ref_rows) && ok;
+  rows<0, false, true>(we, nullptr, qxr, qsum_rows, xs, N, out.data());
+  ok = check("row end", ref_rows) && ok;
+  rows<0, false, false, true>(ws, nullptr, qxr, qsum_rows, xs, N, out.data());
+  ok = check("row start", ref_rows) && ok;
   blocks<0>(wb, x.data(), qsum, xs, N, out.data());
   ok = check("blocks", ref) && ok;
   if (!ok) return 1;
@@ -207,7 +226,9 @@ int main(int argc, char** argv) {
   struct Run { const char* name; double best; } runs[] = {
       {"plain read", 1e9}, {"rows, prefetch 3072 B", 1e9}, {"rows, no prefetch", 1e9},
       {"blocks, no prefetch", 1e9}, {"blocks, prefetch 3072 B", 1e9},
-      {"rows inline, no prefetch", 1e9}, {"rows inline, prefetch 3072 B", 1e9}};
+      {"rows inline, no prefetch", 1e9}, {"rows inline, prefetch 3072 B", 1e9},
+      {"rows, scales at row end", 1e9}, {"rows, scales at row start", 1e9},
+      {"rows, scales at row start, prefetch 3072 B", 1e9}};
   volatile int64_t sink = 0;
   for (int r = 0; r < reps; ++r) {  // the variants take turns
     double t = now();
@@ -231,9 +252,18 @@ int main(int argc, char** argv) {
     t = now();
     rows<3072, true>(wi, nullptr, qxr, qsum_rows, xs, N, out.data());
     runs[6].best = std::min(runs[6].best, now() - t);
+    t = now();
+    rows<0, false, true>(we, nullptr, qxr, qsum_rows, xs, N, out.data());
+    runs[7].best = std::min(runs[7].best, now() - t);
+    t = now();
+    rows<0, false, false, true>(ws, nullptr, qxr, qsum_rows, xs, N, out.data());
+    runs[8].best = std::min(runs[8].best, now() - t);
+    t = now();
+    rows<3072, false, false, true>(ws, nullptr, qxr, qsum_rows, xs, N, out.data());
+    runs[9].best = std::min(runs[9].best, now() - t);
   }
   std::printf("%lld x %lld int4 g32, %.1f MB of weights and scales, best of %d:\n", static_cast<long long>(N),
               static_cast<long long>(K), bytes / 1e6, reps);
-  for (const auto& r : runs) std::printf("  %-26s %5.1f GB/s\n", r.name, bytes / r.best / 1e9);
+  for (const auto& r : runs) std::printf("  %-42s %5.1f GB/s\n", r.name, bytes / r.best / 1e9);
   return 0;
 }
