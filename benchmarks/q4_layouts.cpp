@@ -12,7 +12,7 @@
 // * rows, scales inline: the same bytes and loop, each 16 groups' 16 scales (64 bytes) stored
 //   after their 4 superblocks in the column's stream, so the step reads one stream, not two;
 // * rows, scales at the row's end / start: each column's scales after / before all its nibbles
-//   (start: linear_dq's pack_int4_scaled rows);
+//   (start: the branch dq-rows's pack_int4_scaled rows);
 // * blocks: 16 columns side by side, a 64-byte line = 8 values of K (one dword) of each, a
 //   group's 4 lines then its 16 scales in the same stream; qx broadcast 4 bytes at a time, the
 //   16 columns' sums in the lanes (no horizontal sum, no permute).
