@@ -269,7 +269,7 @@ def rule_families() -> dict:
 
     families = {}
     for name in ("QUANTIZED_ADD_RULES", "EMBEDDING_RULES", "QUANTIZED_GEMM_RULES", "GEMM_CONV_RULES",
-                 "WEIGHT_ONLY_RULES", "LINEAR_RANK_RULES", "LINEAR_RESIDUAL_RULES", "CONV_RESIDUAL_RULES",
+                 "WEIGHT_ONLY_RULES", "DYNAMIC_QUANT_RULES", "LINEAR_RANK_RULES", "LINEAR_RESIDUAL_RULES", "CONV_RESIDUAL_RULES",
                  "POOL_RULES", "ATTENTION_RULES", "NORM_RULES", "CACHE_RULES", "ROPE_RULES", "LAYOUT_RULES",
                  "FLOAT_RULES"):
         for r in getattr(P, name):
