@@ -91,8 +91,12 @@ bug); each fixed with a test. At code 577be2473500118e (after those fixes), Zen 
 else running: graphs 0-2714 (and a few past) at ~0.93 s/graph: pass 2194, etfuse mismatches /
 errors / unstable / routes / aarch64 0, stock bugs 48 (44 right in the fused program), stock
 errors 442, skipped 31, aborts 0, hangs 0; 180 graphs on aarch64; 373 int8 graphs bit-exact with
-the stock int8 runtime; 185 of 209 rules fired. The results are benchmarks/fuzz_runs/
-seed44-577be2473500118e.jsonl.gz (gunzip it and pass it as --results to resume at that code).
+the stock int8 runtime; 185 of 209 rules fired. Resumed there (2 jobs, 1 from graph 7500) up to
+graph 7738: pass 6264, stock bugs 105, stock errors 1269, skipped 100, aborts / hangs 0, 519 graphs
+on aarch64, 1111 int8 graphs bit-exact; one etfuse error, graph 7361 (a cond copy of a transposed
+result, dim order [1, 0], which executorch cannot lower: fixed in 6573dc5 with a test). The results
+are benchmarks/fuzz_runs/seed44-577be2473500118e.jsonl.gz; with the fix the code's fingerprint
+changed, so the run starts again from graph 0.
 """
 
 from __future__ import annotations
