@@ -13,6 +13,8 @@
 //   after their 4 superblocks in the column's stream, so the step reads one stream, not two;
 // * rows, scales at the row's end / start: each column's scales after / before all its nibbles
 //   (start: the branch dq-rows's pack_int4_scaled rows);
+// * + row-sum stream: the same rows loops also reading one float a column from an array of its
+//   own (linear_dq's store_q8 reads the weight's row sums so);
 // * blocks: 16 columns side by side, a 64-byte line = 8 values of K (one dword) of each, a
 //   group's 4 lines then its 16 scales in the same stream; qx broadcast 4 bytes at a time, the
 //   16 columns' sums in the lanes (no horizontal sum, no permute).
@@ -32,6 +34,8 @@
 namespace {
 
 constexpr int64_t K = 2048, G = 32, kGroups = K / G;
+
+const float* g_rs = nullptr;  // a row-sum stream beside (linear_dq's store_q8 reads one)
 
 template <class T>
 T* huge(size_t count) {
@@ -86,7 +90,7 @@ __attribute__((noinline)) void rows(const uint8_t* w, const float* sc, const int
         tot = _mm512_fmadd_ps(_mm512_cvtepi32_ps(acc), sv, tot);
       }
     }
-    out[n] = xs * (_mm512_reduce_add_ps(tot) - 8.0f * _mm512_reduce_add_ps(bias));
+    out[n] = xs * (_mm512_reduce_add_ps(tot) - 8.0f * _mm512_reduce_add_ps(bias)) + (g_rs ? g_rs[n] : 0.0f);
   }
 }
 
@@ -228,7 +232,9 @@ int main(int argc, char** argv) {
       {"blocks, no prefetch", 1e9}, {"blocks, prefetch 3072 B", 1e9},
       {"rows inline, no prefetch", 1e9}, {"rows inline, prefetch 3072 B", 1e9},
       {"rows, scales at row end", 1e9}, {"rows, scales at row start", 1e9},
-      {"rows, scales at row start, prefetch 3072 B", 1e9}};
+      {"rows, scales at row start, prefetch 3072 B", 1e9}, {"rows, prefetch 3072 B, + row-sum stream", 1e9},
+      {"rows, scales at row start, + row-sum stream", 1e9}};
+  float* rsum = huge<float>(N);
   volatile int64_t sink = 0;
   for (int r = 0; r < reps; ++r) {  // the variants take turns
     double t = now();
@@ -261,6 +267,14 @@ int main(int argc, char** argv) {
     t = now();
     rows<3072, false, false, true>(ws, nullptr, qxr, qsum_rows, xs, N, out.data());
     runs[9].best = std::min(runs[9].best, now() - t);
+    g_rs = rsum;
+    t = now();
+    rows<3072>(wr, sr, qxr, qsum_rows, xs, N, out.data());
+    runs[10].best = std::min(runs[10].best, now() - t);
+    t = now();
+    rows<0, false, false, true>(ws, nullptr, qxr, qsum_rows, xs, N, out.data());
+    runs[11].best = std::min(runs[11].best, now() - t);
+    g_rs = nullptr;
   }
   std::printf("%lld x %lld int4 g32, %.1f MB of weights and scales, best of %d:\n", static_cast<long long>(N),
               static_cast<long long>(K), bytes / 1e6, reps);
