@@ -19,6 +19,7 @@ from typing import Optional
 import torch
 import torch.fx as fx
 from executorch.exir.dialects._ops import ops as exir_ops
+from executorch.exir.dim_order_utils import is_channel_last_dim_order, is_contiguous_dim_order
 from executorch.exir.pass_base import ExportPass, PassResult
 
 from ..graph_copy import copy_graph_module, graph_modules, unchanged
@@ -71,5 +72,5 @@ def _dim_order(val) -> Optional[list[int]]:
     """The copy's dim order: the result's, where executorch has a memory format for it (contiguous,
     channels-last); otherwise None, which keeps the result's strides (preserve_format). A
     transposed result's [1, 0] has none: executorch's clone would raise on it while lowering."""
-    order = list(val.dim_order()) if hasattr(val, "dim_order") else list(range(val.dim()))
-    return order if order == list(range(len(order))) or order == [0, 2, 3, 1] else None
+    mappable = is_contiguous_dim_order(val) or is_channel_last_dim_order(val)
+    return list(val.dim_order()) if mappable else None
