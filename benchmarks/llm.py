@@ -5,6 +5,7 @@ etfuse, XNNPACK and XNNPACK + etfuse, fp32 and 8da4w, at 1 and 2 threads.
                              [--vocab 128256] [--prompt 64] [--decode 128] [--threads 1,2]
                              [--dtypes fp32,8da4w] [--routes etfuse,xnnpack,xnnpack+etfuse]
                              [--rounds 3] [--runner python|cpp] [--keep DIR] [--memory-gib 20]
+                             [--baseline REV]
 
     a small run: python benchmarks/llm.py --layers 2 --dim 256 --vocab 1000 --prompt 16 --decode 8
 
@@ -44,6 +45,9 @@ its own process (the programs and thread counts taking turns, round by round):
 
 If an export's RSS grows past --memory-gib it is stopped (the machine stays up), the script says so
 and measures the most layers that fit (halving), reporting per-layer numbers beside the totals.
+`--baseline REV` (with `--runner cpp`) adds the row `etfuse@REV`: the etfuse `.pte` on a second
+runner built from git revision REV's kernels (benchmarks/cpp.py's `baseline_runner`), timed in the
+same rounds with its own probes, so a kernel change is read as two rows of one run.
 A program that does not lower, load or run is a row with its error's first line. Prints a Markdown
 table, the CPU model and the machine's load.
 """
@@ -400,9 +404,13 @@ def main(argv=None) -> int:
                          "route reuses them (timing a kernel change without exporting again)")
     ap.add_argument("--memory-gib", type=float, default=20.0,
                     help="an export whose RSS passes this is stopped and fewer layers are measured")
+    ap.add_argument("--baseline", metavar="REV",
+                    help="with --runner cpp: also time the etfuse .pte on a runner built from REV's kernels")
     args = ap.parse_args(argv)
     if args.child:
         return child_main(*args.child)
+    if args.baseline and args.runner != "cpp":
+        ap.error("--baseline times a second C++ runner: it needs --runner cpp")
 
     cfg = dict(layers=args.layers, dim=args.dim, heads=args.heads, kv_heads=args.kv_heads, hidden=args.hidden,
                vocab=args.vocab, prompt=args.prompt, decode=args.decode)
@@ -412,32 +420,39 @@ def main(argv=None) -> int:
     print(f"# etfuse LLM benchmark\n\n{cpu_model()}, {os.cpu_count()} CPUs, load average "
           f"{load_start[0]:.2f} / {load_start[1]:.2f} / {load_start[2]:.2f} (1 / 5 / 15 min) at the start\n", flush=True)
     memory_gib = min(args.memory_gib, available_gib() - 1)  # a shared machine: leave the others theirs
-    runner = None
+    runner, runners = None, {}
     if args.runner == "cpp":
         sys.path.insert(0, str(Path(__file__).parent))
-        from cpp import build_runner
+        from cpp import baseline_runner, build_runner
 
         runner = str(build_runner(Path(tempfile.gettempdir()) / "etfuse-bench-runner"))
+        if args.baseline:  # the same etfuse program, REV's kernels
+            runners[f"etfuse@{args.baseline}"] = str(baseline_runner(args.baseline, Path(tempfile.gettempdir())
+                                                                     / "etfuse-bench-runner"))
     print(f"exports are stopped past {memory_gib:.1f} GiB of RSS\n", flush=True)
     with tempfile.TemporaryDirectory() as tmp:
         workdir = Path(args.keep or tmp)
         workdir.mkdir(parents=True, exist_ok=True)
         exported, layers, too_big = export_all(cfg, dtypes, routes, workdir, memory_gib)
         cfg["layers"] = layers
-        jobs = [(d, r, t) for d in dtypes for r in routes for t in threads
+        timed = routes + [r for r in runners if "etfuse" in routes]
+        for d, r in itertools.product(dtypes, timed[len(routes):]):
+            exported[d, r] = exported[d, "etfuse"]
+        jobs = [(d, r, t) for d in dtypes for r in timed for t in threads
                 if not {"error", "oom"} & exported[d, r].keys()]
         samples = {job: [] for job in jobs}
         for k in range(args.rounds):  # each round starts one program later: no place in the round is a bias
             for job in jobs[k % len(jobs):] + jobs[:k % len(jobs)] if jobs else []:
                 d, r, t = job
                 before = bandwidth_gbs(t)  # each run's own bound: the probes on either side of it
-                s = child("run", {"pte": exported[d, r]["path"], "threads": t, "cfg": cfg, "runner": runner})
+                s = child("run", {"pte": exported[d, r]["path"], "threads": t, "cfg": cfg,
+                                  "runner": runners.get(r, runner)})
                 samples[job].append({**s, "probe_gbs": max(before, bandwidth_gbs(t))})
     probes = {t: [s["probe_gbs"] for (_, _, jt), runs in samples.items() if jt == t for s in runs] for t in threads}
     bandwidth = {t: statistics.median(probes[t]) if probes[t] else bandwidth_gbs(t) for t in threads}
     note = (f"An export at {' and at '.join(map(str, too_big))} layers passed the {memory_gib:.1f} GiB cap on RSS: "
             if too_big else "")
-    print_table(cfg, dtypes, routes, threads, exported, samples, bandwidth, note, args.layers)
+    print_table(cfg, dtypes, timed, threads, exported, samples, bandwidth, note, args.layers)
     load_end = os.getloadavg()
     print(f"\nload average at the end {load_end[0]:.2f} / {load_end[1]:.2f} / {load_end[2]:.2f}")
     return 0
