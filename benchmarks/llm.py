@@ -425,18 +425,19 @@ def main(argv=None) -> int:
         sys.path.insert(0, str(Path(__file__).parent))
         from cpp import baseline_runner, build_runner
 
-        runner = str(build_runner(Path(tempfile.gettempdir()) / "etfuse-bench-runner"))
+        build_dir = Path(tempfile.gettempdir()) / "etfuse-bench-runner"
+        runner = str(build_runner(build_dir))
         if args.baseline:  # the same etfuse program, REV's kernels
-            runners[f"etfuse@{args.baseline}"] = str(baseline_runner(args.baseline, Path(tempfile.gettempdir())
-                                                                     / "etfuse-bench-runner"))
+            runners[f"etfuse@{args.baseline}"] = str(baseline_runner(args.baseline, build_dir))
     print(f"exports are stopped past {memory_gib:.1f} GiB of RSS\n", flush=True)
     with tempfile.TemporaryDirectory() as tmp:
         workdir = Path(args.keep or tmp)
         workdir.mkdir(parents=True, exist_ok=True)
         exported, layers, too_big = export_all(cfg, dtypes, routes, workdir, memory_gib)
         cfg["layers"] = layers
-        timed = routes + [r for r in runners if "etfuse" in routes]
-        for d, r in itertools.product(dtypes, timed[len(routes):]):
+        baselines = list(runners) if "etfuse" in routes else []
+        timed = routes + baselines
+        for d, r in itertools.product(dtypes, baselines):
             exported[d, r] = exported[d, "etfuse"]
         jobs = [(d, r, t) for d in dtypes for r in timed for t in threads
                 if not {"error", "oom"} & exported[d, r].keys()]
