@@ -411,6 +411,8 @@ def main(argv=None) -> int:
         return child_main(*args.child)
     if args.baseline and args.runner != "cpp":
         ap.error("--baseline times a second C++ runner: it needs --runner cpp")
+    if args.baseline and "etfuse" not in args.routes.split(","):
+        ap.error("--baseline times the etfuse .pte on REV's kernels: it needs the route etfuse in --routes")
 
     cfg = dict(layers=args.layers, dim=args.dim, heads=args.heads, kv_heads=args.kv_heads, hidden=args.hidden,
                vocab=args.vocab, prompt=args.prompt, decode=args.decode)
@@ -435,7 +437,7 @@ def main(argv=None) -> int:
         workdir.mkdir(parents=True, exist_ok=True)
         exported, layers, too_big = export_all(cfg, dtypes, routes, workdir, memory_gib)
         cfg["layers"] = layers
-        baselines = list(runners) if "etfuse" in routes else []
+        baselines = list(runners)
         timed = routes + baselines
         for d, r in itertools.product(dtypes, baselines):
             exported[d, r] = exported[d, "etfuse"]
