@@ -11,8 +11,11 @@ The portable runtime runs `unsqueeze_copy` and `squeeze_copy` as full copies, th
 removing a dimension of size 1 never moves an element. A conv1d runs as a conv2d on a height-1
 image (patterns/gemm_conv_rules.py), between an unsqueeze of its input and weight and a squeeze
 of its output: on the wav2letter-style stack those three copies were 11% of the program's time.
-`view_copy(x, out.shape)` computes the same tensor for any x (a unit dimension can be added or
-dropped whatever the strides), so the rewrite changes no value; symbolic shapes keep their op.
+`view_copy(x, out.shape)` computes the same tensor for any x in ATen, but the runtime's view
+reads x's bytes in the output's dim order: where x's dimensions larger than 1 lie in memory in
+another order (a channels-last x under a contiguous unsqueeze), the view reads a
+`_clone_dim_order` of x into the contiguous order (the portable unsqueeze_copy, a memcpy, is as
+wrong there as a bare view). Symbolic shapes keep their op.
 
 Copies of a placeholder (a weight, a program input) are views too. They once stayed copies:
 before spatial convs ran as the GEMM over phase planes (core/conv2d.h run_phase_gemm), the conv
@@ -34,6 +37,7 @@ import torch
 import torch.fx as fx
 from executorch.exir.dialects._ops import ops as exir_ops
 from executorch.exir.dialects.edge._ops import EdgeOpOverload
+from executorch.exir.dim_order_utils import is_contiguous_dim_order
 from executorch.exir.pass_base import ExportPass
 from torch.fx.passes.infra.pass_base import PassResult
 
@@ -49,6 +53,9 @@ _UNIT_DIM_COPIES = {
     for op in (aten.unsqueeze_copy.default, aten.squeeze_copy.dims, aten.squeeze_copy.dim, aten.squeeze_copy.default)
 }
 
+
+_CLONES = {True: exir_ops.edge.dim_order_ops._clone_dim_order.default,  # by dialect (edge or not)
+           False: torch.ops.dim_order_ops._clone_dim_order.default}
 
 _PERMUTES = {torch.ops.aten.permute_copy.default, PERMUTE_COPY.aten}  # by their ATen overloads
 
@@ -85,7 +92,35 @@ def _view_sizes(node: fx.Node):
     val = node.meta.get("val")
     if not isinstance(val, torch.Tensor) or not all(isinstance(d, int) for d in val.shape):
         return None
+    if not isinstance(source.meta.get("val"), torch.Tensor):
+        return None
+    if not _same_element_order(source.meta["val"], val) and not is_contiguous_dim_order(val):
+        return None  # no contiguous copy of the source to view either (UnitDimViewsPass.call)
     return list(val.shape)
+
+
+def _same_element_order(source, out) -> bool:
+    """The runtime's view shares the source's memory and reads it in the output's dim order, so
+    the dimensions larger than 1 must lie in memory in the same order in both (these copies keep
+    those dimensions' relative order: the i-th of the source is the i-th of the output). A
+    channels-last source unsqueezed into a contiguous output is no view of it."""
+    def memory_order(t):
+        sized = [d for d in range(t.dim()) if t.shape[d] != 1]
+        return [sized.index(d) for d in t.dim_order() if t.shape[d] != 1]
+
+    return memory_order(source) == memory_order(out)
+
+
+def _contiguous_copy(graph: fx.Graph, node: fx.Node, source: fx.Node) -> fx.Node:
+    """`_clone_dim_order(source)` into the contiguous dim order, before node: what the view of a
+    source in another memory order reads. The portable runtime's unsqueeze_copy / squeeze_copy
+    copy the bytes as they lie (memcpy), so the copy left in place would be as wrong as the view."""
+    val = source.meta["val"]
+    clone = _CLONES[isinstance(node.target, EdgeOpOverload)]
+    with graph.inserting_before(node):
+        copy = graph.call_function(clone, (source,), {"dim_order": list(range(val.dim()))})
+    copy.meta = {"val": val.clone(memory_format=torch.contiguous_format), "etfuse": {"pass": "UnitDimViewsPass"}}
+    return copy
 
 
 class UnitDimViewsPass(ExportPass):
@@ -103,8 +138,11 @@ class UnitDimViewsPass(ExportPass):
             shape = _view_sizes(node) if view is not None else None
             if shape is None:
                 continue
+            source = node.args[0]
+            if not _same_element_order(source.meta["val"], node.meta["val"]):
+                source = _contiguous_copy(result.graph, node, source)
             node.target = view
-            node.args = (node.args[0], shape)
+            node.args = (source, shape)
             node.kwargs = {}
             node.meta["etfuse"] = {"pass": "UnitDimViewsPass"}  # etfuse.fuse verifies the nodes it wrote
             changed = True

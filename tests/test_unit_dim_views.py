@@ -114,3 +114,24 @@ def test_permutes_that_move_only_unit_dims_are_views_on_the_runtime(fused_matche
     assert op_names(out.graph_module).count("aten.permute_copy.default") == 1
     for got, want in zip(out.module()(*args), model(*args)):
         torch.testing.assert_close(got, want, rtol=0, atol=0)
+
+
+class ChannelsLastUnsqueeze(torch.nn.Module):
+    """Fuzz graph 8784 of seed 44: a channels-last RMS norm's output unsqueezed, then permuted."""
+
+    def forward(self, x):
+        y = x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + 1e-6)
+        return y.unsqueeze(1).permute(3, 0, 1, 2, 4) * 1.5
+
+
+def test_a_source_in_another_memory_order_is_made_contiguous_before_its_view(fused_matches_eager):
+    """The view shares its source's bytes and reads them in its own dim order: a channels-last
+    source (dim order 0, 2, 3, 1) under a contiguous unsqueeze is copied to the contiguous order
+    first (the portable unsqueeze_copy, a memcpy, read it as wrongly as a bare view did)."""
+    model = ChannelsLastUnsqueeze()
+    args = (torch.randn(2, 4, 4, 3).to(memory_format=torch.channels_last),)
+    fused = etfuse.fuse(edge_program(model, args))
+    assert op_names(fused.exported_program().graph_module) == [
+        "etfuse.rms_norm.default", "dim_order_ops._clone_dim_order.default", "aten.view_copy.default",
+        "etfuse.permute_copy.default", "aten.mul.Tensor"]
+    fused_matches_eager(model, args, fused, **TOL)
