@@ -61,8 +61,10 @@ using Half = at::Half;
 using Str = c10::string_view;  // a `str` argument
 struct Context {};
 
-// The cores' parallel_for: at::parallel_for (parallel only with -fopenmp).
+// The cores' parallel_for: at::parallel_for (parallel only with -fopenmp), which picks its own chunks.
 struct Parallel {
+  int chunks_per_thread = 2;  // the runtime build's (below); unused here
+
   template <class F>
   void operator()(int64_t begin, int64_t end, int64_t grain, const F& fn) const {
     at::parallel_for(begin, end, core::balanced_grain(end - begin, grain), fn);
@@ -93,12 +95,17 @@ using Context = executorch::runtime::KernelRuntimeContext;
 
 // The cores' parallel_for: etfuse's spinning pool (spin_pool.h says why not the ExecuTorch
 // threadpool), as many threads as the ExecuTorch threadpool has. Chunks of at least `grain`,
-// about two per thread: a worker that arrives late still finds one to take.
+// about chunks_per_thread a thread: two by default, so a worker that arrives late still finds one
+// to take; more where a chunk's tail is what costs (a thread the host slows keeps the others
+// waiting on its last chunk).
 struct Parallel {
+  int chunks_per_thread = 2;
+
   template <class F>
   void operator()(int64_t begin, int64_t end, int64_t grain, const F& fn) const {
     const int threads = static_cast<int>(executorch::extension::get_thread_count());  // >= 1
-    const int64_t n = end - begin, per = (n + 2 * threads - 1) / (2 * threads);
+    const int64_t parts = static_cast<int64_t>(chunks_per_thread) * threads;
+    const int64_t n = end - begin, per = (n + parts - 1) / parts;
     int64_t chunk = core::balanced_grain(n, grain);
     if (chunk < per) chunk = core::balanced_grain(n, per);
     // a whole number of chunks per thread: 3 chunks on 2 threads take 2 chunks' time, 4 smaller

@@ -31,7 +31,7 @@ Tensor& linear_dq_out(Context& ctx, const Tensor& input, const Tensor& weight, c
                                        qw::Args a = args;
                                        a.row_sums = row_sums;
                                        dq::Scratch scratch;
-                                       dq::run(a, scratch, Parallel{});
+                                       dq::run(a, scratch, weight_stream_parallel(a));
                                      });
 }
 

@@ -14,7 +14,7 @@ Tensor& linear_qw_out(Context& ctx, const Tensor& input, const Tensor& weight, c
   return quantized_weight_linear_out("etfuse::linear_qw.out", ctx, input, weight, scales, zero_points, bits, bias,
                                      activation, residual, out, [](const qw::Args& a) {
                                        std::vector<float> xsum;
-                                       qw::run(a, xsum, Parallel{});
+                                       qw::run(a, xsum, weight_stream_parallel(a));
                                      });
 }
 

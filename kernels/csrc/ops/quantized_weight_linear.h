@@ -28,6 +28,15 @@ inline bool contiguous_of(const char* op, const char* name, const Tensor& t, Sca
   return true;
 }
 
+// The Parallel for run(args): a few rows of A (decode) stream the whole weight once, bound by
+// memory, and with Parallel's two chunks a thread the caller waited on the other thread's last
+// chunk whenever the host slowed that core (7% of a 2-thread 8da4w 1B decode); 16 chunks a
+// thread leave a sixteenth of a share to wait on. More rows (prefill) keep the two.
+inline Parallel weight_stream_parallel(const qw::Args& a) {
+  constexpr int64_t kStreamingRows = 4;
+  return Parallel{a.M <= kStreamingRows ? 16 : 2};
+}
+
 template <class Run>
 Tensor& quantized_weight_linear_out(const char* op, Context& ctx, const Tensor& input, const Tensor& weight,
                                     const Tensor& scales, const OptTensor& zero_points, int64_t bits,
