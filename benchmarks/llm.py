@@ -472,6 +472,7 @@ def print_table(cfg, dtypes, routes, threads, exported, samples, bandwidth, note
           + f". Bound: {weights_mb} MB of weights per token / that bandwidth; decode / bound: the median of "
           "each run's decode over its own probes' bound (the runs' range)"
           + (" (at this size they fit in the caches: no bound)" if cache_resident else "")
+          + ". Prefill and decode: the median (the runs' range)"
           + ". Error vs eager: max |logits - eager's| / max |eager's| of the first prefill.\n")
     if per_layer:
         print(f"**{note}measured at {cfg['layers']} layer{'s' * (cfg['layers'] > 1)} instead of {asked_layers}; "
@@ -507,13 +508,15 @@ def print_table(cfg, dtypes, routes, threads, exported, samples, bandwidth, note
                     print(f"{head} does not run: {errors[0] if errors else 'no runs'} | | {bound:.1f} | | |{tail}"
                           + " |" * (2 * per_layer))
                     continue
-                prefill = statistics.median(cfg["prompt"] / s["prefill_s"] for s in ok)
-                decode = statistics.median(cfg["decode"] / s["decode_s"] for s in ok)
+                prefills = [cfg["prompt"] / s["prefill_s"] for s in ok]
+                decodes = [cfg["decode"] / s["decode_s"] for s in ok]
+                prefill, decode = statistics.median(prefills), statistics.median(decodes)
                 ratios = [cfg["decode"] / s["decode_s"] / (s["probe_gbs"] * 1e9 / weights) for s in ok]
                 peak = statistics.median(s["peak_kib"] for s in ok) / 1024
                 above = statistics.median(s["peak_kib"] - s["before_kib"] for s in ok) / 1024
                 ratio = f"{statistics.median(ratios):.0%} ({min(ratios):.0%}-{max(ratios):.0%})"
-                row = (f"{head} {prefill:.1f} | {decode:.1f} | {bound:.1f} | {ratio} | "
+                row = (f"{head} {prefill:.1f} ({min(prefills):.0f}-{max(prefills):.0f}) | "
+                       f"{decode:.1f} ({min(decodes):.1f}-{max(decodes):.1f}) | {bound:.1f} | {ratio} | "
                        f"{peak:,.0f} ({above:,.0f}) |{tail}")
                 if per_layer:
                     row += (f" {1e3 / decode / cfg['layers']:.2f} | {1e3 / prefill / cfg['layers']:.3f} |")
