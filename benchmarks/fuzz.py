@@ -248,6 +248,28 @@ def code_fingerprint(root: Path = ROOT) -> str:
     return h.hexdigest()[:16]
 
 
+# each fingerprinted package as the checkout holds it and as `import etfuse` finds it
+_PACKAGES = (("src/etfuse", "etfuse"), ("backend_ops", "etfuse.backend_ops"), ("patterns", "etfuse.patterns"),
+             ("passes", "etfuse.passes"), ("kernels", "etfuse.kernels"))
+
+
+def stale_install(root: Path = ROOT) -> list[str]:
+    """The checkout's source files that the imported etfuse lacks or holds otherwise: a
+    non-editable install of older code would be fuzzed under this checkout's fingerprint."""
+    import importlib
+
+    stale = []
+    for top, module in _PACKAGES:
+        installed = Path(importlib.import_module(module).__file__).parent
+        for f in sorted((root / top).rglob("*")):
+            if (f.is_file() and f.suffix in _SOURCE_SUFFIXES and "__pycache__" not in f.parts
+                    and "build" not in f.parts):
+                copy = installed / f.relative_to(root / top)
+                if not copy.is_file() or copy.read_bytes() != f.read_bytes():
+                    stale.append(str(f.relative_to(root)))
+    return stale
+
+
 def read_results(path: str, code: str) -> dict:
     """{graph index: result} from a --results file, every line checked at `code`; SystemExit naming
     the file and both fingerprints when it holds another code's graphs."""
@@ -373,6 +395,10 @@ def main(argv=None) -> int:
     failed = []
     lock = threading.Lock()
     code = code_fingerprint()
+    stale = stale_install()
+    if stale:
+        raise SystemExit(f"the imported etfuse is not this checkout: {len(stale)} files differ or are missing (e.g. "
+                         f"{', '.join(stale[:3])}); `pip install -e .` it first")
     earlier = read_results(a.results, code) if a.results else {}
     results = open(a.results, "a") if a.results else None
     todo = queue.Queue()
