@@ -240,12 +240,15 @@ def code_fingerprint(root: Path = ROOT) -> str:
     h = hashlib.sha256()
     for top in FINGERPRINTED:
         base = root / top
-        files = [base] if base.is_file() else sorted(f for f in base.rglob("*") if f.is_file()
-                                                       and f.suffix in _SOURCE_SUFFIXES
-                                                       and "__pycache__" not in f.parts and "build" not in f.parts)
-        for f in files:
+        for f in [base] if base.is_file() else _source_files(base):
             h.update(str(f.relative_to(root)).encode() + b"\0" + f.read_bytes() + b"\0")
     return h.hexdigest()[:16]
+
+
+def _source_files(base: Path) -> list[Path]:
+    """The source files under base, sorted (build outputs and caches left out)."""
+    return sorted(f for f in base.rglob("*") if f.is_file() and f.suffix in _SOURCE_SUFFIXES
+                  and "__pycache__" not in f.parts and "build" not in f.parts)
 
 
 # each fingerprinted package as the checkout holds it and as `import etfuse` finds it
@@ -261,12 +264,10 @@ def stale_install(root: Path = ROOT) -> list[str]:
     stale = []
     for top, module in _PACKAGES:
         installed = Path(importlib.import_module(module).__file__).parent
-        for f in sorted((root / top).rglob("*")):
-            if (f.is_file() and f.suffix in _SOURCE_SUFFIXES and "__pycache__" not in f.parts
-                    and "build" not in f.parts):
-                copy = installed / f.relative_to(root / top)
-                if not copy.is_file() or copy.read_bytes() != f.read_bytes():
-                    stale.append(str(f.relative_to(root)))
+        for f in _source_files(root / top):
+            copy = installed / f.relative_to(root / top)
+            if not copy.is_file() or copy.read_bytes() != f.read_bytes():
+                stale.append(str(f.relative_to(root)))
     return stale
 
 
