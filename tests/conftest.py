@@ -39,6 +39,23 @@ def eager_kernels():
 
 
 @pytest.fixture
+def kernel_isa(request, eager_kernels):
+    """Both libraries' kernels forced onto the ISA the test is parametrized with, and back on "auto"
+    after it; a test of an ISA this CPU lacks is skipped:
+
+        @pytest.mark.parametrize("kernel_isa", ["auto", "avx2", "baseline"], indirect=True)
+    """
+    try:
+        etfuse.kernels.set_isa(request.param)
+    except ValueError:
+        pytest.skip(f"this CPU has no {request.param}")
+    if request.param != "auto":  # both libraries run it (a library loaded later would run "auto")
+        assert set(etfuse.kernels.current_isa().values()) == {request.param}, etfuse.kernels.current_isa()
+    yield request.param
+    etfuse.kernels.set_isa("auto")
+
+
+@pytest.fixture
 def kernel_check(eager_kernels):
     """kernel_checks.py (`eager`, `layouts`, `runtime`, `check`, ...) with both libraries loaded."""
     import kernel_checks

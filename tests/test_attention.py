@@ -11,7 +11,6 @@ import torch.nn.functional as F
 
 import etfuse
 import etfuse.backend_ops  # noqa: F401  (schemas before the kernels load)
-import etfuse.kernels as kernels
 from etfuse.backend_ops import SDPA
 from etfuse.runtime import load_method, run
 from fusion_helpers import assert_greedy_decoding_matches_eager, benchmark_module, edge_program, example_llama, op_names
@@ -41,24 +40,20 @@ KERNEL_CASES = [
 ]
 
 
-@pytest.mark.parametrize("isa", ["auto", "baseline"])
+@pytest.mark.parametrize("kernel_isa", ["auto", "baseline"], indirect=True)
 @pytest.mark.parametrize("case", KERNEL_CASES, ids=str)
-def test_kernel_matches_torch(case, isa):
+def test_kernel_matches_torch(case, kernel_isa):
     B, H, L, S, D, Dv, mask_shape = case[:7]
     Hk = H // (case[7] if len(case) > 7 else 1)
     g = torch.Generator().manual_seed(sum(case[:6]))
     q = torch.randn(B, H, L, D, generator=g)
     k, v = (torch.randn(B, Hk, S, d, generator=g) for d in (D, Dv))
     mask = None if mask_shape is None else torch.randn(mask_shape, generator=g)
-    kernels.set_isa(isa)
-    try:
-        got = sdpa_out(q, k, v, mask, 0.3)
-        # read in place through strides: q and v as transposed views of [B, L, H, D] storage
-        qt = q.transpose(1, 2).contiguous().transpose(1, 2)
-        vt = v.transpose(1, 2).contiguous().transpose(1, 2)
-        got_strided = sdpa_out(qt, k, vt, mask, 0.3)
-    finally:
-        kernels.set_isa("auto")
+    got = sdpa_out(q, k, v, mask, 0.3)
+    # read in place through strides: q and v as transposed views of [B, L, H, D] storage
+    qt = q.transpose(1, 2).contiguous().transpose(1, 2)
+    vt = v.transpose(1, 2).contiguous().transpose(1, 2)
+    got_strided = sdpa_out(qt, k, vt, mask, 0.3)
     want = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, scale=0.3, enable_gqa=Hk != H)
     torch.testing.assert_close(got, want, **TOL)
     torch.testing.assert_close(got_strided, want, **TOL)
@@ -77,8 +72,8 @@ def test_all_masked_rows_are_zero_like_the_decomposition(L):
     torch.testing.assert_close(got, edge.exported_program().module()(q, k, v, mask), **TOL)
 
 
-@pytest.mark.parametrize("isa", ["auto", "baseline"])
-def test_decoding_skips_the_keys_its_mask_hides(isa):
+@pytest.mark.parametrize("kernel_isa", ["auto", "baseline"], indirect=True)
+def test_decoding_skips_the_keys_its_mask_hides(kernel_isa):
     """A decoding step's causal mask hides the cache slots past its position: the dot path skips
     them, so what they hold (here NaN: never written) does not reach the output, as with
     executorch's own sdpa_with_kv_cache, which reads only up to the position."""
@@ -86,11 +81,7 @@ def test_decoding_skips_the_keys_its_mask_hides(isa):
     mask = torch.full((2, 130), -INF)
     mask[0, :7], mask[1, :8] = 0.0, 0.0
     k[:, :, 8:], v[:, :, 8:] = float("nan"), float("nan")
-    kernels.set_isa(isa)
-    try:
-        got = sdpa_out(q, k, v, mask, 0.2)
-    finally:
-        kernels.set_isa("auto")
+    got = sdpa_out(q, k, v, mask, 0.2)
     want = F.scaled_dot_product_attention(q, k[:, :, :8], v[:, :, :8], attn_mask=mask[:, :8], scale=0.2)
     torch.testing.assert_close(got, want, **TOL)
 

@@ -11,7 +11,6 @@ import torch.nn.functional as F
 from expecttest import assert_expected_inline
 
 import etfuse
-import etfuse.kernels as kernels
 from etfuse.backend_ops import CONV2D_ACT
 from etfuse.passes import FusionPass, fuse
 from etfuse.runtime import run
@@ -62,28 +61,22 @@ def _residual_layouts(residual):
             residual.transpose(2, 3).contiguous().transpose(2, 3))
 
 
-@pytest.mark.parametrize("isa", ["auto", "avx2", "baseline"])
+@pytest.mark.parametrize("kernel_isa", ["auto", "avx2", "baseline"], indirect=True)
 @pytest.mark.parametrize("name", sorted(CASES))
-def test_conv2d_act_residual_matches_eager(eager_kernels, name, isa):
+def test_conv2d_act_residual_matches_eager(name, kernel_isa):
     """Every path, on every ISA (the SSE2 baseline runs the direct kernel, which adds the residual
     after the conv), with the residual in three layouts."""
-    if isa == "avx2" and eager_kernels.isa == "baseline":
-        pytest.skip("CPU without AVX2")
     x, weight, bias, (stride, padding, dilation, groups), conv, residual = _case(name)
-    kernels.set_isa(isa)
-    try:
-        for lo, hi in BOUNDS:
-            want = _want(conv, residual, lo, hi)
-            for r in _residual_layouts(residual):
-                out = torch.empty(0)
-                ops.conv2d_act.out(x, weight, bias, stride, padding, dilation, groups, lo, hi, "none", r, out=out)
-                torch.testing.assert_close(out, want, **TOL)
-            # the pattern (what a retrace gives back) adds the residual before the clamp too
-            torch.testing.assert_close(
-                CONV2D_ACT.pattern(x, weight, bias, stride, padding, dilation, groups, lo, hi, "none", residual), want,
-                **TOL)
-    finally:
-        kernels.set_isa("auto")
+    for lo, hi in BOUNDS:
+        want = _want(conv, residual, lo, hi)
+        for r in _residual_layouts(residual):
+            out = torch.empty(0)
+            ops.conv2d_act.out(x, weight, bias, stride, padding, dilation, groups, lo, hi, "none", r, out=out)
+            torch.testing.assert_close(out, want, **TOL)
+        # the pattern (what a retrace gives back) adds the residual before the clamp too
+        torch.testing.assert_close(
+            CONV2D_ACT.pattern(x, weight, bias, stride, padding, dilation, groups, lo, hi, "none", residual), want,
+            **TOL)
 
 
 def _bn(cout, g):

@@ -15,7 +15,6 @@ from torchao.quantization.granularity import PerGroup
 from torchao.quantization.quant_api import IntxWeightOnlyConfig, quantize_
 
 import etfuse
-import etfuse.kernels as kernels
 from etfuse.backend_ops import LINEAR_ACT, LINEAR_PACKED_ACT, LINEAR_QW, PACK_GEMM_WEIGHT, PACK_INT4
 from etfuse.passes import GatedLinearsPass, default_passes
 from fusion_helpers import assert_fused_matches_eager, edge_program, op_names
@@ -32,9 +31,9 @@ def gated(y, activation):
     return INNER[activation](a) * b
 
 
-@pytest.mark.parametrize("isa", ["auto", "baseline"])
+@pytest.mark.parametrize("kernel_isa", ["auto", "baseline"], indirect=True)
 @pytest.mark.parametrize("rows", [1, 5, 70])  # linear_qw: dot products, dequantized blocks, the GEMM
-def test_kernels_match_their_patterns(rows, isa):
+def test_kernels_match_their_patterns(rows, kernel_isa):
     g = torch.Generator().manual_seed(rows)
     k, h = 64, 24
     x = torch.randn(rows, k, generator=g) if rows % 2 else torch.randn(2, rows // 2, k, generator=g)
@@ -50,12 +49,8 @@ def test_kernels_match_their_patterns(rows, isa):
         "linear_qw int4": (LINEAR_QW, lambda act, res: (x, packed_q4, scales, None, 4, b, act, res)),
         "linear_qw int8": (LINEAR_QW, lambda act, res: (x, q, scales, None, 8, None, act, res)),
     }
-    kernels.set_isa(isa)
-    try:
-        got = {(name, act, res is not None): op.aten_out(*make(act, res), out=torch.empty(0))
-               for name, (op, make) in calls.items() for act in INNER for res in (None, r)}
-    finally:
-        kernels.set_isa("auto")
+    got = {(name, act, res is not None): op.aten_out(*make(act, res), out=torch.empty(0))
+           for name, (op, make) in calls.items() for act in INNER for res in (None, r)}
     for (name, act, with_res), out in got.items():
         op, make = calls[name]
         args = make(act, r if with_res else None)

@@ -3,8 +3,6 @@ conv2d_bn_act.cpp, linear_act.cpp, linear_bn_act.cpp, patterns/gemm_conv_rules.p
 folding, conv2d_act / linear_act graphs, kernels vs eager, the ExecuTorch runtime, retrace, and
 composition with the XNNPACK partitioner."""
 
-import copy
-import math
 
 import pytest
 import torch
@@ -12,7 +10,6 @@ import torch.nn.functional as F
 from expecttest import assert_expected_inline
 
 import etfuse.backend_ops.gemm_conv_ops  # noqa: F401  (schemas before the kernels load)
-import etfuse.kernels as kernels
 from etfuse.backend_ops import CONV2D_ACT, CONV2D_BN_ACT, LINEAR_ACT
 from etfuse.passes import FloatFusionPass, FusionPass, GemmConvFusionPass, fuse
 from etfuse.runtime import load_method, run
@@ -166,27 +163,21 @@ def test_flat_depthwise_keeps_an_inf_in_its_own_row():
     torch.testing.assert_close(out, want, equal_nan=True, **TOL)
 
 
-@pytest.mark.parametrize("isa", ["baseline", "avx2"])
-def test_narrower_isas_compute_the_same(eager_kernels, isa):
+@pytest.mark.parametrize("kernel_isa", ["baseline", "avx2"], indirect=True)
+def test_narrower_isas_compute_the_same(kernel_isa):
     """The SSE2 / AVX2 copies of the GEMM tiles, dot-product rows and depthwise strips."""
-    if isa == "avx2" and eager_kernels.isa == "baseline":
-        pytest.skip("CPU without AVX2")
-    kernels.set_isa(isa)
-    try:
-        for case in (*(CONV_CASES[i] for i in (1, 2, 5, 7, 8, 9, 10, 11, 13, 14, 16, 22, 23, 24, 25, 26)),
-                     *CONV_CASES[-10:]):
-            n, c, h, w, cout, kh, kw, stride, padding, dilation, groups = case
-            x, weight, bias = torch.randn(n, c, h, w), torch.randn(cout, c // groups, kh, kw), torch.randn(cout)
-            out = torch.empty(0)
-            ops.conv2d_act.out(x, weight, bias, list(stride), list(padding), list(dilation), groups, 0.0, None, out=out)
-            torch.testing.assert_close(out, F.conv2d(x, weight, bias, stride, padding, dilation, groups).relu(), **TOL)
-        for m in (1, 3, 70):
-            x, weight = torch.randn(m, 37), torch.randn(19, 37)
-            out = torch.empty(0)
-            ops.linear_act.out(x, weight, None, -0.5, 0.5, out=out)
-            torch.testing.assert_close(out, F.linear(x, weight).clamp(-0.5, 0.5), **TOL)
-    finally:
-        kernels.set_isa("auto")
+    for case in (*(CONV_CASES[i] for i in (1, 2, 5, 7, 8, 9, 10, 11, 13, 14, 16, 22, 23, 24, 25, 26)),
+                 *CONV_CASES[-10:]):
+        n, c, h, w, cout, kh, kw, stride, padding, dilation, groups = case
+        x, weight, bias = torch.randn(n, c, h, w), torch.randn(cout, c // groups, kh, kw), torch.randn(cout)
+        out = torch.empty(0)
+        ops.conv2d_act.out(x, weight, bias, list(stride), list(padding), list(dilation), groups, 0.0, None, out=out)
+        torch.testing.assert_close(out, F.conv2d(x, weight, bias, stride, padding, dilation, groups).relu(), **TOL)
+    for m in (1, 3, 70):
+        x, weight = torch.randn(m, 37), torch.randn(19, 37)
+        out = torch.empty(0)
+        ops.linear_act.out(x, weight, None, -0.5, 0.5, out=out)
+        torch.testing.assert_close(out, F.linear(x, weight).clamp(-0.5, 0.5), **TOL)
 
 
 @pytest.mark.parametrize("m,k,n", [(1, 1, 1), (3, 17, 257), (64, 256, 256), (5, 1024, 3), (257, 3, 17)])
@@ -516,44 +507,39 @@ EAGER_ACT = {"silu": F.silu, "sigmoid": torch.sigmoid, "gelu": F.gelu,
              "hardsigmoid": F.hardsigmoid}
 
 
-@pytest.mark.parametrize("isa", ["auto", "baseline"])
+@pytest.mark.parametrize("kernel_isa", ["auto", "baseline"], indirect=True)
 @pytest.mark.parametrize("act", sorted(EAGER_ACT))
-def test_activation_kernels_match_eager(act, isa):
+def test_activation_kernels_match_eager(act, kernel_isa):
     """Every activation after conv2d (plain, batch norm; contiguous and channels-last output)
     and linear, on values from -90 to 90, infinities and NaN, on both ISAs."""
-    if isa == "baseline":
-        kernels.set_isa("baseline")
-    try:
-        g = torch.Generator().manual_seed(len(act))
-        x, w, b = torch.randn(2, 6, 9, 9, generator=g) * 4, torch.randn(12, 6, 3, 3, generator=g), torch.randn(12)
-        want = EAGER_ACT[act](F.conv2d(x, w, b, 1, 1))
-        for inp in (x, x.to(memory_format=torch.channels_last)):
-            out = torch.empty(0)
-            ops.conv2d_act.out(inp, w, b, [1, 1], [1, 1], [1, 1], 1, None, None, act, out=out)
-            torch.testing.assert_close(out, want, **TOL)
-        s = _bn_stats(12, g)
-        bn = (s["bn_weight"], s["bn_bias"], s["running_mean"], s["running_var"], 1e-5)
-        want_bn = EAGER_ACT[act](F.batch_norm(F.conv2d(x, w, b, 1, 1), s["running_mean"], s["running_var"],
-                                              s["bn_weight"], s["bn_bias"], False, 0.1, 1e-5))
+    g = torch.Generator().manual_seed(len(act))
+    x, w, b = torch.randn(2, 6, 9, 9, generator=g) * 4, torch.randn(12, 6, 3, 3, generator=g), torch.randn(12)
+    want = EAGER_ACT[act](F.conv2d(x, w, b, 1, 1))
+    for inp in (x, x.to(memory_format=torch.channels_last)):
         out = torch.empty(0)
-        ops.conv2d_bn_act.out(x, w, b, *bn, [1, 1], [1, 1], [1, 1], 1, None, None, act, out=out)
-        torch.testing.assert_close(out, want_bn, **TOL)
-        # linear on inputs spanning exp's range, with the special values (inf * 0 = NaN elsewhere in their rows)
-        v = torch.linspace(-90, 90, 181 * 8).reshape(-1, 8)
-        v[0, 0], v[1, 1], v[2, 2] = float("inf"), float("-inf"), float("nan")
-        eye = torch.eye(8)
-        out = torch.empty(0)
-        ops.linear_act.out(v, eye, None, None, None, act, out=out)
-        # the sums and the activation element by element (IEEE: inf * 1 + 0s = inf, gelu(inf) = inf):
-        # torch's vectorised AVX-512 paths give NaN for both (MKL's GEMM, gelu on 16 lanes)
-        linear = (v[:, :, None] * eye.t()[None]).sum(1)
-        want = torch.cat([EAGER_ACT[act](e) for e in linear.reshape(-1).split(1)]).reshape(linear.shape)
-        torch.testing.assert_close(out, want, rtol=1e-5, atol=1e-6, equal_nan=True)
-        # the pattern (what a retrace gives back) is eager's activation
-        torch.testing.assert_close(LINEAR_ACT.pattern(v[3:], eye, None, None, None, act), EAGER_ACT[act](v[3:]),
-                                   rtol=1e-5, atol=1e-6)
-    finally:
-        kernels.set_isa("auto")
+        ops.conv2d_act.out(inp, w, b, [1, 1], [1, 1], [1, 1], 1, None, None, act, out=out)
+        torch.testing.assert_close(out, want, **TOL)
+    s = _bn_stats(12, g)
+    bn = (s["bn_weight"], s["bn_bias"], s["running_mean"], s["running_var"], 1e-5)
+    want_bn = EAGER_ACT[act](F.batch_norm(F.conv2d(x, w, b, 1, 1), s["running_mean"], s["running_var"],
+                                          s["bn_weight"], s["bn_bias"], False, 0.1, 1e-5))
+    out = torch.empty(0)
+    ops.conv2d_bn_act.out(x, w, b, *bn, [1, 1], [1, 1], [1, 1], 1, None, None, act, out=out)
+    torch.testing.assert_close(out, want_bn, **TOL)
+    # linear on inputs spanning exp's range, with the special values (inf * 0 = NaN elsewhere in their rows)
+    v = torch.linspace(-90, 90, 181 * 8).reshape(-1, 8)
+    v[0, 0], v[1, 1], v[2, 2] = float("inf"), float("-inf"), float("nan")
+    eye = torch.eye(8)
+    out = torch.empty(0)
+    ops.linear_act.out(v, eye, None, None, None, act, out=out)
+    # the sums and the activation element by element (IEEE: inf * 1 + 0s = inf, gelu(inf) = inf):
+    # torch's vectorised AVX-512 paths give NaN for both (MKL's GEMM, gelu on 16 lanes)
+    linear = (v[:, :, None] * eye.t()[None]).sum(1)
+    want = torch.cat([EAGER_ACT[act](e) for e in linear.reshape(-1).split(1)]).reshape(linear.shape)
+    torch.testing.assert_close(out, want, rtol=1e-5, atol=1e-6, equal_nan=True)
+    # the pattern (what a retrace gives back) is eager's activation
+    torch.testing.assert_close(LINEAR_ACT.pattern(v[3:], eye, None, None, None, act), EAGER_ACT[act](v[3:]),
+                               rtol=1e-5, atol=1e-6)
 
 
 def test_unknown_activation_is_an_error_that_names_it():

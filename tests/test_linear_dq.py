@@ -16,7 +16,6 @@ from torchao.quantization import Int8DynamicActivationIntxWeightConfig, MappingT
 from torchao.quantization.granularity import PerAxis, PerGroup
 
 import etfuse
-import etfuse.kernels as kernels
 from etfuse.backend_ops import LINEAR_DQ, WEIGHT_ROW_SUMS
 from etfuse.runtime import load_method, run
 from fusion_helpers import (ResidualMlp, assert_greedy_decoding_matches_eager, edge_program, example_llama, op_names,
@@ -61,26 +60,22 @@ def exact_sums(x, q, scales, zp, group, bias):
 
 # rows: 1 (decode), 5 and 70 (prefill); K with and without a tail past 16 columns (int8 per channel);
 # 70 x 1024 quantizes its rows in parallel tasks
-@pytest.mark.parametrize("isa", ["auto", "baseline"])
+@pytest.mark.parametrize("kernel_isa", ["auto", "baseline"], indirect=True)
 @pytest.mark.parametrize("rows,n,k,group,bits,zero_points,bias", [
     (1, 37, 64, 32, 4, False, True), (5, 40, 96, 96, 8, True, False), (1, 11, 160, 32, 4, True, False),
     (2, 9, 256, 128, 4, True, True), (4, 6, 200, 200, 8, False, True), (9, 13, 72, 36, 8, True, True),
     (70, 20, 64, 64, 4, True, True), (70, 11, 70, 70, 8, False, False), (70, 8, 1024, 128, 4, True, False),
 ], ids=str)
-def test_kernel_matches_exact_integer_sums_and_its_pattern(rows, n, k, group, bits, zero_points, bias, isa):
+def test_kernel_matches_exact_integer_sums_and_its_pattern(rows, n, k, group, bits, zero_points, bias, kernel_isa):
     q, w, scales, zp = full_range_weight(n, k, group, bits, zero_points)
     gen = torch.Generator().manual_seed(rows * 1000 + k)
     b = torch.randn(n, generator=gen) if bias else None
     x = torch.randn(rows, k, generator=gen) if rows % 2 else torch.randn(2, rows // 2, k, generator=gen)
     x[..., 0] += 3.0  # rows whose zero point is not -128 + 0
     r = torch.randn(*x.shape[:-1], n, generator=gen)
-    kernels.set_isa(isa)
-    try:
-        got = {act: linear_dq(x, w, scales, zp, bits, b, act) for act in ("none", "silu")}
-        got["residual"] = linear_dq(x, w, scales, zp, bits, b, "silu", r)
-        got["strided"] = linear_dq(x.transpose(0, -1).contiguous().transpose(0, -1), w, scales, zp, bits, b, "none")
-    finally:
-        kernels.set_isa("auto")
+    got = {act: linear_dq(x, w, scales, zp, bits, b, act) for act in ("none", "silu")}
+    got["residual"] = linear_dq(x, w, scales, zp, bits, b, "silu", r)
+    got["strided"] = linear_dq(x.transpose(0, -1).contiguous().transpose(0, -1), w, scales, zp, bits, b, "none")
     # the integer sums exact: only the scales' float32 products (and the bias add) round
     want = exact_sums(x, q, scales, zp, group, b)
     torch.testing.assert_close(got["none"].double(), want, rtol=1e-5, atol=1e-5 * float(want.abs().max()))
@@ -138,17 +133,13 @@ def test_rows_are_quantized_as_torchao_does():
     torch.testing.assert_close(_quantize_per_token(ties), torchao_per_token(ties), rtol=0, atol=0)
 
 
-@pytest.mark.parametrize("isa", ["auto", "baseline"])
-def test_kernel_quantizes_rounding_ties_as_torchao(isa):
+@pytest.mark.parametrize("kernel_isa", ["auto", "baseline"], indirect=True)
+def test_kernel_quantizes_rounding_ties_as_torchao(kernel_isa):
     """Read back through an identity weight (int8, scale 1), the kernel's quantized rows are
     torchao's dequantized ones exactly: s * (qx - zx), one product each."""
     x = rows_at_rounding_ties()
     k = x.shape[1]
-    kernels.set_isa(isa)
-    try:
-        got = linear_dq(x, torch.eye(k, dtype=torch.int8), torch.ones(k, 1), None, 8, None, "none")
-    finally:
-        kernels.set_isa("auto")
+    got = linear_dq(x, torch.eye(k, dtype=torch.int8), torch.ones(k, 1), None, 8, None, "none")
     torch.testing.assert_close(got, torchao_per_token(x), rtol=0, atol=0)
 
 

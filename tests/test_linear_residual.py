@@ -12,7 +12,6 @@ import torch.nn.functional as F
 from executorch.exir import ExecutorchBackendConfig, to_edge
 
 import etfuse
-from etfuse import kernels
 from etfuse.backend_ops import LINEAR_ACT, LINEAR_PACKED_ACT, PACK_GEMM_WEIGHT
 from etfuse.passes import FusionPass, default_passes
 from etfuse.runtime import run
@@ -33,30 +32,24 @@ CASES = [  # input shape, out_features, bias, min, max, activation
 ]
 
 
-@pytest.mark.parametrize("isa", ["baseline", "avx2", "auto"])
-def test_kernels_match_the_pattern(isa):
-    if isa == "avx2" and kernels.info().isa == "baseline":
-        pytest.skip("CPU without AVX2")
+@pytest.mark.parametrize("kernel_isa", ["baseline", "avx2", "auto"], indirect=True)
+def test_kernels_match_the_pattern(kernel_isa):
     g = torch.Generator().manual_seed(0)
-    kernels.set_isa(isa)
-    try:
-        for shape, n, with_bias, lo, hi, act in CASES:
-            x = torch.randn(shape, generator=g)
-            w, b = torch.randn(n, shape[-1], generator=g), torch.randn(n, generator=g) if with_bias else None
-            r = torch.randn(*shape[:-1], n, generator=g) * 4
-            want = LINEAR_ACT.pattern(x, w, b, lo, hi, act, r)
-            eager = F.linear(x, w, b) + r
-            eager = {"none": lambda y: y, "gelu": F.gelu, "silu": F.silu}[act](
-                eager if lo is None and hi is None else eager.clamp(lo, hi))
-            torch.testing.assert_close(want, eager)  # the pattern is what it says
-            got = LINEAR_ACT.aten_out(x, w, b, lo, hi, act, r, out=torch.empty(0))
-            torch.testing.assert_close(got, want, **TOL)
-            packed = PACK_GEMM_WEIGHT.aten(w)
-            got = LINEAR_PACKED_ACT.aten_out(x, packed, n, b, lo, hi, act, r, out=torch.empty(0))
-            torch.testing.assert_close(got, want, **TOL)
-            torch.testing.assert_close(LINEAR_PACKED_ACT.pattern(x, packed, n, b, lo, hi, act, r), want, **TOL)
-    finally:
-        kernels.set_isa("auto")
+    for shape, n, with_bias, lo, hi, act in CASES:
+        x = torch.randn(shape, generator=g)
+        w, b = torch.randn(n, shape[-1], generator=g), torch.randn(n, generator=g) if with_bias else None
+        r = torch.randn(*shape[:-1], n, generator=g) * 4
+        want = LINEAR_ACT.pattern(x, w, b, lo, hi, act, r)
+        eager = F.linear(x, w, b) + r
+        eager = {"none": lambda y: y, "gelu": F.gelu, "silu": F.silu}[act](
+            eager if lo is None and hi is None else eager.clamp(lo, hi))
+        torch.testing.assert_close(want, eager)  # the pattern is what it says
+        got = LINEAR_ACT.aten_out(x, w, b, lo, hi, act, r, out=torch.empty(0))
+        torch.testing.assert_close(got, want, **TOL)
+        packed = PACK_GEMM_WEIGHT.aten(w)
+        got = LINEAR_PACKED_ACT.aten_out(x, packed, n, b, lo, hi, act, r, out=torch.empty(0))
+        torch.testing.assert_close(got, want, **TOL)
+        torch.testing.assert_close(LINEAR_PACKED_ACT.pattern(x, packed, n, b, lo, hi, act, r), want, **TOL)
 
 
 def test_residual_and_out_through_strides():

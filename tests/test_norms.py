@@ -10,7 +10,6 @@ import torch
 
 import etfuse
 from etfuse.passes import FusionPass, default_passes
-import etfuse.kernels as kernels
 from etfuse.backend_ops import LAYER_NORM, RMS_NORM
 from fusion_helpers import edge_program, op_names
 
@@ -24,18 +23,14 @@ def rms_out(x, weight, eps):
     return torch.ops.etfuse.rms_norm.out(x, weight, eps, out=torch.empty(0))
 
 
-@pytest.mark.parametrize("isa", ["auto", "baseline"])
+@pytest.mark.parametrize("kernel_isa", ["auto", "baseline"], indirect=True)
 @pytest.mark.parametrize("shape", [(7,), (3, 5, 37), (2, 288), (1, 1, 1000)], ids=str)
-def test_kernel_matches_its_pattern(shape, isa):
+def test_kernel_matches_its_pattern(shape, kernel_isa):
     x, w = torch.randn(shape) * 3, torch.randn(shape[-1])
-    kernels.set_isa(isa)
-    try:
-        got = [rms_out(x, w, 1e-5), rms_out(x, None, 1e-6)]
-        if len(shape) > 1:  # rows read through a transposed view
-            xt = x.transpose(0, -2).contiguous().transpose(0, -2)
-            got.append(rms_out(xt, w, 1e-5))
-    finally:
-        kernels.set_isa("auto")
+    got = [rms_out(x, w, 1e-5), rms_out(x, None, 1e-6)]
+    if len(shape) > 1:  # rows read through a transposed view
+        xt = x.transpose(0, -2).contiguous().transpose(0, -2)
+        got.append(rms_out(xt, w, 1e-5))
     torch.testing.assert_close(got[0], RMS_NORM.pattern(x, w, 1e-5), **TOL)
     torch.testing.assert_close(got[1], RMS_NORM.pattern(x, None, 1e-6), **TOL)
     for g in got[2:]:
@@ -106,22 +101,18 @@ def layer_out(x, weight, bias, eps):
     return torch.ops.etfuse.layer_norm.out(x, weight, bias, eps, out=torch.empty(0))
 
 
-@pytest.mark.parametrize("isa", ["auto", "baseline"])
+@pytest.mark.parametrize("kernel_isa", ["auto", "baseline"], indirect=True)
 @pytest.mark.parametrize("shape", [(7,), (3, 5, 37), (37, 768), (1, 1, 1000)], ids=str)
-def test_layer_norm_kernel_matches_its_pattern(shape, isa):
+def test_layer_norm_kernel_matches_its_pattern(shape, kernel_isa):
     # an offset large against the spread: a one-pass sum of squares loses the variance by ~5e-4
     # here; x - mean itself rounds at ~1e-5 (x near 100), so the tolerance is LN_TOL
     x, w, b = torch.randn(shape) * 3 + 100, torch.randn(shape[-1]), torch.randn(shape[-1])
-    kernels.set_isa(isa)
-    try:
-        cases = [((x, w, b, 1e-5), layer_out(x, w, b, 1e-5)), ((x, None, None, 1e-6), layer_out(x, None, None, 1e-6)),
-                 ((x, w, None, 0.1), layer_out(x, w, None, 0.1))]
-        if len(shape) > 1:  # rows read through a transposed view, weight through a strided one
-            xt = x.transpose(0, -2).contiguous().transpose(0, -2)
-            ws = torch.randn(2 * shape[-1])[::2]
-            cases.append(((x, ws, b, 1e-5), layer_out(xt, ws, b, 1e-5)))
-    finally:
-        kernels.set_isa("auto")
+    cases = [((x, w, b, 1e-5), layer_out(x, w, b, 1e-5)), ((x, None, None, 1e-6), layer_out(x, None, None, 1e-6)),
+             ((x, w, None, 0.1), layer_out(x, w, None, 0.1))]
+    if len(shape) > 1:  # rows read through a transposed view, weight through a strided one
+        xt = x.transpose(0, -2).contiguous().transpose(0, -2)
+        ws = torch.randn(2 * shape[-1])[::2]
+        cases.append(((x, ws, b, 1e-5), layer_out(xt, ws, b, 1e-5)))
     for args, got in cases:
         torch.testing.assert_close(got, LAYER_NORM.pattern(*args), **LN_TOL)
         torch.testing.assert_close(got, torch.nn.functional.layer_norm(args[0], args[0].shape[-1:], *args[1:]),

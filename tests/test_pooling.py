@@ -11,7 +11,6 @@ import torch.nn.functional as F
 from expecttest import assert_expected_inline
 
 import etfuse.backend_ops.pool_ops  # noqa: F401  (schemas before the kernels load)
-import etfuse.kernels as kernels
 from etfuse.backend_ops import AVG_POOL2D, MAX_POOL2D, MEAN_HW
 from etfuse.passes import FusionPass, fuse
 from fusion_helpers import edge_program, op_names
@@ -120,20 +119,14 @@ def test_runtime_kernels_match_torch(kernel_check):
         kernel_check.runtime(op, with_cl, tol=dict(rtol=0, atol=0) if op is MAX_POOL2D else None)
 
 
-@pytest.mark.parametrize("isa", ["baseline", "avx2"])
-def test_narrower_isas_compute_the_same(eager_kernels, isa):
-    if isa == "avx2" and eager_kernels.isa == "baseline":
-        pytest.skip("CPU without AVX2")
-    kernels.set_isa(isa)
-    try:
-        for shape, k, s, p, d, ceil in MAX_CASES[:4]:
-            x = _x(shape, 3)
-            torch.testing.assert_close(_max_out(x, k, s, p, d, ceil), F.max_pool2d(x, k, s, p, d, ceil), rtol=0, atol=0)
-        for shape, k, s, p, ceil, cip, div in AVG_CASES[:4]:
-            x = _x(shape, 4)
-            torch.testing.assert_close(_avg_out(x, k, s, p, ceil, cip, div), F.avg_pool2d(x, k, s, p, ceil, cip, div))
-    finally:
-        kernels.set_isa("auto")
+@pytest.mark.parametrize("kernel_isa", ["baseline", "avx2"], indirect=True)
+def test_narrower_isas_compute_the_same(kernel_isa):
+    for shape, k, s, p, d, ceil in MAX_CASES[:4]:
+        x = _x(shape, 3)
+        torch.testing.assert_close(_max_out(x, k, s, p, d, ceil), F.max_pool2d(x, k, s, p, d, ceil), rtol=0, atol=0)
+    for shape, k, s, p, ceil, cip, div in AVG_CASES[:4]:
+        x = _x(shape, 4)
+        torch.testing.assert_close(_avg_out(x, k, s, p, ceil, cip, div), F.avg_pool2d(x, k, s, p, ceil, cip, div))
 
 
 def test_opcheck(opcheck):

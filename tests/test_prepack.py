@@ -14,7 +14,6 @@ import torch.nn.functional as F
 from executorch.exir import ExecutorchBackendConfig, to_edge
 
 import etfuse
-import etfuse.kernels as kernels
 from etfuse.backend_ops import (CONV2D_ACT, CONV2D_BN_ACT, CONV2D_BN_PACKED_ACT, CONV2D_PACKED_ACT, LINEAR_ACT,
                                 LINEAR_PACKED_ACT, PACK_GEMM_WEIGHT)
 from etfuse.backend_ops.prepacked_ops import unpack_conv_weight, unpack_gemm_weight
@@ -46,27 +45,21 @@ CASES = [  # input shape, out_features, bias, min, max, activation
 ]
 
 
-@pytest.mark.parametrize("isa", ["baseline", "avx2", "auto"])
-def test_kernel_matches_its_pattern_and_the_unpacked_op(isa):
-    if isa == "avx2" and kernels.info().isa == "baseline":
-        pytest.skip("CPU without AVX2")
+@pytest.mark.parametrize("kernel_isa", ["baseline", "avx2", "auto"], indirect=True)
+def test_kernel_matches_its_pattern_and_the_unpacked_op(kernel_isa):
     g = torch.Generator().manual_seed(0)
-    kernels.set_isa(isa)
-    try:
-        for shape, n, with_bias, lo, hi, act in CASES:
-            x = torch.randn(shape, generator=g)
-            w, b = torch.randn(n, shape[-1], generator=g), torch.randn(n, generator=g) if with_bias else None
-            packed = PACK_GEMM_WEIGHT.aten(w)
-            got = LINEAR_PACKED_ACT.aten_out(x, packed, n, b, lo, hi, act, out=torch.empty(0))
-            torch.testing.assert_close(got, LINEAR_PACKED_ACT.pattern(x, packed, n, b, lo, hi, act), **TOL)
-            torch.testing.assert_close(got, LINEAR_ACT.aten_out(x, w, b, lo, hi, act, out=torch.empty(0)), **TOL)
-        # input read through strides (a transposed view)
-        x = torch.randn(40, 9, generator=g).t()
-        w = torch.randn(21, 40, generator=g)
-        got = LINEAR_PACKED_ACT.aten_out(x, PACK_GEMM_WEIGHT.aten(w), 21, out=torch.empty(0))
-        torch.testing.assert_close(got, F.linear(x, w), **TOL)
-    finally:
-        kernels.set_isa("auto")
+    for shape, n, with_bias, lo, hi, act in CASES:
+        x = torch.randn(shape, generator=g)
+        w, b = torch.randn(n, shape[-1], generator=g), torch.randn(n, generator=g) if with_bias else None
+        packed = PACK_GEMM_WEIGHT.aten(w)
+        got = LINEAR_PACKED_ACT.aten_out(x, packed, n, b, lo, hi, act, out=torch.empty(0))
+        torch.testing.assert_close(got, LINEAR_PACKED_ACT.pattern(x, packed, n, b, lo, hi, act), **TOL)
+        torch.testing.assert_close(got, LINEAR_ACT.aten_out(x, w, b, lo, hi, act, out=torch.empty(0)), **TOL)
+    # input read through strides (a transposed view)
+    x = torch.randn(40, 9, generator=g).t()
+    w = torch.randn(21, 40, generator=g)
+    got = LINEAR_PACKED_ACT.aten_out(x, PACK_GEMM_WEIGHT.aten(w), 21, out=torch.empty(0))
+    torch.testing.assert_close(got, F.linear(x, w), **TOL)
 
 
 CONV_CASES = [  # input shape, Cout, kernel, stride, padding, dilation, bias, min, max, activation
@@ -90,38 +83,32 @@ def _conv_case(case, g):
     return x, w, b, [stride] * 2, [padding] * 2, [dilation] * 2, lo, hi, act
 
 
-@pytest.mark.parametrize("isa", ["baseline", "avx2", "auto"])
-def test_conv_kernels_match_their_patterns_and_the_unpacked_ops(isa):
-    if isa == "avx2" and kernels.info().isa == "baseline":
-        pytest.skip("CPU without AVX2")
+@pytest.mark.parametrize("kernel_isa", ["baseline", "avx2", "auto"], indirect=True)
+def test_conv_kernels_match_their_patterns_and_the_unpacked_ops(kernel_isa):
     g = torch.Generator().manual_seed(2)
-    kernels.set_isa(isa)
-    try:
-        for case in CONV_CASES:
-            x, w, b, stride, padding, dilation, lo, hi, act = _conv_case(case, g)
-            x = x / w[0].numel() ** 0.5  # sums of unit size at any K: 1e-5 then bounds the paths' rounding
-            packed, size = PACK_GEMM_WEIGHT.aten(w), list(w.shape)
-            got = CONV2D_PACKED_ACT.aten_out(x, packed, size, b, stride, padding, dilation, lo, hi, act,
-                                             out=torch.empty(0))
-            torch.testing.assert_close(got, CONV2D_PACKED_ACT.pattern(x, packed, size, b, stride, padding, dilation,
-                                                                      lo, hi, act), **TOL)
-            torch.testing.assert_close(got, CONV2D_ACT.aten_out(x, w, b, stride, padding, dilation, 1, lo, hi, act,
-                                                                out=torch.empty(0)), **TOL)
-            cout = w.shape[0]
-            bn = (torch.rand(cout, generator=g) + 0.5, torch.randn(cout, generator=g), torch.randn(cout, generator=g),
-                  torch.rand(cout, generator=g) + 0.5, 1e-5)
-            got = CONV2D_BN_PACKED_ACT.aten_out(x, packed, size, b, *bn, stride, padding, dilation, lo, hi, act,
-                                                out=torch.empty(0))
-            torch.testing.assert_close(got, CONV2D_BN_ACT.aten_out(x, w, b, *bn, stride, padding, dilation, 1, lo, hi,
-                                                                   act, out=torch.empty(0)), **TOL)
-        # an input read through strides (channels last)
-        x = torch.randn(1, 3, 3, 40, generator=g).permute(0, 3, 1, 2)
-        w = torch.randn(24, 40, 1, 1, generator=g)
-        got = CONV2D_PACKED_ACT.aten_out(x, PACK_GEMM_WEIGHT.aten(w), list(w.shape), None, [1, 1], [0, 0], [1, 1],
+    for case in CONV_CASES:
+        x, w, b, stride, padding, dilation, lo, hi, act = _conv_case(case, g)
+        x = x / w[0].numel() ** 0.5  # sums of unit size at any K: 1e-5 then bounds the paths' rounding
+        packed, size = PACK_GEMM_WEIGHT.aten(w), list(w.shape)
+        got = CONV2D_PACKED_ACT.aten_out(x, packed, size, b, stride, padding, dilation, lo, hi, act,
                                          out=torch.empty(0))
-        torch.testing.assert_close(got, F.conv2d(x, w), **TOL)
-    finally:
-        kernels.set_isa("auto")
+        torch.testing.assert_close(got, CONV2D_PACKED_ACT.pattern(x, packed, size, b, stride, padding, dilation,
+                                                                  lo, hi, act), **TOL)
+        torch.testing.assert_close(got, CONV2D_ACT.aten_out(x, w, b, stride, padding, dilation, 1, lo, hi, act,
+                                                            out=torch.empty(0)), **TOL)
+        cout = w.shape[0]
+        bn = (torch.rand(cout, generator=g) + 0.5, torch.randn(cout, generator=g), torch.randn(cout, generator=g),
+              torch.rand(cout, generator=g) + 0.5, 1e-5)
+        got = CONV2D_BN_PACKED_ACT.aten_out(x, packed, size, b, *bn, stride, padding, dilation, lo, hi, act,
+                                            out=torch.empty(0))
+        torch.testing.assert_close(got, CONV2D_BN_ACT.aten_out(x, w, b, *bn, stride, padding, dilation, 1, lo, hi,
+                                                               act, out=torch.empty(0)), **TOL)
+    # an input read through strides (channels last)
+    x = torch.randn(1, 3, 3, 40, generator=g).permute(0, 3, 1, 2)
+    w = torch.randn(24, 40, 1, 1, generator=g)
+    got = CONV2D_PACKED_ACT.aten_out(x, PACK_GEMM_WEIGHT.aten(w), list(w.shape), None, [1, 1], [0, 0], [1, 1],
+                                     out=torch.empty(0))
+    torch.testing.assert_close(got, F.conv2d(x, w), **TOL)
 
 
 def test_conv_weight_layout_and_named_errors():

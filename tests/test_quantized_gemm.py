@@ -12,7 +12,6 @@ import torch.nn as nn
 from executorch.exir import to_edge
 
 import etfuse
-import etfuse.kernels as kernels
 from etfuse.backend_ops import (PACK_GEMM_WEIGHT, QUANTIZED_CONV2D, QUANTIZED_CONV2D_PACKED, QUANTIZED_LINEAR,
                                 QUANTIZED_LINEAR_PACKED)
 from etfuse.patterns.quantized_gemm_rules import output_range
@@ -73,28 +72,22 @@ POINTWISE = [c for c in CONV_CASES if c[5] == 1]
 DEPTHWISE = [c for c in CONV_CASES if c[-1] == c[1] > 1]
 
 
-@pytest.mark.parametrize("isa", ["baseline", "avx2", "auto"])
+@pytest.mark.parametrize("kernel_isa", ["baseline", "avx2", "auto"], indirect=True)
 @pytest.mark.parametrize("dtype", [I8, U8])
-def test_conv_kernel_is_bit_exact_with_its_pattern(isa, dtype):
-    if isa == "avx2" and kernels.info().isa == "baseline":
-        pytest.skip("CPU without AVX2")
+def test_conv_kernel_is_bit_exact_with_its_pattern(kernel_isa, dtype):
     g = torch.Generator().manual_seed(0)
-    kernels.set_isa(isa)
-    try:
-        for case in CONV_CASES:
-            for bias, zps in ((True, True), (False, False)):
-                args = _conv_args(g, dtype, *case, bias=bias, zero_points=zps)
-                got = QUANTIZED_CONV2D.aten_out(*args, out=torch.empty(0, dtype=dtype))
-                assert got.dtype == dtype
-                assert torch.equal(got, QUANTIZED_CONV2D.pattern(*args)), (case, bias)
-        # input read through strides (channels-last storage), spatial and pointwise
-        for case in (CONV_CASES[0], POINTWISE[-1], DEPTHWISE[-1]):
-            args = _conv_args(g, dtype, *case, zero_points=False)
-            x = args[0].to(memory_format=torch.channels_last)
-            got = QUANTIZED_CONV2D.aten_out(x, *args[1:], out=torch.empty(0, dtype=dtype))
-            assert torch.equal(got, QUANTIZED_CONV2D.pattern(*args)), case
-    finally:
-        kernels.set_isa("auto")
+    for case in CONV_CASES:
+        for bias, zps in ((True, True), (False, False)):
+            args = _conv_args(g, dtype, *case, bias=bias, zero_points=zps)
+            got = QUANTIZED_CONV2D.aten_out(*args, out=torch.empty(0, dtype=dtype))
+            assert got.dtype == dtype
+            assert torch.equal(got, QUANTIZED_CONV2D.pattern(*args)), (case, bias)
+    # input read through strides (channels-last storage), spatial and pointwise
+    for case in (CONV_CASES[0], POINTWISE[-1], DEPTHWISE[-1]):
+        args = _conv_args(g, dtype, *case, zero_points=False)
+        x = args[0].to(memory_format=torch.channels_last)
+        got = QUANTIZED_CONV2D.aten_out(x, *args[1:], out=torch.empty(0, dtype=dtype))
+        assert torch.equal(got, QUANTIZED_CONV2D.pattern(*args)), case
 
 
 def test_pattern_accumulates_integers_exactly():
@@ -109,41 +102,35 @@ def test_pattern_accumulates_integers_exactly():
                                                  omin, omax), want)
 
 
-@pytest.mark.parametrize("isa", ["baseline", "avx2", "auto"])
-def test_linear_kernels_and_packed_forms_are_bit_exact(isa):
-    if isa == "avx2" and kernels.info().isa == "baseline":
-        pytest.skip("CPU without AVX2")
+@pytest.mark.parametrize("kernel_isa", ["baseline", "avx2", "auto"], indirect=True)
+def test_linear_kernels_and_packed_forms_are_bit_exact(kernel_isa):
     g = torch.Generator().manual_seed(2)
-    kernels.set_isa(isa)
-    try:
-        for rows, k, n in ((1, 1280, 1000), (3, 40, 33), (4, 64, 17), (37, 300, 48), (2, 5, 7)):
-            for dtype in (I8, U8):
-                lo, hi = _range(dtype)
-                x = torch.randint(lo, hi + 1, (rows, k), dtype=dtype, generator=g)
-                w = torch.randint(-127, 128, (n, k), dtype=I8, generator=g)
-                ws, b = torch.rand(n, generator=g) * 1e-3, torch.randn(n, generator=g)
-                args = (x, 0.03, lo + 5, w, ws, None, b, 0.07, lo + 9, lo, hi)
-                want = QUANTIZED_LINEAR.pattern(*args)
-                assert torch.equal(QUANTIZED_LINEAR.aten_out(*args, out=torch.empty(0, dtype=dtype)), want)
-                packed = (x, 0.03, lo + 5, PACK_GEMM_WEIGHT.aten(w), n, ws, b, 0.07, lo + 9, lo, hi)
-                assert torch.equal(QUANTIZED_LINEAR_PACKED.pattern(*packed), want)
-                assert torch.equal(QUANTIZED_LINEAR_PACKED.aten_out(*packed, out=torch.empty(0, dtype=dtype)), want), \
-                    (rows, k, n, dtype)
-        # with VNNI, on the panels regrouped (pointwise, and spatial over the im2col)
-        for case in (*[c for c in CONV_CASES if c[-1] == 1], (1, 160, 3, 3, 960, 1, 1, 0, 1, 1)):
-            for dtype in (I8, U8):
-                args = _conv_args(g, dtype, *case, zero_points=False)
-                want = QUANTIZED_CONV2D.pattern(*args)
-                x, xs, xz, w, ws, _, b, stride, padding, dilation, groups, os_, oz, omin, omax = args
-                if groups != 1:
-                    continue
-                packed = (x, xs, xz, PACK_GEMM_WEIGHT.aten(w), list(w.shape), ws, b, stride, padding, dilation, os_,
-                          oz, omin, omax)
-                assert torch.equal(QUANTIZED_CONV2D_PACKED.pattern(*packed), want)
-                got = QUANTIZED_CONV2D_PACKED.aten_out(*packed, out=torch.empty(0, dtype=dtype))
-                assert torch.equal(got, want), (case, dtype)
-    finally:
-        kernels.set_isa("auto")
+    for rows, k, n in ((1, 1280, 1000), (3, 40, 33), (4, 64, 17), (37, 300, 48), (2, 5, 7)):
+        for dtype in (I8, U8):
+            lo, hi = _range(dtype)
+            x = torch.randint(lo, hi + 1, (rows, k), dtype=dtype, generator=g)
+            w = torch.randint(-127, 128, (n, k), dtype=I8, generator=g)
+            ws, b = torch.rand(n, generator=g) * 1e-3, torch.randn(n, generator=g)
+            args = (x, 0.03, lo + 5, w, ws, None, b, 0.07, lo + 9, lo, hi)
+            want = QUANTIZED_LINEAR.pattern(*args)
+            assert torch.equal(QUANTIZED_LINEAR.aten_out(*args, out=torch.empty(0, dtype=dtype)), want)
+            packed = (x, 0.03, lo + 5, PACK_GEMM_WEIGHT.aten(w), n, ws, b, 0.07, lo + 9, lo, hi)
+            assert torch.equal(QUANTIZED_LINEAR_PACKED.pattern(*packed), want)
+            assert torch.equal(QUANTIZED_LINEAR_PACKED.aten_out(*packed, out=torch.empty(0, dtype=dtype)), want), \
+                (rows, k, n, dtype)
+    # with VNNI, on the panels regrouped (pointwise, and spatial over the im2col)
+    for case in (*[c for c in CONV_CASES if c[-1] == 1], (1, 160, 3, 3, 960, 1, 1, 0, 1, 1)):
+        for dtype in (I8, U8):
+            args = _conv_args(g, dtype, *case, zero_points=False)
+            want = QUANTIZED_CONV2D.pattern(*args)
+            x, xs, xz, w, ws, _, b, stride, padding, dilation, groups, os_, oz, omin, omax = args
+            if groups != 1:
+                continue
+            packed = (x, xs, xz, PACK_GEMM_WEIGHT.aten(w), list(w.shape), ws, b, stride, padding, dilation, os_,
+                      oz, omin, omax)
+            assert torch.equal(QUANTIZED_CONV2D_PACKED.pattern(*packed), want)
+            got = QUANTIZED_CONV2D_PACKED.aten_out(*packed, out=torch.empty(0, dtype=dtype))
+            assert torch.equal(got, want), (case, dtype)
 
 
 def test_opcheck():

@@ -37,13 +37,13 @@ def linear_qw(*args):
 
 
 # rows: 1 and 3 run the dot products on the quantized weight, 9 and 40 dequantized blocks, 70 the GEMM
-@pytest.mark.parametrize("isa", ["auto", "avx2", "baseline"])
+@pytest.mark.parametrize("kernel_isa", ["auto", "avx2", "baseline"], indirect=True)
 @pytest.mark.parametrize("rows,n,k,group,bits,zero_points,bias", [
     (1, 37, 64, 32, 4, False, True), (3, 40, 96, 96, 8, True, False),
     (2, 11, 160, 32, 4, True, False), (1, 9, 256, 128, 4, True, True), (4, 6, 200, 200, 8, False, True), (9, 13, 72, 36, 8, True, True),
     (40, 20, 64, 32, 4, True, True), (70, 9, 128, 64, 4, False, False), (70, 11, 70, 35, 8, True, True),
 ], ids=str)
-def test_kernel_matches_its_pattern(rows, n, k, group, bits, zero_points, bias, isa):
+def test_kernel_matches_its_pattern(rows, n, k, group, bits, zero_points, bias, kernel_isa):
     q, w, scales, zp = quantized_weight(n, k, group, bits, zero_points)
     gen = torch.Generator().manual_seed(rows * 1000 + k)
     b = torch.randn(n, generator=gen) if bias else None
@@ -52,18 +52,14 @@ def test_kernel_matches_its_pattern(rows, n, k, group, bits, zero_points, bias, 
     dequantized = ((q.float().reshape(n, -1, group) - zf[..., None]) * scales[..., None]).reshape(n, k)
     # float32 sums in another order: errors up to about K ulps of sum |x| |w| (int8 weights reach 13)
     tol = dict(rtol=1e-4, atol=k * 2.0 ** -24 * float((x.abs() @ dequantized.abs().T).max()))
-    if isa == "avx2" and kernels.info().isa not in ("avx512", "avx512vnni"):
+    if kernel_isa == "avx2" and kernels.info().isa not in ("avx512", "avx512vnni"):
         pytest.skip("the AVX2 copy is what 'auto' runs on a CPU without AVX-512")
     r = torch.randn(*x.shape[:-1], n, generator=gen)
-    kernels.set_isa(isa)
-    try:
-        got = {act: linear_qw(x, w, scales, zp, bits, b, act) for act in ("none", "silu")}
-        got["strided"] = linear_qw(x.transpose(0, -1).contiguous().transpose(0, -1), w, scales, zp, bits, b, "none")
-        # the residual added before the activation, also read through strides
-        got["residual"] = linear_qw(x, w, scales, zp, bits, b, "silu", r)
-        got["strided residual"] = linear_qw(x, w, scales, zp, bits, b, "silu", r.transpose(0, -1).contiguous().transpose(0, -1))
-    finally:
-        kernels.set_isa("auto")
+    got = {act: linear_qw(x, w, scales, zp, bits, b, act) for act in ("none", "silu")}
+    got["strided"] = linear_qw(x.transpose(0, -1).contiguous().transpose(0, -1), w, scales, zp, bits, b, "none")
+    # the residual added before the activation, also read through strides
+    got["residual"] = linear_qw(x, w, scales, zp, bits, b, "silu", r)
+    got["strided residual"] = linear_qw(x, w, scales, zp, bits, b, "silu", r.transpose(0, -1).contiguous().transpose(0, -1))
     for act in ("none", "silu"):
         torch.testing.assert_close(got[act], LINEAR_QW.pattern(x, w, scales, zp, bits, b, act), **tol)
     with_residual = LINEAR_QW.pattern(x, w, scales, zp, bits, b, "silu", r)
