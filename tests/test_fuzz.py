@@ -469,6 +469,38 @@ def test_fuzz_run_resumes_from_its_results_file(tmp_path, capsys):
         fuzz.main(["--graphs", "1", *args[:-1], str(old)])
 
 
+def test_both_wrong_recheck_passes_a_kept_stock_kernel_and_catches_other_values(tmp_path, capsys, monkeypatch):
+    """`fuzz.py --both-wrong`: seed 44 graph 1824 (a scan over symshape) is wrong on the stock
+    runtime and, with nothing fused, as wrong on the fused one, the same values; a fused runtime
+    that gave other wrong values would be an etfuse failure the stock-bug count hid."""
+    import json
+
+    import etfuse.runtime
+
+    fuzz = _fuzz_script()
+    results = tmp_path / "results.jsonl"
+    results.write_text(json.dumps({"i": 1824, "kind": "stock_bug", "fused_ok": False, "code": fuzz.code_fingerprint()}) + "\n")
+    args = ["--seed", "44", "--results", str(results), "--both-wrong"]
+    assert fuzz.main(args) == 0
+    out = capsys.readouterr().out
+    assert "graph 1824: input set 0 output 0: fused == stock; input set 1 output 0: fused == stock" in out, out
+    # the second program loaded is the fused one: its outputs shifted by 1
+    loaded, load = [], etfuse.runtime.load_method
+
+    def shifted_second(*a, **k):
+        method = load(*a, **k)
+        loaded.append(method)
+        if len(loaded) % 2 == 0:
+            execute = method.execute
+            method.execute = lambda inputs: [t + 1 for t in execute(inputs)]
+        return method
+
+    monkeypatch.setattr(etfuse.runtime, "load_method", shifted_second)
+    assert fuzz.main(args) == 1
+    out = capsys.readouterr().out
+    assert "graph 1824: input set 0 output 0: fused != stock" in out and "1 graphs rechecked, 2 outputs" in out, out
+
+
 def test_code_fingerprint_follows_the_sources(tmp_path):
     """The fingerprint changes with a rule's source and not with a build output or a cache."""
     fuzz = _fuzz_script()
