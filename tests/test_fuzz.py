@@ -469,6 +469,27 @@ def test_fuzz_run_resumes_from_its_results_file(tmp_path, capsys):
         fuzz.main(["--graphs", "1", *args[:-1], str(old)])
 
 
+def test_a_worker_is_replaced_by_a_fresh_one_after_recycle_graphs(tmp_path, monkeypatch):
+    """`--recycle N`: a worker's heap grows with every graph and slows it down, so after N graphs
+    the run goes on in a fresh worker process; every graph is still run once."""
+    import json
+
+    fuzz = _fuzz_script()
+    started = []
+
+    class CountedWorker(fuzz.Worker):
+        def __init__(self, *args, **kwargs):
+            super().__init__(*args, **kwargs)
+            started.append(self.proc.pid)
+
+    monkeypatch.setattr(fuzz, "Worker", CountedWorker)
+    results = tmp_path / "results.jsonl"
+    assert fuzz.main(["--graphs", "3", "--seed", "44", "--jobs", "1", "--no-shrink", "--recycle", "2",
+                      "--results", str(results)]) == 0
+    assert len(set(started)) == 2, started
+    assert [json.loads(line)["i"] for line in results.read_text().splitlines()] == [0, 1, 2]
+
+
 def test_both_wrong_recheck_passes_a_kept_stock_kernel_and_catches_other_values(tmp_path, capsys, monkeypatch):
     """`fuzz.py --both-wrong`: seed 44 graph 1824 (a scan over symshape) is wrong on the stock
     runtime and, with nothing fused, as wrong on the fused one, the same values; a fused runtime
