@@ -396,6 +396,11 @@ class Worker:
         self.stderr.seek(0)
         return self.stderr.read().decode(errors="replace")[-n:]
 
+    def close(self):
+        """Ends the worker (it exits at the end of its input) and waits for it."""
+        self.proc.stdin.close()
+        self.proc.wait()
+
     def kill(self):
         try:
             os.killpg(self.proc.pid, 9)
@@ -444,6 +449,8 @@ def main(argv=None) -> int:
     if a.shrink is not None:
         return shrink(a.seed, a.shrink, repro_dir, a.aarch64_cpu)
     if a.both_wrong:
+        if not a.results:
+            ap.error("--both-wrong rechecks a run's results: give the file with --results")
         return both_wrong(a.seed, a.results)
     import fuzz_models as fm
 
@@ -545,8 +552,7 @@ def main(argv=None) -> int:
             except queue.Empty:
                 break
             if w is not None and a.recycle and ran_here >= a.recycle:
-                w.proc.stdin.close()  # a fresh process: a long-lived worker's heap slows it down
-                w.proc.wait()
+                w.close()  # a fresh process: a long-lived worker's heap slows it down
                 w = None
             if w is None:
                 w = Worker(a.seed, startup_timeout=600,
@@ -568,8 +574,7 @@ def main(argv=None) -> int:
                 w = None
             record(i, res)
         if w is not None:
-            w.proc.stdin.close()
-            w.proc.wait()
+            w.close()
 
     threads = [threading.Thread(target=job) for _ in range(max(1, a.jobs))]
     for t in threads:
