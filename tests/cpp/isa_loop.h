@@ -46,6 +46,29 @@ int check_every_isa(std::initializer_list<const char*> isas, Check&& check) {
   });
 }
 
+// check_every_isa with the loops the other way round, for a check whose reference is most of its
+// cost: cases(on_every_isa) calls on_every_isa(check) once per case (made once), which forces each
+// of `isas` this CPU runs in turn and calls check(isa) -> false on a mismatch (printed by check);
+// cases returns false at the first mismatch. The same lines and status as check_every_isa.
+template <class Cases>
+int check_cases_on_every_isa(std::initializer_list<const char*> isas, Cases&& cases) {
+  std::vector<const char*> runnable;
+  for (const char* isa : isas)
+    if (use_isa(isa)) runnable.push_back(isa);
+  std::vector<int> matched(runnable.size(), 0);
+  const bool ok = cases([&](auto&& check) {
+    for (size_t i = 0; i < runnable.size(); ++i) {
+      use_isa(runnable[i]);
+      if (!check(runnable[i])) return false;
+      ++matched[i];
+    }
+    return true;
+  });
+  if (!ok || runnable.empty()) return 1;
+  for (size_t i = 0; i < runnable.size(); ++i) std::printf("isa %s: %d cases match\n", runnable[i], matched[i]);
+  return 0;
+}
+
 template <class Check>
 int check_every_isa(Check&& check) {
   return check_every_isa(kEveryIsa, check);
