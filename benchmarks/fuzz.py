@@ -4,7 +4,6 @@
     python benchmarks/fuzz.py --shrink 39 [--seed 0]      # graph 39 shrunk to a minimal model
     python benchmarks/fuzz.py ... --deadline 840           # start no graph after 840 s (resume: --start)
     python benchmarks/fuzz.py ... --results R.jsonl        # every graph's result; rerun to resume
-    python benchmarks/fuzz.py --seed 44 --results R.jsonl --both-wrong   # stock bugs with the fused runtime wrong too
 
 With --results every graph's result is appended to the file with the code's fingerprint (a hash of
 etfuse's sources and the generator, FINGERPRINTED): a rerun skips the graphs already there and its
@@ -234,61 +233,6 @@ FINGERPRINTED = ("src/etfuse", "backend_ops", "patterns", "passes", "kernels", "
 _SOURCE_SUFFIXES = {".py", ".h", ".hpp", ".c", ".cc", ".cpp", ".txt", ".cmake", ".in", ".toml", ".json"}
 
 
-def both_wrong(seed: int, results_path: str) -> int:
-    """Recheck the float graphs of a results file counted as stock bugs with the fused runtime wrong
-    too (`fused_ok` false): `check` blames the stock runtime there, so the fused runtime must give
-    the stock runtime's values on every output where it differs from eager (a stock kernel it kept);
-    other values are an etfuse failure the count hid. Prints one line a graph; 1 when any differs.
-    (int8 graphs need no recheck: `check` compares their fused runtime with the stock one.)"""
-    import copy
-
-    import torch
-
-    import etfuse
-    import fuzz_models as fm
-    from executorch.exir import to_edge
-    from etfuse.passes import LoopLoweringPass
-    from etfuse.runtime import load_method
-
-    rows = read_results(results_path, code_fingerprint()).values()
-    graphs = sorted(r["i"] for r in rows if r["kind"] == fm.STOCK_BUG and r.get("fused_ok") is False)
-    fm.kernels()
-    differ = 0
-    for i in graphs:
-        spec = spec_for(seed, i)
-        if spec.quant:
-            print(f"graph {i}: int8, compared with the stock runtime by check", flush=True)
-            continue
-        torch.manual_seed(spec.seed)
-        model = fm.FuzzModel(spec)
-        with torch.no_grad():
-            edge = to_edge(torch.export.export(model, fm.example_inputs(spec), dynamic_shapes=spec.dynamic_shapes()))
-        stock = etfuse.fuse(edge, [LoopLoweringPass()]) if spec.has_while else copy.deepcopy(edge)
-        fused, _, _ = fm.fuse_instrumented(edge)
-        stock_method, fused_method = load_method(stock.to_executorch()), load_method(fused.to_executorch())
-        verdicts = []
-        for k in range(2):  # check's input sets
-            a = fm.example_inputs(spec, k)
-            ra = tuple(t if t.is_contiguous() or t.is_contiguous(memory_format=torch.channels_last) else t.contiguous()
-                       for t in a)
-            with torch.no_grad():
-                want = list(model(*a))
-            fr = list(fused_method.execute(ra))
-            wrong = [o for o, (f, w) in enumerate(zip(fr, want)) if fm._compare([f], [w], 1e-4, 1e-4) is not None]
-            try:
-                ur = dict(enumerate(stock_method.execute(ra)))
-            except RuntimeError:  # the whole stock program cannot run: its wrong outputs alone (as check)
-                alone = fm._stock_outputs(spec, wrong, ra)
-                ur = dict(zip(wrong, alone)) if isinstance(alone, list) else {}
-            for o in wrong:
-                bad = fm._compare([fr[o]], [ur[o]], 1e-4, 1e-4) if o in ur else "no stock value"
-                verdicts.append(f"input set {k} output {o}: fused " + ("== stock" if bad is None else f"!= stock: {bad}"))
-                differ += bad is not None
-        print(f"graph {i}: " + ("; ".join(verdicts) or "the fused runtime matches eager now"), flush=True)
-    print(f"{len(graphs)} graphs rechecked, {differ} outputs where the fused runtime is wrong otherwise than the stock one")
-    return int(differ > 0)
-
-
 def code_fingerprint(root: Path = ROOT) -> str:
     """A short hash of the FINGERPRINTED sources' paths and contents (build outputs and caches left out)."""
     import hashlib
@@ -434,9 +378,6 @@ def main(argv=None) -> int:
     ap.add_argument("--aarch64-every", type=int, default=0, metavar="K",
                     help="every K-th graph also through the C++ runner built for aarch64, under qemu-aarch64")
     ap.add_argument("--aarch64-cpu", default="neoverse-n1", help="qemu -cpu for --aarch64-every")
-    ap.add_argument("--both-wrong", action="store_true",
-                    help="recheck the float stock bugs of --results whose fused runtime was wrong too: it must give "
-                         "the stock runtime's values there (the end of a run)")
     ap.add_argument("--recycle", type=int, default=200, metavar="N",
                     help="start a fresh worker after N graphs (0: never); a worker's heap grows with every graph "
                          "(3.5 GB after 2,000) and its graphs slow down by half")
@@ -448,10 +389,6 @@ def main(argv=None) -> int:
     repro_dir = a.repro_dir or (str(Path(a.failures).resolve().parent) if a.failures else ".")
     if a.shrink is not None:
         return shrink(a.seed, a.shrink, repro_dir, a.aarch64_cpu)
-    if a.both_wrong:
-        if not a.results:
-            ap.error("--both-wrong rechecks a run's results: give the file with --results")
-        return both_wrong(a.seed, a.results)
     import fuzz_models as fm
 
     if a.aarch64_every:

@@ -575,7 +575,8 @@ ETFUSE_ERROR = "etfuse_error"            # etfuse.fuse, or lowering/running the 
 ETFUSE_UNSTABLE = "etfuse_unstable"      # fusing the fused program again changes its ops
 ETFUSE_ROUTES = "etfuse_routes"          # the three routes differ where they promise not to (`check_routes`)
 ETFUSE_AARCH64 = "etfuse_aarch64"        # the fused .pte on the aarch64 C++ runner (qemu) differs from x86's
-STOCK_BUG = "stock_bug"                  # the unfused runtime is wrong (stock executorch)
+STOCK_BUG = "stock_bug"                  # the unfused runtime is wrong (stock executorch); the fused one
+                                         # right, or wrong with the same values (a stock kernel it kept)
 STOCK_ERROR = "stock_error"              # the unfused program does not lower/run on the stock runtime
 SKIP = "skip"                            # export / to_edge / quantization unsupported
 KNOWN_ETFUSE_BUG = "known_etfuse_bug"    # an etfuse failure listed in KNOWN_ETFUSE_BUGS
@@ -865,6 +866,18 @@ def op_list(program) -> list:
             if isinstance(gm, torch.fx.GraphModule) for n in gm.graph.nodes if n.op == "call_function"]
 
 
+def runtime_inputs(inputs) -> tuple:
+    """`inputs` as the runtime takes them: contiguous or channels-last tensors as they are, a
+    strided view as a contiguous copy."""
+    return tuple(t if t.is_contiguous() or t.is_contiguous(memory_format=torch.channels_last) else t.contiguous()
+                 for t in inputs)
+
+
+def wrong_outputs(got: list, want: list, atol: float, rtol: float) -> list:
+    """The indices of the outputs of `got` that differ from `want` beyond the tolerance."""
+    return [i for i, (g, w) in enumerate(zip(got, want)) if _compare([g], [w], atol, rtol)]
+
+
 def _stock_outputs(spec: ModelSpec, outputs: list, inputs: tuple):
     """The stock (unfused) program of `spec` returning only its `outputs` (indices), run on
     `inputs`: its outputs, or a string saying why there are none."""
@@ -983,9 +996,7 @@ def _check(spec: ModelSpec, runs: int, routes: bool = False, aarch64: Optional[l
                 fe = list(fused_module(*a))
             except Exception as e:  # noqa: BLE001
                 return Outcome(ETFUSE_ERROR, f"fused eager run: {_err(e)}", _err(e), **info)
-        # the runtime takes contiguous or channels-last inputs only: a strided view goes as a copy
-        ra = tuple(t if t.is_contiguous() or t.is_contiguous(memory_format=torch.channels_last) else t.contiguous()
-                   for t in a)
+        ra = runtime_inputs(a)
         try:
             fr = list(fused_method.execute(ra))
         except Exception as e:  # noqa: BLE001
@@ -1037,7 +1048,7 @@ def _check(spec: ModelSpec, runs: int, routes: bool = False, aarch64: Optional[l
                 # the stock runtime cannot run it (no dequantize_affine kernel, ...): eager is the
                 # reference, unless the stock program of the wrong outputs alone runs and is wrong
                 # the same way (a stock kernel upstream of them; fuzz seed 44 graph 2551)
-                wrong = [i for i, (g, w) in enumerate(zip(fr, want)) if _compare([g], [w], atol, rtol)]
+                wrong = wrong_outputs(fr, want, atol, rtol)
                 alone = _stock_outputs(spec, wrong, ra)
                 if not (isinstance(alone, list) and _compare(alone, [fr[i] for i in wrong], atol, rtol) is None):
                     return Outcome(ETFUSE_MISMATCH, f"fused runtime vs eager, the stock runtime cannot run the program "
@@ -1047,6 +1058,18 @@ def _check(spec: ModelSpec, runs: int, routes: bool = False, aarch64: Optional[l
                 ur_bad = (f"outputs {wrong} alone, on the stock runtime: {_compare(alone, [want[i] for i in wrong], atol, rtol)} "
                           f"(the whole program: {ur_problem})")
                 ur, ur_problem = alone, ""
+            elif ur is not None:
+                # (float) the stock runtime runs and is wrong: the fused one must be right, or wrong as the
+                # stock one is (a stock kernel it kept; fuzz seed 44 graphs 1824, 2235, 3376), output
+                # for output; anything else is etfuse's
+                if fr is None:
+                    return Outcome(ETFUSE_ERROR, f"fused runtime (input set {k}{bt}), where the stock runtime runs: "
+                                                 f"{fr_problem}", fr_problem, **info)
+                wrong = wrong_outputs(fr, want, atol, rtol)
+                off = _compare([fr[i] for i in wrong], [ur[i] for i in wrong], atol, rtol)
+                if off:
+                    return Outcome(ETFUSE_MISMATCH, f"fused runtime vs eager and vs the stock runtime, which is wrong "
+                                                    f"too (input set {k}{bt}; outputs {wrong}): {off}", **info)
             kind = STOCK_ERROR if ur is None else STOCK_BUG
             stock_bug = stock_bug or Outcome(kind, f"unfused runtime vs eager (input set {k}{bt}): {ur_bad}; "
                                                    f"fused runtime: {fr_bad or 'matches eager'}",

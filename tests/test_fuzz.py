@@ -490,36 +490,46 @@ def test_a_worker_is_replaced_by_a_fresh_one_after_recycle_graphs(tmp_path, monk
     assert [json.loads(line)["i"] for line in results.read_text().splitlines()] == [0, 1, 2]
 
 
-def test_both_wrong_recheck_passes_a_kept_stock_kernel_and_catches_other_values(tmp_path, capsys, monkeypatch):
-    """`fuzz.py --both-wrong`: seed 44 graph 1824 (a scan over symshape) is wrong on the stock
-    runtime and, with nothing fused, as wrong on the fused one, the same values; a fused runtime
-    that gave other wrong values would be an etfuse failure the stock-bug count hid."""
-    import json
-
+def test_a_fused_runtime_wrong_as_the_stock_one_is_a_stock_bug_and_wrong_otherwise_is_etfuses(monkeypatch):
+    """Seed 44 graph 1824 (a scan over symshape) is wrong on the stock runtime and, with nothing
+    fused there, as wrong on the fused one, the same values: a stock bug. A fused runtime that gave
+    other wrong values is an etfuse mismatch, not hidden in the stock-bug count (issue 44)."""
     import etfuse.runtime
 
-    fuzz = _fuzz_script()
-    results = tmp_path / "results.jsonl"
-    results.write_text(json.dumps({"i": 1824, "kind": "stock_bug", "fused_ok": False, "code": fuzz.code_fingerprint()}) + "\n")
-    args = ["--seed", "44", "--results", str(results), "--both-wrong"]
-    assert fuzz.main(args) == 0
-    out = capsys.readouterr().out
-    assert "graph 1824: input set 0 output 0: fused == stock; input set 1 output 0: fused == stock" in out, out
-    # the second program loaded is the fused one: its outputs shifted by 1
+    spec = _fuzz_script().spec_for(44, 1824)
+    outcome = fm.check(spec, routes=False)
+    assert outcome.kind == fm.STOCK_BUG and outcome.fused_ok is False, outcome
+    # the second program check loads is the fused one: its outputs shifted by 1
     loaded, load = [], etfuse.runtime.load_method
 
     def shifted_second(*a, **k):
         method = load(*a, **k)
         loaded.append(method)
-        if len(loaded) % 2 == 0:
+        if len(loaded) == 2:
             execute = method.execute
             method.execute = lambda inputs: [t + 1 for t in execute(inputs)]
         return method
 
     monkeypatch.setattr(etfuse.runtime, "load_method", shifted_second)
-    assert fuzz.main(args) == 1
-    out = capsys.readouterr().out
-    assert "graph 1824: input set 0 output 0: fused != stock" in out and "1 graphs rechecked, 2 outputs" in out, out
+    outcome = fm.check(spec, routes=False)
+    assert outcome.kind == fm.ETFUSE_MISMATCH, outcome
+    assert "fused runtime vs eager and vs the stock runtime, which is wrong too (input set 0; outputs [0])" in outcome.detail
+    # and a fused runtime that raises where the stock one runs is an etfuse error
+    loaded.clear()
+
+    def failing(inputs):
+        raise RuntimeError("method->execute() failed with error 0x12")
+
+    def raising_second(*a, **k):
+        method = load(*a, **k)
+        loaded.append(method)
+        if len(loaded) == 2:
+            method.execute = failing
+        return method
+
+    monkeypatch.setattr(etfuse.runtime, "load_method", raising_second)
+    outcome = fm.check(spec, routes=False)
+    assert outcome.kind == fm.ETFUSE_ERROR and "where the stock runtime runs" in outcome.detail, outcome
 
 
 def test_code_fingerprint_follows_the_sources(tmp_path):
