@@ -1243,7 +1243,7 @@ def _structural_specs(seed: int) -> list:
     ]
 
 
-def coverage_sample(seed: int = 0, per_spec: int = 8) -> list:
+def coverage_sample(seed: int = 0, per_spec: int = 16) -> list:
     """The fixed sample: every block of fuzz_blocks.BLOCKS with every combination of its key choices
     (float, and int8 where the block allows it) at each of its coverage shapes, the other choices
     drawn from `random.Random(seed)`; `per_spec` blocks side by side on one input per model (each
