@@ -1,5 +1,6 @@
 """Building and running the C++ checks of tests/cpp (gemm_check.cpp, pointwise_check.cpp): one
-binary per source, compiler, flags and state of the kernel headers, shared by xdist workers; and
+binary per source, compiler, flags and state of the kernel headers, linked with the core kernels
+(core/kernels.cpp) compiled once per compiler and flags, both shared by xdist workers; and
 the whole test of a check that prints one "isa <name>: <n> cases match" line per ISA
 (check_isa_loop::check_every_isa), on each target of TARGETS."""
 
@@ -19,25 +20,47 @@ import readme_consumer
 
 CSRC = Path(etfuse.kernels.__file__).resolve().parent / "csrc"
 CPP = Path(__file__).resolve().parent / "cpp"
+CORE_KERNELS = CSRC / "core" / "kernels.cpp"
+
+
+def _headers_hash(*parts: str) -> "hashlib._Hash":
+    h = hashlib.sha256(" ".join(parts).encode())
+    for p in [*sorted(CSRC.rglob("*.h")), CORE_KERNELS, *sorted(CPP.glob("*.h"))]:
+        h.update(p.read_bytes())
+    return h
+
+
+def _compile_once(output: Path, cmd: list[str]) -> Path:
+    """`cmd` run to write `output` (through a .part file), unless another process or test has."""
+    with filelock.FileLock(str(output) + ".lock"):
+        if not output.is_file():
+            part = output.with_suffix(".part")
+            proc = subprocess.run([*cmd, "-o", str(part)], capture_output=True, text=True)
+            assert proc.returncode == 0, proc.stderr[-4000:]
+            part.rename(output)
+    return output
+
+
+def core_kernels(compiler: str, *flags: str, optimize: str = "-O3") -> Path:
+    """core/kernels.cpp (every family's per-ISA loops, -DETFUSE_CORE_KERNELS) compiled once per
+    compiler, flags and state of the kernel headers, as the library compiles it, and linked into
+    every check: each check compiled its own copy of the loops it reached before (the GEMM's in
+    five), most of the ISA tests' time."""
+    if shutil.which(compiler) is None:
+        readme_consumer.unavailable(f"{compiler} is not on PATH")
+    h = _headers_hash(compiler, optimize, *flags)
+    obj = Path(tempfile.gettempdir()) / f"etfuse-core-kernels-{h.hexdigest()[:16]}.o"
+    return _compile_once(obj, [compiler, "-std=c++17", optimize, *flags, f"-I{CSRC}", "-c", str(CORE_KERNELS)])
 
 
 def build(source: str, compiler: str, *flags: str, optimize: str = "-O3") -> Path:
-    """tests/cpp/`source` built with `compiler`, once per source state."""
-    if shutil.which(compiler) is None:
-        readme_consumer.unavailable(f"{compiler} is not on PATH")
+    """tests/cpp/`source` built with `compiler` and linked with core_kernels, once per source state."""
+    core = core_kernels(compiler, *flags, optimize=optimize)
     check = CPP / source
-    h = hashlib.sha256(check.read_bytes() + compiler.encode() + " ".join((optimize, *flags)).encode())
-    for p in [*sorted(CSRC.rglob("*.h")), *sorted(CPP.glob("*.h"))]:
-        h.update(p.read_bytes())
+    h = _headers_hash(compiler, optimize, *flags)
+    h.update(check.read_bytes())
     binary = Path(tempfile.gettempdir()) / f"etfuse-{check.stem.replace('_', '-')}-{h.hexdigest()[:16]}"
-    with filelock.FileLock(str(binary) + ".lock"):
-        if not binary.is_file():
-            part = binary.with_suffix(".part")
-            proc = subprocess.run([compiler, "-std=c++17", optimize, *flags, f"-I{CSRC}", str(check), "-o", str(part)],
-                                  capture_output=True, text=True)
-            assert proc.returncode == 0, proc.stderr[-4000:]
-            part.rename(binary)
-    return binary
+    return _compile_once(binary, [compiler, "-std=c++17", optimize, *flags, f"-I{CSRC}", str(check), str(core)])
 
 
 def run(cmd: list[str]) -> str:

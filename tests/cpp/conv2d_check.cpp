@@ -8,7 +8,6 @@
 // work is split into ranges of tasks as a thread pool would. tests/test_conv2d_isa.py builds it
 // natively and for aarch64 (run under qemu-aarch64). Prints one line per ISA checked, with how
 // many cases took the NEON depthwise rows; exits 1 at the first mismatch, naming the case.
-#define ETFUSE_CORE_KERNELS 1
 #include "check_random.h"
 #include "isa_loop.h"
 #include "core/conv2d.h"

@@ -6,7 +6,6 @@
 // to 100 (two row blocks) and 70 columns (NEON packs A's tiles from 4 panels on). tests/test_gemm_isa.py
 // builds it natively and for aarch64 (run under qemu-aarch64). Prints one line per ISA checked;
 // exits 1 at the first mismatch, naming the case.
-#define ETFUSE_CORE_KERNELS 1
 #include "check_random.h"
 #include "isa_loop.h"
 #include "core/gemm.h"

@@ -17,7 +17,6 @@
 //   int8_check time PATH C H W K S REPS REPS runs of a depthwise KxK conv, stride S, padding K / 2,
 //                                       C channels on H x W (uint8, relu6-like clamp; PATH:
 //                                       dw-float, or dw-neon / dw-avx512)
-#define ETFUSE_CORE_KERNELS 1
 #include "check_random.h"
 #include "isa_loop.h"
 #include "core/conv2d.h"

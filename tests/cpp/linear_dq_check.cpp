@@ -14,7 +14,6 @@
 //
 //   linear_dq_check time ISA BITS M N K GROUPS REPS   REPS runs of one linear on ISA (for
 //                                                     counting instructions under qemu)
-#define ETFUSE_CORE_KERNELS 1
 #include "isa_loop.h"
 #include "quantized_weight.h"
 #include "core/linear_dq.h"

@@ -11,7 +11,6 @@
 //
 //   linear_qw_check time ISA BITS M N K GROUPS REPS   REPS runs of one linear on ISA (for
 //                                                     counting instructions under qemu)
-#define ETFUSE_CORE_KERNELS 1
 #include "isa_loop.h"
 #include "quantized_weight.h"
 

@@ -11,7 +11,6 @@
 //     loop here, bit for bit.
 // tests/test_pointwise_isa.py builds it natively and for aarch64 (run under qemu-aarch64). Prints
 // one line per ISA checked; exits 1 at the first mismatch, naming it.
-#define ETFUSE_CORE_KERNELS 1
 #include "isa_loop.h"
 #include "core/activation.h"
 #include "core/attention.h"
