@@ -41,26 +41,22 @@ def _compile_once(output: Path, cmd: list[str]) -> Path:
     return output
 
 
-def core_kernels(compiler: str, *flags: str, optimize: str = "-O3") -> Path:
-    """core/kernels.cpp (every family's per-ISA loops, -DETFUSE_CORE_KERNELS) compiled once per
-    compiler, flags and state of the kernel headers, as the library compiles it, and linked into
-    every check: each check compiled its own copy of the loops it reached before (the GEMM's in
-    five), most of the ISA tests' time."""
+def build(source: str, compiler: str, *flags: str, optimize: str = "-O3") -> Path:
+    """tests/cpp/`source` built with `compiler`, once per source state, and linked with
+    core/kernels.cpp (every family's per-ISA loops, -DETFUSE_CORE_KERNELS) compiled once per
+    compiler, flags and state of the kernel headers, as the library compiles it: each check
+    compiled its own copy of the loops it reached before (the GEMM's in five), most of the ISA
+    tests' time."""
     if shutil.which(compiler) is None:
         readme_consumer.unavailable(f"{compiler} is not on PATH")
-    h = _headers_hash(compiler, optimize, *flags)
-    obj = Path(tempfile.gettempdir()) / f"etfuse-core-kernels-{h.hexdigest()[:16]}.o"
-    return _compile_once(obj, [compiler, "-std=c++17", optimize, *flags, f"-I{CSRC}", "-c", str(CORE_KERNELS)])
-
-
-def build(source: str, compiler: str, *flags: str, optimize: str = "-O3") -> Path:
-    """tests/cpp/`source` built with `compiler` and linked with core_kernels, once per source state."""
-    core = core_kernels(compiler, *flags, optimize=optimize)
+    command = [compiler, "-std=c++17", optimize, *flags, f"-I{CSRC}"]
+    h = _headers_hash(*command)
+    core = _compile_once(Path(tempfile.gettempdir()) / f"etfuse-core-kernels-{h.hexdigest()[:16]}.o",
+                         [*command, "-c", str(CORE_KERNELS)])
     check = CPP / source
-    h = _headers_hash(compiler, optimize, *flags)
     h.update(check.read_bytes())
     binary = Path(tempfile.gettempdir()) / f"etfuse-{check.stem.replace('_', '-')}-{h.hexdigest()[:16]}"
-    return _compile_once(binary, [compiler, "-std=c++17", optimize, *flags, f"-I{CSRC}", str(check), str(core)])
+    return _compile_once(binary, [*command, str(check), str(core)])
 
 
 def run(cmd: list[str]) -> str:
